@@ -1,0 +1,57 @@
+"""rllm: train language agents with reinforcement learning.
+
+`import rllm` stays light: it never imports torch, transformers, vllm, ray or verl. Heavy pieces load on first use
+(`rllm.LocalModel`, ...), from the adapter module that needs them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from rllm.agents.base import BaseAgent
+from rllm.envs.base import BaseEnv
+from rllm.errors import InfraError, ModelNotAvailableError, PolicyError
+from rllm.models.base import ModelClient, SamplingParams
+from rllm.types import Action, Episode, ModelOutput, Step, TerminationReason, ToolCall, Trajectory
+
+__version__ = "0.1.0"
+
+# Public names that live in modules with heavier imports: loaded on first attribute access.
+_LAZY = {
+    "AgentExecutionEngine": "rllm.engine.execution",
+    "ChatRenderer": "rllm.models.chat",
+    "FakeModel": "rllm.models.fake",
+    "LocalModel": "rllm.models.local",
+    "OpenAIClient": "rllm.models.openai",
+    "check_env": "rllm.envs.checker",
+}
+
+__all__ = [
+    "Action",
+    "AgentExecutionEngine",
+    "BaseAgent",
+    "BaseEnv",
+    "ChatRenderer",
+    "Episode",
+    "FakeModel",
+    "InfraError",
+    "LocalModel",
+    "ModelClient",
+    "ModelNotAvailableError",
+    "ModelOutput",
+    "OpenAIClient",
+    "PolicyError",
+    "SamplingParams",
+    "Step",
+    "TerminationReason",
+    "ToolCall",
+    "Trajectory",
+    "check_env",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'rllm' has no attribute {name!r}")

@@ -1,0 +1,66 @@
+"""`BaseAgent`: the policy side of an agent/env rollout. It turns observations into chat messages and model
+responses into actions, and keeps its own `Trajectory`.
+
+Life cycle, per rollout: `reset()`, `update_from_env(obs, 0.0, False, info)` with the first observation, then
+repeatedly: the engine sends `chat_completions` to the model, `update_from_model(output) -> Action` records a new
+step and returns the action for the env, and `update_from_env(obs, reward, done, info)` records what came back.
+
+The default methods here keep the message history and the trajectory, so a custom agent usually overrides only
+`update_from_env` (how an observation reads as a user message) and `update_from_model` (how a reply becomes an
+action).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rllm.types import Action, ModelOutput, Step, Trajectory
+
+__all__ = ["BaseAgent"]
+
+
+class BaseAgent:
+    system_prompt: str | None = None
+
+    def __init__(self, **_: Any) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._trajectory = Trajectory()
+        self.messages: list[dict[str, Any]] = []
+        if self.system_prompt:
+            self.messages.append({"role": "system", "content": self.system_prompt})
+
+    @property
+    def chat_completions(self) -> list[dict[str, Any]]:
+        """The messages the model sees next."""
+        return self.messages
+
+    @property
+    def trajectory(self) -> Trajectory:
+        return self._trajectory
+
+    def format_observation(self, observation: Any) -> str:
+        """How an observation reads as a user message."""
+        return str(observation)
+
+    def update_from_env(self, observation: Any, reward: float, done: bool, info: dict) -> None:
+        """Record what the env returned: on the last step, and as the next user message."""
+        if self._trajectory.steps:
+            step = self._trajectory.steps[-1]
+            step.observation, step.reward, step.done, step.info = observation, float(reward), done, dict(info)
+        if not done:
+            self.messages.append({"role": "user", "content": self.format_observation(observation)})
+
+    def parse_action(self, output: ModelOutput) -> Any:
+        """Turn a reply into the env's action. The default hands the env the reply's text."""
+        return output.content if output.content is not None else output.text
+
+    def update_from_model(self, output: ModelOutput) -> Action:
+        """Record the reply as a new step and return the action."""
+        action = self.parse_action(output)
+        self._trajectory.steps.append(
+            Step(chat_completions=list(self.messages), model_output=output, action=action)
+        )
+        self.messages.append({"role": "assistant", "content": output.text})
+        return Action(action=action)

@@ -1,0 +1,26 @@
+"""Error types that cross layers. The engine classifies failures by these types:
+
+- `InfraError`: our fault (a server down, a timeout talking to it, an environment crash). Retried with backoff,
+  then the episode is marked `TerminationReason.INFRA_ERROR` and kept out of the loss and of group baselines.
+- `PolicyError`: the model's fault (bad format, bad tool call). It gets the configured reward.
+"""
+
+from __future__ import annotations
+
+__all__ = ["InfraError", "PolicyError", "RllmError", "ModelNotAvailableError"]
+
+
+class RllmError(Exception):
+    """Base class of the errors rllm raises on purpose."""
+
+
+class InfraError(RllmError):
+    """Something outside the policy failed: retry it."""
+
+
+class PolicyError(RllmError):
+    """The model produced something unusable."""
+
+
+class ModelNotAvailableError(RllmError):
+    """A model's weights are not on this machine; the message names the command or package that fetches them."""

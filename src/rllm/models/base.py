@@ -1,0 +1,45 @@
+"""The one async protocol every inference client speaks, and the sampling parameters it takes.
+
+`generate(prompt, sampling)` takes either token ids (token-in/token-out, the mode training needs) or chat messages
+(for clients without a tokenizer) and returns a `ModelOutput`. Clients that have a tokenizer expose it as
+`.tokenizer`, so the engine can render multi-turn prompts as deltas (see `rllm.models.chat`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rllm.types import ModelOutput
+
+__all__ = ["ModelClient", "Prompt", "SamplingParams"]
+
+# Token ids, or OpenAI-style chat messages.
+Prompt = list[int] | list[dict[str, Any]]
+
+
+class SamplingParams(BaseModel):
+    """How to sample one completion. Defaults follow vLLM/OpenAI: plain sampling at temperature 1."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(1.0, ge=0.0, description="0 means greedy decoding.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    top_k: int = Field(0, ge=0, description="Keep the k most likely tokens; 0 disables.")
+    max_tokens: int = Field(256, ge=1, description="Most new tokens to sample.")
+    stop: list[str] = Field(default_factory=list, description="Stop strings; the stop string is kept in the output.")
+    seed: int | None = Field(None, description="Per-request seed; same seed and prompt give the same sample.")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@runtime_checkable
+class ModelClient(Protocol):
+    """What the engines need from a model. `tokenizer` is a transformers tokenizer or None."""
+
+    tokenizer: Any
+
+    async def generate(self, prompt: Prompt, sampling: SamplingParams | None = None) -> ModelOutput: ...

@@ -1,0 +1,151 @@
+"""Core data shared by every layer: what a model returned, what an agent did, what a rollout produced.
+
+Everything here is a pydantic model that round-trips through JSON without loss, so every run can write its
+episodes to disk as JSONL and read them back for training, viewing or debugging. This module imports nothing
+of ours (see DESIGN.md, layers).
+
+Fields that hold free-form user data (`task`, `info`, `observation`, `action`) must be JSON-serialisable;
+`rllm.envs.check_env` tells a user when their environment returns something that is not.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "Action",
+    "Episode",
+    "ModelOutput",
+    "Step",
+    "TerminationReason",
+    "ToolCall",
+    "Trajectory",
+]
+
+
+class _Strict(BaseModel):
+    # extra="forbid": a typo in a field name is an error, not a silently dropped value.
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, arbitrary_types_allowed=False)
+
+
+class TerminationReason(str, Enum):
+    """Why a rollout ended. Infra errors are ours (retried, then masked out of training); policy errors are the
+    model's (they get the configured reward)."""
+
+    ENV_DONE = "env_done"
+    MAX_TURNS = "max_turns"
+    MAX_PROMPT_LENGTH = "max_prompt_length"
+    MAX_RESPONSE_LENGTH = "max_response_length"
+    TIMEOUT = "timeout"
+    POLICY_ERROR = "policy_error"
+    INFRA_ERROR = "infra_error"
+    ERROR = "error"  # an unexpected exception in user code (agent/workflow); the traceback is kept in `info`
+
+    @property
+    def is_infra(self) -> bool:
+        return self is TerminationReason.INFRA_ERROR
+
+
+class ToolCall(_Strict):
+    """A tool call parsed from a completion. `arguments` stays a string when it was not valid JSON."""
+
+    id: str | None = None
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+
+
+class ModelOutput(_Strict):
+    """What one model call returned.
+
+    `prompt_ids`/`completion_ids`/`logprobs` are the exact tokens the server saw and sampled; they are `None` only
+    for clients that cannot get them (an OpenAI-compatible server reached without a tokenizer) and then training on
+    these outputs is refused. `logprobs[i]` is the sampling log-probability of `completion_ids[i]`.
+    """
+
+    text: str = ""
+    content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    prompt_ids: list[int] | None = None
+    completion_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    finish_reason: str | None = None  # "stop" (EOS or a stop string), "length" (max tokens), or the server's word
+    weight_version: int = 0
+    info: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def has_token_ids(self) -> bool:
+        return self.prompt_ids is not None and self.completion_ids is not None
+
+    @property
+    def prompt_length(self) -> int:
+        return len(self.prompt_ids or [])
+
+    @property
+    def completion_length(self) -> int:
+        return len(self.completion_ids or [])
+
+
+class Action(_Strict):
+    """What an agent decided after a model call: `action` is handed to `env.step` as it is."""
+
+    action: Any = None
+
+
+class Step(_Strict):
+    """One model call and what followed it.
+
+    `chat_completions` are the messages the model saw, `model_output` what it returned, `action` what the agent made
+    of it, then `observation`, `reward`, `done` and `info` as returned by the environment for that action.
+    """
+
+    chat_completions: list[dict[str, Any]] = Field(default_factory=list)
+    model_output: ModelOutput | None = None
+    action: Any = None
+    observation: Any = None
+    reward: float = 0.0
+    done: bool = False
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class Trajectory(_Strict):
+    """The ordered steps of one agent. `name` is its role ("agent", "solver", "judge", ...); rollouts are grouped
+    for advantages by `task_id:name`. `reward` is the trajectory's reward (by default the sum of step rewards)."""
+
+    name: str = "agent"
+    steps: list[Step] = Field(default_factory=list)
+    reward: float | None = None
+    info: dict[str, Any] = Field(default_factory=dict)
+
+    def total_step_reward(self) -> float:
+        return float(sum(step.reward for step in self.steps))
+
+
+class Episode(_Strict):
+    """One rollout of one task: `id` is `"{task_id}:{rollout_idx}"`. Multi-agent episodes hold several trajectories."""
+
+    id: str
+    task: Any = None
+    trajectories: list[Trajectory] = Field(default_factory=list)
+    termination_reason: TerminationReason | None = None
+    is_correct: bool = False
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    info: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def task_id(self) -> str:
+        return self.id.rsplit(":", 1)[0]
+
+    @property
+    def rollout_idx(self) -> int:
+        return int(self.id.rsplit(":", 1)[1])
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str) -> Episode:
+        return cls.model_validate_json(text)
