@@ -1,0 +1,412 @@
+"""A `ModelClient` for any OpenAI-compatible server (vLLM, SGLang, OpenAI, ...).
+
+Two modes, chosen per call:
+
+- **Token-in/token-out** (the mode training needs): when the prompt is token ids, or messages and the client has a
+  tokenizer (messages are rendered with `rllm.models.chat.render_messages`). The ids go to `POST /completions` as
+  `"prompt": [ids]` with `return_token_ids: true` and `logprobs: 0` (the sampled token's logprob only). The server's
+  `token_ids` are used as the completion ids: they are the ids the model sampled, EOS included, whatever the text
+  looks like. `skip_special_tokens` stays true (it only shapes the text, which stays clean for parsers and for
+  `ChatRenderer`, while the ids keep the EOS) and the stop string is kept in the text (`include_stop_str_in_output`
+  on vLLM, `no_stop_trim` on SGLang) so the text matches the ids, as `SamplingParams.stop` promises. Text is never
+  re-tokenized: a server that returns no `token_ids` raises `TokenIdsUnavailableError`, unless
+  `allow_missing_token_ids=True` (then the ids are None and the output can be evaluated but not trained on).
+  Servers that return them: vLLM >= 0.10.2 and SGLang releases whose OpenAI API has `return_token_ids`.
+- **Chat** (evaluation against any endpoint): messages without a tokenizer go to `POST /chat/completions`. The
+  reply's `content`, `reasoning_content` and `tool_calls` are parsed; ids are None (warned once per client).
+
+Transport: one pooled `aiohttp.ClientSession` per event loop, created on first use. aiohttp was measured against
+httpx on this workload (2000 calls, 64 concurrent, fake server in its own process): about 0.25 ms/call for aiohttp
+against 3.4 ms/call for httpx's `AsyncClient`, whose connection pool dominates at high concurrency.
+
+Failures: 429, 500, 502, 503, 504, connection errors, timeouts and malformed JSON bodies are retried up to
+`max_retries` times (so `max_retries + 1` attempts) with exponential backoff and jitter, honouring `Retry-After`
+(capped at `backoff_max`); then `InfraError`. Any other 4xx is the request's fault: `ModelRequestError` at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import os
+import random
+import time
+import warnings
+from typing import Any, Literal
+
+try:
+    import aiohttp
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError("OpenAIClient needs aiohttp: pip install aiohttp") from exc
+
+from rllm.errors import InfraError, RllmError
+from rllm.models.base import Prompt, SamplingParams
+from rllm.types import ModelOutput, ToolCall
+
+__all__ = ["ModelRequestError", "OpenAIClient", "TokenIdsUnavailableError", "TokenIdsUnavailableWarning"]
+
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+_SNIPPET_CHARS = 300
+
+
+class ModelRequestError(RllmError):
+    """The server rejected the request (a 4xx other than 429): a bad model name, parameter or prompt. Not retried."""
+
+    def __init__(self, message: str, *, status: int, url: str) -> None:
+        super().__init__(message)
+        self.status, self.url = status, url
+
+
+class TokenIdsUnavailableError(RllmError):
+    """Token-in/token-out was asked of a server that does not return token ids."""
+
+
+class TokenIdsUnavailableWarning(UserWarning):
+    """Outputs of this client carry no token ids, so they can be evaluated but not trained on."""
+
+
+class _RetryableFailure(Exception):
+    """One failed attempt that is worth another try."""
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.retry_after = reason, retry_after
+
+
+class OpenAIClient:
+    """Talks to an OpenAI-compatible server. See the module docstring for the two modes and the retry policy.
+
+    `base_url` includes the API prefix (`http://host:8000/v1`). `tokenizer` is a transformers tokenizer, or a name
+    or path loaded on first use with `rllm.models.registry.load_tokenizer`. `dialect` picks the server-specific
+    field names of the completions request ("vllm" or "sglang"); fields in `extra_body` are added to every
+    request and win over the client's own.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        tokenizer: Any = None,
+        timeout: float = 60.0,
+        max_retries: int = 5,
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+        max_connections: int = 1024,
+        extra_body: dict[str, Any] | None = None,
+        allow_missing_token_ids: bool = False,
+        dialect: Literal["vllm", "sglang"] = "vllm",
+        chat_logprobs: bool = True,
+    ) -> None:
+        if dialect not in ("vllm", "sglang"):
+            raise ValueError(f"dialect must be 'vllm' or 'sglang', not {dialect!r}")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff_base, self.backoff_max = backoff_base, backoff_max
+        self.max_connections = max_connections
+        self.extra_body = dict(extra_body or {})
+        self.allow_missing_token_ids = allow_missing_token_ids
+        self.dialect = dialect
+        self.chat_logprobs = chat_logprobs  # some endpoints (OpenAI reasoning models) refuse `logprobs`
+        self._tokenizer_spec = tokenizer
+        self._tokenizer: Any = None if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+        self._warned_no_ids = False
+        self._warned_prompt_mismatch = False
+
+    # ---- the ModelClient protocol ----------------------------------------------------------------------------
+
+    @property
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None and self._tokenizer_spec is not None:
+            from rllm.models.registry import load_tokenizer  # heavy (transformers): only when asked for
+
+            self._tokenizer = load_tokenizer(str(self._tokenizer_spec))
+        return self._tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, value: Any) -> None:
+        self._tokenizer_spec = self._tokenizer = value
+
+    async def generate(self, prompt: Prompt, sampling: SamplingParams | None = None) -> ModelOutput:
+        sampling = sampling or SamplingParams()
+        is_messages = bool(prompt) and isinstance(prompt[0], dict)
+        if not is_messages:
+            return await self._generate_from_ids(list(prompt), sampling)
+        tokenizer = self.tokenizer
+        if tokenizer is None:
+            return await self._generate_chat(prompt, sampling)
+        from rllm.models.chat import render_messages
+
+        return await self._generate_from_ids(render_messages(tokenizer, prompt), sampling)
+
+    async def aclose(self) -> None:
+        session, self._session, self._session_loop = self._session, None, None
+        if session is not None and not session.closed:
+            await session.close()
+
+    async def __aenter__(self) -> OpenAIClient:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+
+    # ---- token-in/token-out ----------------------------------------------------------------------------------
+
+    async def _generate_from_ids(self, prompt_ids: list[int], sampling: SamplingParams) -> ModelOutput:
+        body = self._completion_request(prompt_ids, sampling)
+        data = await self._post("/completions", body)
+        choice = _first_choice(data, self.base_url + "/completions")
+        completion_ids = choice.get("token_ids")
+        if completion_ids is None and not self.allow_missing_token_ids:
+            raise TokenIdsUnavailableError(
+                f"{self.base_url}/completions returned no token ids. Token-in/token-out needs a server that honours "
+                "`return_token_ids`: vLLM >= 0.10.2, or an SGLang release whose OpenAI API accepts it. Upgrade the "
+                "server, or pass allow_missing_token_ids=True to get outputs without ids (they can be evaluated but "
+                "not trained on); the text is never re-tokenized, since that would not give the sampled tokens."
+            )
+        text = choice.get("text") or ""
+        return ModelOutput(
+            text=text,
+            content=text,
+            prompt_ids=self._served_prompt_ids(prompt_ids, choice, data) if completion_ids is not None else None,
+            completion_ids=completion_ids,
+            logprobs=_completion_logprobs(choice, completion_ids),
+            finish_reason=choice.get("finish_reason"),
+        )
+
+    def _completion_request(self, prompt_ids: list[int], sampling: SamplingParams) -> dict[str, Any]:
+        body = {
+            "model": self.model,
+            "prompt": prompt_ids,
+            "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "logprobs": 0,  # 0 = no alternatives; the sampled token's own logprob is always returned
+            "return_token_ids": True,
+            "skip_special_tokens": True,
+        }
+        if self.dialect == "vllm":
+            body["include_stop_str_in_output"] = True
+        else:
+            body["no_stop_trim"] = True
+        _add_optional_sampling(body, sampling)
+        if self.extra_body:
+            body.update(self.extra_body)
+        return body
+
+    def _served_prompt_ids(self, sent: list[int], choice: dict[str, Any], data: dict[str, Any]) -> list[int]:
+        """The ids the model saw: the server's echo when it gives one (it wins if it differs), else what we sent."""
+        served = choice.get("prompt_token_ids") or data.get("prompt_token_ids")
+        if served is None or served == sent:
+            return sent
+        if not self._warned_prompt_mismatch:
+            self._warned_prompt_mismatch = True
+            warnings.warn(
+                f"{self.base_url} changed the prompt ids it was sent (e.g. added a BOS token); using its ids",
+                stacklevel=3,
+            )
+        return served
+
+    # ---- chat ------------------------------------------------------------------------------------------------
+
+    async def _generate_chat(self, messages: list[dict[str, Any]], sampling: SamplingParams) -> ModelOutput:
+        self._warn_no_token_ids()
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+        }
+        if self.chat_logprobs:
+            body["logprobs"] = True
+        _add_optional_sampling(body, sampling)
+        if self.extra_body:
+            body.update(self.extra_body)
+        data = await self._post("/chat/completions", body)
+        choice = _first_choice(data, self.base_url + "/chat/completions")
+        message = choice.get("message") or {}
+        content = message.get("content")
+        content_logprobs = (choice.get("logprobs") or {}).get("content")
+        return ModelOutput(
+            text=content or "",
+            content=content,
+            reasoning=message.get("reasoning_content") or message.get("reasoning"),
+            tool_calls=[_parse_tool_call(call) for call in message.get("tool_calls") or []],
+            logprobs=[entry["logprob"] for entry in content_logprobs] if content_logprobs else None,
+            finish_reason=choice.get("finish_reason"),
+        )
+
+    def _warn_no_token_ids(self) -> None:
+        if self._warned_no_ids:
+            return
+        self._warned_no_ids = True
+        warnings.warn(
+            f"OpenAIClient({self.base_url!r}) has no tokenizer, so it uses /chat/completions and its outputs carry "
+            "no token ids: they can be evaluated but not trained on. Pass tokenizer=... for token-in/token-out.",
+            TokenIdsUnavailableWarning,
+            stacklevel=4,
+        )
+
+    # ---- HTTP with retries -----------------------------------------------------------------------------------
+
+    def _session_for_this_loop(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is not None and self._session_loop is loop and not self._session.closed:
+            return self._session
+        if self._session is not None and not self._session.closed:
+            _abandon(self._session, self._session_loop)  # it cannot be awaited on this loop
+        connector = aiohttp.TCPConnector(limit=self.max_connections, ttl_dns_cache=300, keepalive_timeout=60)
+        headers = {"Authorization": f"Bearer {self.api_key}", "Content-Type": "application/json"}
+        self._session = aiohttp.ClientSession(
+            connector=connector, headers=headers, timeout=aiohttp.ClientTimeout(total=self.timeout)
+        )
+        self._session_loop = loop
+        return self._session
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        url = self.base_url + path
+        payload = json.dumps(body).encode()  # serialized once, reused by every attempt
+        session = self._session_for_this_loop()
+        last: _RetryableFailure | None = None
+        for attempt in range(self.max_retries + 1):
+            if last is not None:
+                await asyncio.sleep(self._delay(attempt - 1, last.retry_after))
+            try:
+                return await self._attempt(session, url, payload)
+            except _RetryableFailure as failure:
+                last = failure
+        raise InfraError(f"POST {url} failed after {self.max_retries + 1} attempts; last error: {last.reason}")
+
+    async def _attempt(self, session: aiohttp.ClientSession, url: str, payload: bytes) -> dict[str, Any]:
+        try:
+            async with session.post(url, data=payload) as response:
+                status, raw = response.status, await response.read()
+                retry_after = response.headers.get("Retry-After")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            kind = "timed out" if isinstance(exc, TimeoutError) else "connection error"
+            raise _RetryableFailure(f"{kind} ({type(exc).__name__}: {exc or 'no detail'})") from exc
+        if status == 200:
+            try:
+                return json.loads(raw)
+            except ValueError as exc:
+                raise _RetryableFailure(f"HTTP 200 with a body that is not valid JSON: {_snippet(raw)!r}") from exc
+        if status in RETRYABLE_STATUSES:
+            raise _RetryableFailure(f"HTTP {status}: {_snippet(raw)!r}", _parse_retry_after(retry_after))
+        raise ModelRequestError(
+            f"POST {url} was rejected with HTTP {status}: {_error_message(raw)}", status=status, url=url
+        )
+
+    def _delay(self, retry_index: int, retry_after: float | None) -> float:
+        """Seconds before the next attempt: the server's `Retry-After` when given, else exponential backoff.
+
+        Jitter only lengthens the wait (never below `Retry-After`), and spreads out many clients retrying at once.
+        """
+        if retry_after is not None:
+            return min(retry_after * (1.0 + 0.1 * random.random()), self.backoff_max)
+        ceiling = min(self.backoff_base * 2**retry_index, self.backoff_max)
+        return ceiling * (0.5 + 0.5 * random.random())
+
+
+# ---- helpers --------------------------------------------------------------------------------------------------
+
+
+def _add_optional_sampling(body: dict[str, Any], sampling: SamplingParams) -> None:
+    # Sent only when set: a plain OpenAI endpoint rejects fields it does not know (top_k).
+    if sampling.top_k > 0:
+        body["top_k"] = sampling.top_k
+    if sampling.stop:
+        body["stop"] = list(sampling.stop)
+    if sampling.seed is not None:
+        body["seed"] = sampling.seed
+
+
+def _first_choice(data: Any, url: str) -> dict[str, Any]:
+    try:
+        return data["choices"][0]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise InfraError(f"{url} answered without `choices`: {_snippet(json.dumps(data).encode())!r}") from exc
+
+
+def _completion_logprobs(choice: dict[str, Any], completion_ids: list[int] | None) -> list[float] | None:
+    values = (choice.get("logprobs") or {}).get("token_logprobs")
+    if values is None or (completion_ids is not None and len(values) != len(completion_ids)):
+        return None  # a logprob that cannot be matched to its token is worse than none
+    return values
+
+
+def _parse_tool_call(call: dict[str, Any]) -> ToolCall:
+    function = call.get("function") or {}
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments) if arguments.strip() else {}
+            arguments = parsed if isinstance(parsed, dict) else arguments
+        except ValueError:
+            pass  # kept as the raw string: the agent decides what a malformed call means
+    return ToolCall(id=call.get("id"), name=function.get("name") or "", arguments=arguments or {})
+
+
+def _parse_retry_after(value: str | None) -> float | None:
+    """`Retry-After` is either delay-seconds or an HTTP-date (RFC 9110 §10.2.3)."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _error_message(raw: bytes) -> str:
+    """The server's own words: OpenAI/vLLM/SGLang put them in `error.message` (older vLLM: top-level `message`)."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return _snippet(raw)
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+        if data.get("message"):
+            return str(data["message"])
+        if data.get("detail"):
+            return str(data["detail"])
+    return _snippet(raw)
+
+
+def _snippet(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="replace")
+    return text if len(text) <= _SNIPPET_CHARS else text[:_SNIPPET_CHARS] + "..."
+
+
+def _abandon(session: aiohttp.ClientSession, loop: asyncio.AbstractEventLoop | None) -> None:
+    """Let go of a session made on another event loop (a client reused across `asyncio.run` calls).
+
+    If that loop still runs (another thread), the session is closed there. If it is closed, its sockets cannot be
+    closed properly any more: the connector is marked closed (what aiohttp does itself for a closed loop) and the
+    sockets go with the garbage collector.
+    """
+    if loop is not None and loop.is_running() and not loop.is_closed():
+        asyncio.run_coroutine_threadsafe(session.close(), loop)
+        return
+    connector = session.connector
+    if connector is not None:
+        try:
+            connector._close()  # the synchronous half of `close()`; the awaitable half needs the old loop
+        except RuntimeError:  # the old loop is closed: nothing more can be done from here
+            pass
+    session._connector = None  # so the session does not warn "Unclosed client session" when collected
