@@ -1,0 +1,78 @@
+import pytest
+
+from rllm.models.chat import ChatRenderer, render_messages, render_text
+from rllm.types import ModelOutput
+
+TOOLS = [{"type": "function", "function": {
+    "name": "calc", "description": "Evaluate arithmetic.",
+    "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]}}}]
+
+
+def _sample(tokenizer, prompt_ids, reply, *, end_with_eos=True):
+    ids = tokenizer.encode(reply, add_special_tokens=False)
+    if end_with_eos:
+        ids.append(tokenizer.eos_token_id)
+    return ModelOutput(text=reply, prompt_ids=prompt_ids, completion_ids=ids, logprobs=[-1.0] * len(ids))
+
+
+def _converse(tokenizer, renderer, turns, *, end_with_eos=True):
+    messages = [{"role": "system", "content": "Reach the goal."}, {"role": "user", "content": "P_\n_G"}]
+    prompts = []
+    for k in range(turns):
+        ids = renderer.render(messages)
+        prompts.append(ids)
+        reply = f"Action: {['Right', 'Down', 'Left'][k % 3]}"
+        renderer.record(_sample(tokenizer, ids, reply, end_with_eos=end_with_eos))
+        messages = [*messages, {"role": "assistant", "content": reply}, {"role": "user", "content": f"obs {k}"}]
+    return messages, prompts
+
+
+def test_delta_prompts_equal_the_full_render_when_replies_end_the_turn(shipped_tokenizer):
+    renderer = ChatRenderer(shipped_tokenizer)
+    messages, prompts = _converse(shipped_tokenizer, renderer, turns=3)
+    final = renderer.render(messages)
+    assert renderer.mismatches == 0
+    assert final == render_messages(shipped_tokenizer, messages)
+    for shorter, longer in zip(prompts, prompts[1:] + [final]):
+        assert longer[: len(shorter)] == shorter
+
+
+def test_a_reply_cut_by_max_tokens_gets_the_end_of_turn_as_context(shipped_tokenizer):
+    renderer = ChatRenderer(shipped_tokenizer)
+    messages, prompts = _converse(shipped_tokenizer, renderer, turns=2, end_with_eos=False)
+    assert renderer.mismatches == 0
+    # the model never sampled <|im_end|>; the delta supplies it, so the text is the same as a full render
+    text = shipped_tokenizer.decode(renderer.render(messages), skip_special_tokens=False)
+    assert text == render_text(shipped_tokenizer, messages)
+
+
+def test_rewritten_history_is_counted_and_rendered_in_full(shipped_tokenizer):
+    renderer = ChatRenderer(shipped_tokenizer)
+    messages, _ = _converse(shipped_tokenizer, renderer, turns=2)
+    edited = [*messages]
+    edited[1] = {"role": "user", "content": "a different first observation"}
+    assert renderer.render(edited) == render_messages(shipped_tokenizer, edited)
+    assert renderer.mismatches == 1
+
+
+def test_a_stored_reply_that_differs_from_the_sample_is_counted(shipped_tokenizer):
+    renderer = ChatRenderer(shipped_tokenizer)
+    messages = [{"role": "user", "content": "hi"}]
+    ids = renderer.render(messages)
+    renderer.record(_sample(shipped_tokenizer, ids, "<think>long</think> Up"))
+    renderer.render([*messages, {"role": "assistant", "content": "Up"}, {"role": "user", "content": "next"}])
+    assert renderer.mismatches == 1
+
+
+def test_tools_are_rendered_and_turns_still_extend(qwen_tokenizer):
+    renderer = ChatRenderer(qwen_tokenizer, tools=TOOLS)
+    messages, _ = _converse(qwen_tokenizer, renderer, turns=2)
+    final = renderer.render(messages)
+    assert renderer.mismatches == 0
+    assert '"name": "calc"' in qwen_tokenizer.decode(final)
+    assert final == render_messages(qwen_tokenizer, messages, tools=TOOLS)
+
+
+def test_record_before_render_is_an_error(smollm2_tokenizer):
+    with pytest.raises(RuntimeError, match="before render"):
+        ChatRenderer(smollm2_tokenizer).record(ModelOutput(completion_ids=[1]))
