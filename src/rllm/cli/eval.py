@@ -1,0 +1,92 @@
+"""`rllm eval TASK`: evaluate a built-in agent/env on N generated tasks against the embedded model or any
+OpenAI-compatible endpoint; prints success rate, mean reward, mean turns and tokens/s, and writes
+`episodes.jsonl` + `summary.json` into a run directory."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="evaluate an agent on a built-in task")
+    p.add_argument("task", help="built-in task name, e.g. frozenlake")
+    p.add_argument("--n", type=int, default=16, help="number of tasks (default 16)")
+    p.add_argument("--rollouts", type=int, default=1, help="rollouts per task (default 1)")
+    p.add_argument("--seed", type=int, default=1234, help="seed of the task generator and of sampling")
+    p.add_argument("--model", default=None,
+                   help="embedded model name or local folder (default: the embedded default); "
+                        "with --base-url, the served model's name")
+    p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    p.add_argument("--tokenizer", default=None,
+                   help="with --base-url: tokenizer name/folder for token-in/token-out (exact ids and logprobs)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--max-tokens", type=int, default=64, help="most new tokens per model call")
+    p.add_argument("--max-steps", type=int, default=8, help="most agent turns per episode")
+    p.add_argument("--n-parallel", type=int, default=16, help="concurrent rollouts")
+    p.add_argument("--out", default="runs", help="parent folder of the run directory")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return asyncio.run(_run(args))
+
+
+async def _run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from rllm.data import get_builtin_task
+    from rllm.engine import AgentExecutionEngine
+    from rllm.evaluation import evaluate
+    from rllm.models.base import SamplingParams
+    from rllm.runs import make_run_dir
+
+    spec = get_builtin_task(args.task)
+    tasks = spec.make_tasks(args.n, seed=args.seed)
+    model = _make_model(args)
+    engine = AgentExecutionEngine(
+        agent_class=spec.agent_class,
+        env_class=spec.env_class,
+        model=model,
+        sampling=SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed),
+        n_parallel_agents=args.n_parallel,
+        max_steps=args.max_steps,
+    )
+    out_dir = make_run_dir("eval", args.task, args.out)
+    with tqdm(total=len(tasks) * args.rollouts, desc=f"eval {args.task}", unit="ep") as bar:
+        summary = await evaluate(engine, tasks, out_dir, n_rollouts=args.rollouts, progress=lambda _: bar.update())
+    await _close(model)
+    _print_summary(summary, out_dir)
+    return 0
+
+
+def _make_model(args: argparse.Namespace):
+    if args.base_url:
+        from rllm.models.openai import OpenAIClient
+
+        if not args.model:
+            raise SystemExit("--base-url needs --model (the served model's name)")
+        return OpenAIClient(args.base_url, args.model, tokenizer=args.tokenizer)
+    from rllm.models.local import LocalModel
+
+    return LocalModel.from_pretrained(args.model or "default", seed=args.seed)
+
+
+async def _close(model) -> None:
+    closer = getattr(model, "aclose", None) or getattr(model, "close", None)
+    if closer is not None:
+        result = closer()
+        if asyncio.iscoroutine(result):
+            await result
+
+
+def _print_summary(summary: dict, out_dir) -> None:
+    print(f"success rate   {summary['success_rate']:.3f}  ({summary['episodes']} episodes)")
+    print(f"mean reward    {summary['mean_reward']:.3f}")
+    print(f"mean turns     {summary['mean_turns']:.2f}")
+    print(f"tokens/s       {summary['tokens_per_s']:.1f}  ({summary['completion_tokens']} tokens "
+          f"in {summary['wall_time_s']:.1f} s)")
+    print(f"terminations   {json.dumps(summary['termination_reasons'])}")
+    print(f"token mismatch {summary['token_mismatch']}")
+    print(f"run directory  {out_dir}")

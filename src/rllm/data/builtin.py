@@ -1,0 +1,56 @@
+"""Registry of built-in tasks: which agent and environment play a task, and how its dataset rows are made.
+
+Entries name their classes by import path so that looking one up imports only what that task needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+__all__ = ["BUILTIN_TASKS", "BuiltinTask", "get_builtin_task"]
+
+
+@dataclass(frozen=True)
+class BuiltinTask:
+    name: str
+    description: str
+    agent_path: str  # "module:Class"
+    env_path: str
+    make_tasks_path: str  # "module:function(n, *, seed) -> list[dict]"
+
+    @property
+    def agent_class(self) -> type:
+        return _load(self.agent_path)
+
+    @property
+    def env_class(self) -> type:
+        return _load(self.env_path)
+
+    def make_tasks(self, n: int, *, seed: int = 0, **kwargs: Any) -> list[dict]:
+        return _load(self.make_tasks_path)(n, seed=seed, **kwargs)
+
+
+BUILTIN_TASKS: dict[str, BuiltinTask] = {
+    "frozenlake": BuiltinTask(
+        name="frozenlake",
+        description="Walk a generated FrozenLake grid to the goal without falling in a hole (multi-turn).",
+        agent_path="rllm.agents.frozenlake:FrozenLakeAgent",
+        env_path="rllm.envs.frozenlake:FrozenLakeEnv",
+        make_tasks_path="rllm.envs.frozenlake:make_frozenlake_tasks",
+    ),
+}
+
+
+def get_builtin_task(name: str) -> BuiltinTask:
+    try:
+        return BUILTIN_TASKS[name]
+    except KeyError:
+        known = ", ".join(sorted(BUILTIN_TASKS))
+        raise ValueError(f"unknown task {name!r}; built-in tasks: {known}") from None
+
+
+def _load(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)

@@ -1,0 +1,57 @@
+"""Evaluate an agent/env pair on a set of tasks and summarise the episodes (used by `rllm eval`)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from rllm.runs import write_json, write_jsonl
+from rllm.types import Episode
+
+__all__ = ["evaluate", "summarize_episodes"]
+
+
+def summarize_episodes(episodes: list[Episode], wall_time: float) -> dict[str, Any]:
+    """Success rate, mean reward, mean turns, tokens/s and termination reasons of a batch of episodes."""
+    n = len(episodes)
+    if n == 0:
+        raise ValueError("no episodes to summarise: the task list was empty")
+    rewards = [_episode_reward(ep) for ep in episodes]
+    turns = [sum(len(t.steps) for t in ep.trajectories) for ep in episodes]
+    completion_tokens = sum(_completion_tokens(ep) for ep in episodes)
+    reasons = Counter(ep.termination_reason.value if ep.termination_reason else "none" for ep in episodes)
+    return {
+        "episodes": n,
+        "success_rate": sum(ep.is_correct for ep in episodes) / n,
+        "mean_reward": sum(rewards) / n,
+        "mean_turns": sum(turns) / n,
+        "completion_tokens": completion_tokens,
+        "wall_time_s": wall_time,
+        "tokens_per_s": completion_tokens / wall_time if wall_time > 0 else 0.0,
+        "token_mismatch": sum(int(ep.metrics.get("token_mismatch", 0)) for ep in episodes),
+        "termination_reasons": dict(sorted(reasons.items())),
+    }
+
+
+async def evaluate(engine: Any, tasks: list[dict], out_dir: Path, *, n_rollouts: int = 1, progress=None) -> dict:
+    """Run every task through `engine`, write `episodes.jsonl` and `summary.json` into `out_dir`, return the
+    summary. `progress(episode)` is called as each episode finishes."""
+    start = time.perf_counter()
+    episodes = await engine.execute_tasks_async(tasks, n_rollouts=n_rollouts, on_episode_done=progress)
+    wall = time.perf_counter() - start
+    summary = summarize_episodes(episodes, wall)
+    write_jsonl(out_dir / "episodes.jsonl", episodes)
+    write_json(out_dir / "summary.json", summary)
+    return summary
+
+
+def _episode_reward(episode: Episode) -> float:
+    return sum(t.reward if t.reward is not None else t.total_step_reward() for t in episode.trajectories)
+
+
+def _completion_tokens(episode: Episode) -> int:
+    return sum(
+        s.model_output.completion_length for t in episode.trajectories for s in t.steps if s.model_output is not None
+    )

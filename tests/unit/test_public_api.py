@@ -1,0 +1,30 @@
+import subprocess
+import sys
+
+import rllm
+
+PINNED_API = [
+    "Action", "AgentExecutionEngine", "BaseAgent", "BaseEnv", "ChatRenderer", "Episode", "FakeModel",
+    "InfraError", "LocalModel", "ModelClient", "ModelNotAvailableError", "ModelOutput", "OpenAIClient",
+    "PolicyError", "SamplingParams", "Step", "TerminationReason", "ToolCall", "Trajectory", "check_env",
+]
+
+
+def test_public_api_is_pinned():
+    # Changing the public API is a decision: update this list on purpose.
+    assert sorted(rllm.__all__) == sorted(PINNED_API)
+
+
+def test_every_public_name_resolves():
+    for name in rllm.__all__:
+        assert getattr(rllm, name) is not None, name
+
+
+def test_import_rllm_is_light():
+    heavy = ["torch", "transformers", "vllm", "ray", "verl", "openai", "peft"]
+    code = (
+        "import sys, rllm, rllm.engine, rllm.envs, rllm.agents, rllm.models, rllm.data, rllm.cli.main\n"
+        f"print([m for m in {heavy!r} if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
