@@ -16,9 +16,5 @@ def run(args: argparse.Namespace) -> int:
     from rllm.models import registry
 
     if not args.name:
-        for line in registry.list_models():
-            print(line)
-        return 0
-    path = registry.fetch_model(args.name, force=args.force)
-    print(f"{args.name}: {path}")
-    return 0
+        return registry.main(["list"])
+    return registry.main(["fetch", args.name, *(["--force"] if args.force else [])])
