@@ -1,0 +1,325 @@
+"""Episodes → training rows → padded tensors, keeping the exact token ids that were sampled (DESIGN.md, token
+exactness).
+
+    pairs = episode_trajectories(episodes)                      # [(episode, trajectory), ...]
+    rows, stats = build_rows(pairs, step_advantages=adv, max_prompt_length=1024, max_response_length=2048)
+    for micro in split_micro_batches(rows, micro_batch_size=4):
+        batch = collate(micro, pad_id=tokenizer.pad_token_id)
+        logprobs = token_logprobs(model(batch["input_ids"], ...).logits[:, :-1], batch["target_ids"])
+        loss = ... * batch["target_mask"]
+
+Rows. A trajectory becomes rows by prefix extension: the first step's `prompt_ids` open a row; each later step
+whose `prompt_ids` start with the row so far (prompt0 + A0 + obs1 + ...) joins it, the ids between the row's end and
+its completion (observation, chat-template delta) getting loss mask 0 and its completion loss mask 1. A step that
+does not extend (a template or agent that rewrote history) starts a new row; `stats["rows_split"]` counts those,
+the same event the engine's `token_mismatch` metric counts from the rendering side. Only ids from `ModelOutput`
+are used, never re-tokenized text: a step without ids is an error, not something to repair.
+
+Length limits (the engine already keeps rows within them; these are the safety net for anything else). A row's
+prompt is its first step's prompt, its response everything after (completions and the deltas between them).
+- Response over `max_response_length`: `overlong="truncate"` drops the tokens past the limit and marks the row
+  `truncated` (`rows_truncated`); `overlong="mask"` keeps every token but zeroes the row's loss mask (`rows_masked`).
+- Prompt over `max_prompt_length`: the row's loss mask is zeroed in both modes (`rows_masked`). We do not cut the
+  prompt from the left as verl does: that removes the system prompt and early turns, so the model would be trained
+  on completions in a context it never saw, against logprobs sampled in another one. With "truncate" the masked
+  row is also cut to `max_prompt_length + max_response_length` (and marked `truncated`: `truncated` always means
+  tokens were dropped), since its tokens no longer carry any loss.
+So with "truncate" every row fits `max_prompt_length + max_response_length`. A masked row is kept, not dropped:
+group sizes and per-sequence loss normalisation stay what the trainer expects. Nothing here raises for length.
+
+Alignment. In a `TrainingRow` and in `collate`'s unshifted tensors, index t describes token t: `loss_mask[t]` is 1
+when token t was sampled, `old_logprobs[t]` is its sampling logprob, `advantages[t]` its advantage. A causal LM
+predicts token t from the logits at t-1, so `collate` also returns the shifted view the loss needs, all
+`[B, L-1]`: `target_ids = input_ids[:, 1:]`, `target_mask = loss_mask[:, 1:]`, `target_old_logprobs`,
+`target_advantages`; position t of these pairs with `logits[:, t]`. Token 0 has no predicting logit; it is always a
+prompt token (a prompt must be non-empty), so nothing is lost.
+
+This module imports torch only inside `collate`: building rows is pure Python, cheap and testable without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from rllm.errors import RllmError
+from rllm.types import Episode, ModelOutput, Step, Trajectory
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "RowBuildError",
+    "TrainingRow",
+    "build_rows",
+    "collate",
+    "episode_trajectories",
+    "split_micro_batches",
+]
+
+Overlong = Literal["truncate", "mask"]
+TrajectoryRef = tuple[Episode, Trajectory]
+
+
+class RowBuildError(RllmError, ValueError):
+    """The episodes cannot be turned into training rows as they are (missing ids, inconsistent lengths)."""
+
+
+@dataclass
+class TrainingRow:
+    """One training sequence: a prompt and every later token of the steps it merges. Per-token lists all have
+    `len(input_ids)` entries and index t describes token t (see the module docstring for the shifted view)."""
+
+    input_ids: list[int]
+    prompt_length: int
+    loss_mask: list[int]  # 1 exactly on sampled (completion) tokens that are trained on
+    old_logprobs: list[float]  # sampling logprob on sampled tokens, 0.0 elsewhere
+    advantages: list[float]  # the sampled token's step advantage where loss_mask is 1, else 0.0
+    group_key: str  # "task_id:role": the group advantages were computed over
+    episode_id: str
+    trajectory_name: str
+    step_indices: list[int] = field(default_factory=list)  # steps of the trajectory this row holds
+    weight_versions: list[int] = field(default_factory=list)  # one per step in step_indices
+    truncated: bool = False  # tokens past max_response_length were dropped
+
+    @property
+    def num_loss_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def episode_trajectories(episodes: Iterable[Episode]) -> list[TrajectoryRef]:
+    """Every (episode, trajectory) pair, in episode then trajectory order: the input `build_rows` expects."""
+    return [(episode, trajectory) for episode in episodes for trajectory in episode.trajectories]
+
+
+# ---- building rows ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class _OpenRow:
+    """A row being filled, plus where each step's completion starts (to truncate by step)."""
+
+    row: TrainingRow
+    completion_starts: list[int] = field(default_factory=list)
+
+    def append(self, ids: Sequence[int], *, logprobs: Sequence[float] | None = None, advantage: float = 0.0) -> None:
+        """Append ids; with `logprobs` they are sampled tokens (mask 1), without they are context (mask 0)."""
+        row = self.row
+        row.input_ids.extend(ids)
+        if logprobs is None:
+            row.loss_mask.extend([0] * len(ids))
+            row.old_logprobs.extend([0.0] * len(ids))
+            row.advantages.extend([0.0] * len(ids))
+        else:
+            row.loss_mask.extend([1] * len(ids))
+            row.old_logprobs.extend(float(x) for x in logprobs)
+            row.advantages.extend([float(advantage)] * len(ids))
+
+
+def build_rows(
+    trajectories: Sequence[TrajectoryRef],
+    *,
+    step_advantages: Sequence[Sequence[float]],
+    max_prompt_length: int,
+    max_response_length: int,
+    overlong: Overlong = "truncate",
+) -> tuple[list[TrainingRow], dict[str, int]]:
+    """Training rows from `(episode, trajectory)` pairs; `step_advantages[i][j]` is the advantage of step j of
+    trajectory i (trajectory-level estimators repeat one value for every step). Rows come out in input order.
+
+    Returns `(rows, stats)` with stats `rows`, `rows_split` (steps that did not extend their row), `rows_truncated`,
+    `rows_masked` (loss mask zeroed for length), `loss_tokens`. Raises `RowBuildError` for a step without token
+    ids or logprobs, or for lengths that disagree. See the module docstring for merging and length limits.
+    """
+    if overlong not in ("truncate", "mask"):
+        raise ValueError(f"overlong must be 'truncate' or 'mask', got {overlong!r}")
+    if max_prompt_length < 1 or max_response_length < 1:
+        raise ValueError("max_prompt_length and max_response_length must be >= 1")
+    if len(step_advantages) != len(trajectories):
+        raise RowBuildError(f"step_advantages has {len(step_advantages)} entries for {len(trajectories)} trajectories")
+    stats = {"rows": 0, "rows_split": 0, "rows_truncated": 0, "rows_masked": 0, "loss_tokens": 0}
+    rows: list[TrainingRow] = []
+    for (episode, trajectory), advantages in zip(trajectories, step_advantages, strict=True):
+        for open_row in _merge_steps(episode, trajectory, advantages, stats):
+            rows.append(_fit(open_row, max_prompt_length, max_response_length, overlong, stats))
+    stats["rows"] = len(rows)
+    stats["loss_tokens"] = sum(row.num_loss_tokens for row in rows)
+    return rows, stats
+
+
+def _merge_steps(
+    episode: Episode, trajectory: Trajectory, advantages: Sequence[float], stats: dict[str, int]
+) -> list[_OpenRow]:
+    """One trajectory's rows, merged by prefix extension, before any length limit."""
+    if len(advantages) != len(trajectory.steps):
+        raise RowBuildError(
+            f"episode {episode.id!r}, trajectory {trajectory.name!r}: {len(advantages)} step advantages "
+            f"for {len(trajectory.steps)} steps"
+        )
+    rows: list[_OpenRow] = []
+    current: _OpenRow | None = None
+    for index, (step, advantage) in enumerate(zip(trajectory.steps, advantages, strict=True)):
+        output = _token_output(episode, trajectory, index, step)
+        prompt = output.prompt_ids
+        if current is not None and _extends(prompt, current.row.input_ids):
+            current.append(prompt[len(current.row.input_ids) :])  # observation / template delta: context only
+        else:
+            if current is not None:
+                stats["rows_split"] += 1
+            current = _OpenRow(_new_row(episode, trajectory, prompt))
+            current.append(prompt)
+            rows.append(current)
+        current.completion_starts.append(len(current.row.input_ids))
+        current.append(output.completion_ids, logprobs=output.logprobs, advantage=advantage)
+        current.row.step_indices.append(index)
+        current.row.weight_versions.append(output.weight_version)
+    return rows
+
+
+def _extends(prompt: Sequence[int], context: Sequence[int]) -> bool:
+    return len(prompt) >= len(context) and list(prompt[: len(context)]) == list(context)
+
+
+def _new_row(episode: Episode, trajectory: Trajectory, prompt: Sequence[int]) -> TrainingRow:
+    return TrainingRow(
+        input_ids=[],
+        prompt_length=len(prompt),
+        loss_mask=[],
+        old_logprobs=[],
+        advantages=[],
+        group_key=f"{episode.task_id}:{trajectory.name}",
+        episode_id=episode.id,
+        trajectory_name=trajectory.name,
+    )
+
+
+def _token_output(episode: Episode, trajectory: Trajectory, index: int, step: Step) -> ModelOutput:
+    """The step's ModelOutput, checked to hold everything training needs."""
+    where = f"episode {episode.id!r}, trajectory {trajectory.name!r}, step {index}"
+    output = step.model_output
+    if output is None or not output.has_token_ids:
+        raise RowBuildError(
+            f"{where} has no token ids: training needs the exact ids that were sampled, and re-tokenizing the "
+            "text would change them. Roll out with a tokenizer (a model client given `tokenizer=`) or a "
+            "token-in/token-out client (LocalModel, vLLM, an OpenAI-compatible server that returns token ids)."
+        )
+    if output.logprobs is None:
+        raise RowBuildError(
+            f"{where} has no sampling logprobs; use a client that returns them (the PPO ratio needs them)"
+        )
+    if len(output.logprobs) != len(output.completion_ids):
+        raise RowBuildError(
+            f"{where}: {len(output.logprobs)} logprobs for {len(output.completion_ids)} completion ids; "
+            "there must be exactly one logprob per sampled token"
+        )
+    if not output.prompt_ids:
+        raise RowBuildError(f"{where} has an empty prompt: its first token would have no logits to predict it")
+    return output
+
+
+# ---- length limits ----------------------------------------------------------------------------------------
+
+
+def _fit(
+    open_row: _OpenRow, max_prompt_length: int, max_response_length: int, overlong: Overlong, stats: dict[str, int]
+) -> TrainingRow:
+    """Apply the length limits to one row (see the module docstring); never raises."""
+    row = open_row.row
+    prompt_over = row.prompt_length > max_prompt_length
+    response_over = len(row) - row.prompt_length > max_response_length
+    if not (prompt_over or response_over):
+        return row
+    if prompt_over or overlong == "mask":
+        _mask(row)
+        stats["rows_masked"] += 1
+        if overlong == "truncate":
+            _cut(open_row, max_prompt_length + max_response_length)
+        return row
+    _cut(open_row, row.prompt_length + max_response_length)
+    stats["rows_truncated"] += 1
+    return row
+
+
+def _mask(row: TrainingRow) -> None:
+    # Sampling logprobs stay: they are still what was sampled; only the loss is switched off.
+    row.loss_mask = [0] * len(row)
+    row.advantages = [0.0] * len(row)
+
+
+def _cut(open_row: _OpenRow, length: int) -> None:
+    """Keep the first `length` tokens, and the steps of which at least the first sampled token is kept."""
+    row = open_row.row
+    if len(row) <= length:
+        return
+    kept = [i for i, start in enumerate(open_row.completion_starts) if start < length]
+    row.step_indices = [row.step_indices[i] for i in kept]
+    row.weight_versions = [row.weight_versions[i] for i in kept]
+    row.input_ids = row.input_ids[:length]
+    row.loss_mask = row.loss_mask[:length]
+    row.old_logprobs = row.old_logprobs[:length]
+    row.advantages = row.advantages[:length]
+    row.prompt_length = min(row.prompt_length, length)
+    row.truncated = True
+
+
+# ---- micro-batches and tensors ----------------------------------------------------------------------------
+
+
+def split_micro_batches(rows: Sequence[TrainingRow], micro_batch_size: int) -> list[list[TrainingRow]]:
+    """Rows in micro-batches of at most `micro_batch_size`, sorted by length so rows of similar length share a
+    micro-batch and padding is small. Longest first: a micro-batch that does not fit in memory fails at once, not
+    at the end of the step. Deterministic: ties keep input order. Every row appears exactly once.
+
+    Micro-batches mix groups and change with the batch, so a token-mean loss must be normalised by the token count
+    of the whole mini-batch, not per micro-batch, or the result would depend on this split.
+    """
+    if micro_batch_size < 1:
+        raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+    order = sorted(range(len(rows)), key=lambda i: (-len(rows[i]), i))
+    return [[rows[i] for i in order[k : k + micro_batch_size]] for k in range(0, len(order), micro_batch_size)]
+
+
+def collate(rows: Sequence[TrainingRow], *, pad_id: int, pad_to_multiple: int | None = None) -> dict[str, torch.Tensor]:
+    """Right-padded tensors for a micro-batch, padded to its longest row (rounded up to `pad_to_multiple`).
+
+    Token-aligned, `[B, L]`: `input_ids` (long, `pad_id` on padding), `attention_mask` (long), `position_ids`
+    (long, 0.. along each row), `loss_mask` (float, 1 on trained sampled tokens), `old_logprobs`, `advantages`
+    (float). Next-token view, `[B, L-1]`, position t paired with `logits[:, t]`: `target_ids`, `target_mask`,
+    `target_old_logprobs`, `target_advantages`. Also `prompt_lengths` `[B]`. Padding is 0 in every mask.
+    """
+    import torch
+
+    if not rows:
+        raise ValueError("collate needs at least one row")
+    length = max(len(row) for row in rows)
+    if pad_to_multiple:
+        length = -(-length // pad_to_multiple) * pad_to_multiple
+    length = max(length, 2)  # the shifted view needs at least one position
+
+    def padded(values: list[list[Any]], pad: Any, dtype: torch.dtype) -> torch.Tensor:
+        return torch.tensor([v + [pad] * (length - len(v)) for v in values], dtype=dtype)
+
+    input_ids = padded([row.input_ids for row in rows], pad_id, torch.long)
+    attention_mask = padded([[1] * len(row) for row in rows], 0, torch.long)
+    loss_mask = padded([row.loss_mask for row in rows], 0, torch.float32)
+    old_logprobs = padded([row.old_logprobs for row in rows], 0.0, torch.float32)
+    advantages = padded([row.advantages for row in rows], 0.0, torch.float32)
+    # Right padding: real tokens sit at 0..n-1 already; padding positions are never attended to.
+    position_ids = torch.arange(length, dtype=torch.long).expand(len(rows), length).clone()
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "loss_mask": loss_mask,
+        "old_logprobs": old_logprobs,
+        "advantages": advantages,
+        "target_ids": input_ids[:, 1:],
+        "target_mask": loss_mask[:, 1:],
+        "target_old_logprobs": old_logprobs[:, 1:],
+        "target_advantages": advantages[:, 1:],
+        "prompt_lengths": torch.tensor([row.prompt_length for row in rows], dtype=torch.long),
+    }
