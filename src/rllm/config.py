@@ -1,0 +1,511 @@
+"""One typed config tree for training: `TrainConfig`, loaded from YAML plus dotted command-line overrides.
+
+    cfg = load_config("configs/frozenlake_grpo.yaml", ["trainer.total_steps=20", "model.lora.enabled=false"])
+    print(dump_config(cfg))      # the resolved config, as written to a run directory
+    print(config_help())         # every dotted key with its type, default and description
+
+Design choices:
+
+- Every section is a pydantic model with `extra="forbid"` and a description on every field, so a typo fails loudly
+  and `config_help()` documents the whole tree from the code itself (no separate reference to drift).
+- Overrides are `dotted.key=value`; the value is parsed as YAML (`20` is an int, `0.7` a float, `false` a bool,
+  `null` None, `[q_proj,v_proj]` a list, `{a: 1}` a mapping). Setting a key to a mapping replaces it whole.
+  Numbers such as `1e-4` are read as floats (YAML 1.2), not as the string PyYAML's YAML 1.1 rules would give.
+- Every failure is a `ConfigError` naming the full dotted key, the value given and what was expected; unknown keys
+  get the closest valid names. Rules that span sections (e.g. GRPO needs a group of at least 2 samples) live in
+  `TrainConfig`'s validator, so a config built in Python is checked the same way as one loaded from a file.
+- Defaults describe the embedded CPU setup: the default embedded model with LoRA, fp32, short rollouts.
+- Importing this module is light (pydantic and pyyaml only); the built-in task registry is consulted lazily.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from rllm.errors import RllmError
+from rllm.models.base import SamplingParams
+
+__all__ = [
+    "AlgorithmConfig", "ConfigError", "DataConfig", "LoraConfig", "ModelConfig", "OptimConfig", "RolloutConfig",
+    "TrainConfig", "TrainerConfig", "config_help", "dump_config", "load_config",
+]  # fmt: skip
+
+# Same string as `rllm.models.registry.DEFAULT_MODEL` (a test pins it); copied so this module imports no registry.
+DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
+# Estimators whose baseline is the other samples of the same task: a group of one has no baseline.
+GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
+
+
+class ConfigError(RllmError, ValueError):
+    """A config file or override is invalid; the message names the dotted key, the value and what was expected."""
+
+
+_NUMBER_TYPES = (int, float, int | None, float | None)
+
+
+class _Section(BaseModel):
+    # coerce_numbers_to_str: `trainer.name=2024` on the command line means the string "2024".
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True, validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic would read `total_steps: true` as 1; a bool where a number belongs is a mistake.
+        if isinstance(value, bool) and cls.model_fields[info.field_name].annotation in _NUMBER_TYPES:
+            raise ValueError("expected a number, not a bool")
+        return value
+
+
+# --------------------------------------------------------------------------------------------------------- sections
+
+
+class LoraConfig(_Section):
+    """LoRA adapters (peft): train small low-rank matrices instead of every weight."""
+
+    enabled: bool = Field(True, description="Train LoRA adapters; false trains every weight (full fine-tuning).")
+    rank: int = Field(16, ge=1, description="Rank r of each adapter.")
+    alpha: float = Field(32.0, gt=0, description="Scaling numerator: adapters are scaled by alpha / rank.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the adapter input during training.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        min_length=1,
+        description="Module names that get adapters (default: attention and MLP projections).",
+    )
+
+
+class ModelConfig(_Section):
+    """The policy model and how it is fine-tuned."""
+
+    name: str = Field(DEFAULT_MODEL, min_length=1, description="Embedded model name (see `rllm fetch`) or a local "
+                      "transformers folder.")  # fmt: skip
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Weight dtype for training and rollouts.")
+    lora: LoraConfig = Field(
+        default_factory=LoraConfig, description="LoRA adapters (peft): train small low-rank matrices, not every weight."
+    )
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+
+
+class RolloutConfig(_Section):
+    """How episodes are sampled from the policy during training and validation."""
+
+    n: int = Field(4, ge=1, description="Samples per task: the group size of grpo/dr_grpo/rloo.")
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature for training rollouts.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    top_k: int = Field(0, ge=0, description="Keep the k most likely tokens; 0 disables.")
+    max_tokens: int = Field(128, ge=1, description="Most new tokens per model call.")
+    max_steps: int = Field(8, ge=1, description="Most agent turns (model calls) per episode.")
+    n_parallel: int = Field(32, ge=1, description="Episodes in flight at once.")
+    max_prompt_length: int = Field(2048, ge=1, description="Longest first prompt in tokens; longer ends the episode.")
+    max_response_length: int = Field(2048, ge=1, description="Most tokens after the first prompt (model replies and "
+                                     "observations) per trajectory; more ends the episode.")  # fmt: skip
+    step_timeout: float | None = Field(None, gt=0, description="Seconds for one model call + env step; null: none.")
+    trajectory_timeout: float | None = Field(None, gt=0, description="Seconds for one whole episode; null: none.")
+    retry_limit: int = Field(2, ge=0, description="Retries of an episode that hit an infrastructure error.")
+    val_temperature: float = Field(0.0, ge=0, description="Temperature for validation; 0 is greedy.")
+
+    def to_sampling(self, *, validation: bool = False, seed: int | None = None) -> SamplingParams:
+        """Sampling parameters for one model call; `validation=True` uses `val_temperature`."""
+        temperature = self.val_temperature if validation else self.temperature
+        return SamplingParams(
+            temperature=temperature, top_p=self.top_p, top_k=self.top_k, max_tokens=self.max_tokens, seed=seed
+        )
+
+    def engine_kwargs(self, *, validation: bool = False) -> dict[str, Any]:
+        """Keyword arguments for `AgentExecutionEngine` (model, classes and their args are the caller's)."""
+        return {
+            "sampling": self.to_sampling(validation=validation),
+            "n_parallel_agents": self.n_parallel,
+            "max_steps": self.max_steps,
+            "max_prompt_length": self.max_prompt_length,
+            "max_response_length": self.max_response_length,
+            "step_timeout": self.step_timeout,
+            "trajectory_timeout": self.trajectory_timeout,
+            "retry_limit": self.retry_limit,
+        }
+
+
+class AlgorithmConfig(_Section):
+    """Advantage estimation and the policy loss."""
+
+    advantage: Literal["grpo", "dr_grpo", "rloo", "remax", "reinforce_pp", "gae"] = Field(
+        "grpo", description="Advantage estimator; gae trains a critic (PPO), the others need none."
+    )
+    norm_by_std: bool = Field(True, description="grpo only: divide advantages by the group's reward std "
+                              "(dr_grpo never does; that is its point).")  # fmt: skip
+    stepwise: bool = Field(False, description="Use per-step rewards (discounted by gamma) instead of one "
+                           "reward per trajectory.")  # fmt: skip
+    gamma: float = Field(1.0, ge=0, le=1, description="Discount factor across tokens/steps.")
+    lam: float = Field(1.0, ge=0, le=1, description="GAE lambda (gae only).")
+    clip_low: float = Field(0.2, ge=0, lt=1, description="PPO ratio clip below: ratio >= 1 - clip_low.")
+    clip_high: float = Field(0.2, ge=0, description="PPO ratio clip above: ratio <= 1 + clip_high (DAPO uses 0.28).")
+    dual_clip: float | None = Field(None, gt=1, description="Dual-clip constant c > 1 bounding the loss of "
+                                    "negative advantages; null: off.")  # fmt: skip
+    loss_agg: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field(
+        "token-mean", description="How token losses become one number: mean over all tokens, or per sequence first."
+    )
+    kl_coef: float = Field(0.0, ge=0, description="Weight of the KL penalty to the reference model; 0 loads none.")
+    kl_kind: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator (Schulman's k1/k2/k3).")
+    entropy_coef: float = Field(0.0, ge=0, description="Weight of the entropy bonus; 0 disables.")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each batch of rollouts.")
+    mini_batches: int = Field(1, ge=1, description="Optimizer steps per PPO epoch (the batch is split this many ways).")
+    filter_overlong: bool = Field(False, description="Mask episodes cut off by a length limit out of the loss.")
+    drop_uniform_groups: bool = Field(False, description="Drop groups whose rewards are all equal (no signal, DAPO).")
+    mask_infra_errors: bool = Field(True, description="Keep episodes that failed on our side (infra errors) out of "
+                                    "the loss and of group baselines.")  # fmt: skip
+    policy_error_reward: float | None = Field(None, description="Reward for episodes ended by a policy error (bad "
+                                              "format, bad tool call); null keeps the env's reward.")  # fmt: skip
+    value_coef: float = Field(0.5, ge=0, description="Weight of the critic's value loss (gae only).")
+    value_clip: float | None = Field(0.5, gt=0, description="Clip range of value updates (gae only); null: off.")
+
+
+class OptimConfig(_Section):
+    """The optimizer (AdamW), its schedule and batching."""
+
+    lr: float = Field(5e-5, gt=0, description="Peak learning rate.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas (b1, b2), each in [0, 1).")
+    eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
+    grad_clip: float | None = Field(1.0, gt=0, description="Clip the gradient's global norm to this; null: off.")
+    warmup_steps: int = Field(0, ge=0, description="Steps of linear warmup from 0 to lr.")
+    schedule: Literal["constant", "linear", "cosine"] = Field("constant", description="Learning rate after warmup.")
+    micro_batch_size: int = Field(4, ge=1, description="Rows per forward/backward; gradients accumulate over "
+                                  "micro-batches up to one optimizer step.")  # fmt: skip
+
+    @field_validator("betas")
+    @classmethod
+    def _betas_in_range(cls, betas: tuple[float, float]) -> tuple[float, float]:
+        if not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"each beta must be in [0, 1), got {list(betas)}")
+        return betas
+
+
+class TrainerConfig(_Section):
+    """The training loop: length, validation, checkpoints, logging and where the run is written."""
+
+    total_steps: int = Field(20, ge=1, description="Training steps (each: rollout, update, push weights).")
+    tasks_per_step: int = Field(8, ge=1, description="Tasks per step; each is rolled out rollout.n times.")
+    val_every: int = Field(0, ge=0, description="Validate every this many steps; 0: only before and after training.")
+    save_every: int = Field(0, ge=0, description="Checkpoint every this many steps; 0: only at the end.")
+    seed: int = Field(0, description="Seed for sampling, shuffling and initialisation.")
+    run_dir: str = Field("runs", min_length=1, description="Parent folder of run directories.")
+    name: str | None = Field(None, description="Run directory name under run_dir; null: made from task, "
+                             "estimator and time.")  # fmt: skip
+    resume: str | None = Field(None, description="Run directory or checkpoint to resume from; null: start fresh.")
+    tensorboard: bool = Field(False, description="Also write TensorBoard events (needs the tensorboard package).")
+    log_episodes: bool = Field(True, description="Write every episode to the run's episodes JSONL.")
+
+
+class DataConfig(_Section):
+    """Which tasks to train and validate on."""
+
+    task: str = Field("frozenlake", description="Built-in task name (its agent, env and task generator).")
+    train_size: int = Field(256, ge=1, description="Training tasks to generate.")
+    val_size: int = Field(32, ge=0, description="Validation tasks to generate; 0: no validation.")
+    seed: int = Field(0, description="Seed of the training task generator.")
+    val_seed: int = Field(1, description="Seed of the validation task generator (differs from seed so they differ).")
+    task_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the task generator.")
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, task: str) -> str:
+        from rllm.data.builtin import BUILTIN_TASKS  # light, but only needed here
+
+        if task not in BUILTIN_TASKS:
+            raise ValueError(f"unknown built-in task {task!r}{_did_you_mean(task, BUILTIN_TASKS)}; "
+                             f"built-in tasks: {', '.join(sorted(BUILTIN_TASKS))}")  # fmt: skip
+        return task
+
+
+class TrainConfig(_Section):
+    """Everything `rllm train` needs, one section per concern."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The policy model and how it is fine-tuned.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="How episodes are sampled.")
+    algorithm: AlgorithmConfig = Field(
+        default_factory=AlgorithmConfig, description="Advantage estimation and the policy loss."
+    )
+    optim: OptimConfig = Field(default_factory=OptimConfig, description="The optimizer (AdamW), schedule, batching.")
+    trainer: TrainerConfig = Field(
+        default_factory=TrainerConfig, description="Loop length, validation, checkpoints, logs and the run folder."
+    )
+    data: DataConfig = Field(default_factory=DataConfig, description="Which tasks to train and validate on.")
+    agent_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the agent class.")
+    env_args: dict[str, Any] = Field(default_factory=dict, description="Defaults for every env (a task's own "
+                                     "fields win).")  # fmt: skip
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainConfig:
+        n, advantage = self.rollout.n, self.algorithm.advantage
+        if advantage in GROUP_ESTIMATORS and n < 2:
+            raise ValueError(
+                f"algorithm.advantage={advantage!r} needs rollout.n >= 2 (got {n}): its baseline is the other "
+                "samples of the same task, so a group of one has no baseline. Raise rollout.n, or use "
+                "reinforce_pp, remax or gae."
+            )
+        if self.algorithm.drop_uniform_groups and n < 2:
+            raise ValueError(f"algorithm.drop_uniform_groups=true needs rollout.n >= 2 (got {n}): "
+                             "a group of one always looks uniform, so every group would be dropped.")  # fmt: skip
+        episodes = self.trainer.tasks_per_step * n
+        if self.algorithm.mini_batches > episodes:
+            raise ValueError(
+                f"algorithm.mini_batches={self.algorithm.mini_batches} exceeds the episodes per step "
+                f"(trainer.tasks_per_step * rollout.n = {episodes}): every optimizer step needs data."
+            )
+        return self
+
+
+# ---------------------------------------------------------------------------------------------------------- loading
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that reads `1e-4` as a float (YAML 1.2) rather than the string YAML 1.1 makes of it."""
+
+
+_YAML12_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+       |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+       |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+       |[-+]?\.(?:inf|Inf|INF)
+       |\.(?:nan|NaN|NAN))$""",
+    re.VERBOSE,
+)
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT, list("-+0123456789."))
+
+
+def _parse_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader: no arbitrary objects
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> TrainConfig:
+    """Defaults, then the YAML file at `path` (if any), then `key.sub=value` overrides, validated as a whole."""
+    data: dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror or exc}") from None
+        try:
+            loaded = _parse_yaml(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {str(path)!r} must be a mapping of sections, got {type(loaded).__name__}")
+        data = _empty_sections_to_dicts(loaded or {}, TrainConfig)
+    if isinstance(overrides, str):  # a lone string would be split into characters
+        overrides = [overrides]
+    for override in overrides:
+        _apply_override(data, override)
+    if overrides:
+        source += f" + {len(overrides)} override(s)"
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "\n".join(f"  - {_describe(error)}" for error in exc.errors())
+        raise ConfigError(f"invalid config ({source}):\n{problems}") from None
+
+
+def _empty_sections_to_dicts(data: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """`trainer:` with every key commented out is None in YAML; it means the section's defaults."""
+    for name, field in model.model_fields.items():
+        if name in data and _is_model(field.annotation):
+            if data[name] is None:
+                data[name] = {}
+            elif isinstance(data[name], dict):
+                _empty_sections_to_dicts(data[name], field.annotation)
+    return data
+
+
+def _apply_override(data: dict[str, Any], override: str) -> None:
+    key, sep, raw = override.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"override {override!r} must look like section.key=value, e.g. trainer.total_steps=20")
+    if not raw.strip():
+        raise ConfigError(f"override {override!r} has no value after '='; write {key}=null to unset it")
+    parts = key.split(".")
+    _check_path(parts, override)
+    try:
+        value = _parse_yaml(raw)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {override!r}: cannot parse the value {raw!r} as YAML: {exc}") from None
+    node = data
+    for depth, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:  # absent, or an empty `section:` in the file
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {override!r}: {'.'.join(parts[: depth + 1])} is {child!r}, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _check_path(parts: list[str], override: str) -> None:
+    """Fail on an unknown key before parsing, naming the closest valid ones; keys inside dict fields are free."""
+    model: type[BaseModel] | None = TrainConfig
+    for depth, part in enumerate(parts):
+        if model is None:
+            return  # inside a free-form dict such as data.task_args
+        dotted = ".".join(parts[: depth + 1])
+        if part not in model.model_fields:
+            prefix = ".".join(parts[:depth])
+            hint = _did_you_mean(part, model.model_fields, prefix)
+            where = f"section {prefix!r}" if prefix else "the config"
+            raise ConfigError(f"override {override!r}: unknown key {dotted!r}{hint}; "
+                              f"{where} has: {', '.join(model.model_fields)}")  # fmt: skip
+        annotation = model.model_fields[part].annotation
+        if _is_model(annotation):
+            model = annotation
+        elif _is_dict(annotation):
+            model = None
+        elif depth < len(parts) - 1:
+            raise ConfigError(f"override {override!r}: {dotted!r} is a setting ({_type_name(annotation)}), "
+                              "not a section with keys of its own")  # fmt: skip
+
+
+def _describe(error: dict[str, Any]) -> str:
+    """One pydantic error as `dotted.key = value: what was expected`."""
+    loc = [str(part) for part in error["loc"]]
+    dotted = ".".join(loc)
+    kind, message = error["type"], error["msg"].removeprefix("Value error, ")
+    if not loc:
+        return message  # a rule that spans sections: the message names its keys
+    if kind == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        names = list(parent.model_fields) if parent else []
+        return f"{dotted}: unknown key{_did_you_mean(loc[-1], names, '.'.join(loc[:-1]))}" + (
+            f"; valid keys here: {', '.join(names)}" if names else ""
+        )
+    value = error.get("input")
+    message = message[:1].lower() + message[1:]
+    field = _field_at(loc)
+    if field is None:
+        return f"{dotted} = {_show(value)}: {message}"
+    if _is_model(field.annotation):
+        return f"{dotted} = {_show(value)}: {dotted} is a section; set its keys instead, e.g. {dotted}.<key>=<value>"
+    choices = _literal_choices(field.annotation)
+    if choices:  # pydantic already lists the choices
+        hint = _did_you_mean(value, choices) if isinstance(value, str) else ""
+    else:
+        hint = f" (this key takes {', '.join([_type_name(field.annotation), *_constraints(field)])})"
+    return f"{dotted} = {_show(value)}: {message}{hint}"
+
+
+def _show(value: Any) -> str:
+    """A value as the user wrote it in YAML: `true` and `null`, not Python's `True` and `None`."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    return repr(value)
+
+
+def _did_you_mean(name: str, candidates: Sequence[str] | dict, prefix: str = "") -> str:
+    close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    full = [f"{prefix}.{c}" if prefix else c for c in close]
+    return " (did you mean " + " or ".join(repr(c) for c in full) + "?)"
+
+
+# ------------------------------------------------------------------------------------------------ type introspection
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _is_dict(annotation: Any) -> bool:
+    return annotation is dict or typing.get_origin(annotation) is dict
+
+
+def _model_at(loc: Sequence[str]) -> type[BaseModel] | None:
+    model: Any = TrainConfig
+    for part in loc:
+        if not _is_model(model) or part not in model.model_fields:
+            return None
+        model = model.model_fields[part].annotation
+    return model if _is_model(model) else None
+
+
+def _field_at(loc: Sequence[str]) -> Any:
+    """The FieldInfo a pydantic error location points into (the innermost named field), or None."""
+    model: Any = TrainConfig
+    field = None
+    for part in loc:
+        if not _is_model(model) or part not in model.model_fields:
+            break
+        field = model.model_fields[part]
+        model = field.annotation
+    return field
+
+
+def _literal_choices(annotation: Any) -> list[str]:
+    return [str(a) for a in typing.get_args(annotation)] if typing.get_origin(annotation) is Literal else []
+
+
+def _type_name(annotation: Any) -> str:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Literal:
+        return "|".join(str(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if annotation is type(None):
+        return "null"
+    if origin in (list, tuple, dict):
+        return f"{origin.__name__}[{', '.join(_type_name(a) for a in args)}]"
+    if annotation is Any:
+        return "any"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _constraints(field: Any) -> list[str]:
+    """Bounds from Field(ge=..., lt=...) as text, e.g. ['>= 1']."""
+    symbols = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<", "min_length": "length >="}
+    return [
+        f"{symbol} {getattr(meta, attr)}"
+        for meta in field.metadata
+        for attr, symbol in symbols.items()
+        if getattr(meta, attr, None) is not None
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- dumping and help
+
+
+def dump_config(cfg: TrainConfig) -> str:
+    """The config as YAML that `load_config` reads back to an equal config (used for a run's resolved config)."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, default_flow_style=False)
+
+
+def config_help() -> str:
+    """Every dotted key with its type, constraints, default and description (`rllm train --help-config`)."""
+    lines = ["Configuration keys (set in a YAML file or as key=value overrides):", ""]
+    _help_lines(TrainConfig, "", lines)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _help_lines(model: type[BaseModel], prefix: str, lines: list[str]) -> None:
+    for name, field in model.model_fields.items():
+        dotted = f"{prefix}{name}"
+        if _is_model(field.annotation):
+            lines.append(f"{dotted}: {field.description}")
+            _help_lines(field.annotation, f"{dotted}.", lines)
+            if not prefix:
+                lines.append("")
+            continue
+        default = field.get_default(call_default_factory=True)
+        default = list(default) if isinstance(default, tuple) else default  # safe_dump has no tuples
+        default_text = yaml.safe_dump(default, default_flow_style=True, width=10**6).strip().removesuffix("...")
+        default_text = default_text.strip()
+        kind = ", ".join([_type_name(field.annotation), *_constraints(field)])
+        lines.append(f"  {dotted} ({kind}) = {default_text}")
+        lines.append(f"      {field.description}")
