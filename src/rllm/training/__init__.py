@@ -1,0 +1,6 @@
+"""Training: advantage estimators (`rllm.training.advantages`), losses (`rllm.training.losses`), batching and the
+trainer.
+
+This package is import-light on purpose (DESIGN.md, layers): torch is imported by the submodules that need it,
+never here, so `import rllm.training` stays cheap on a machine without torch.
+"""

@@ -1,0 +1,261 @@
+"""Advantage estimators: small pure functions on torch tensors.
+
+Conventions shared by every trajectory-level estimator here:
+
+* `rewards[B]` holds one scalar reward per trajectory (one row of the batch).
+* `group_index[B]` is an int tensor; entries with the same int belong to the same group (rollouts of the same
+  `task_id:role`, see `group_index_from_keys`). The ints need not be contiguous.
+* `valid[B]` (bool, default all True) marks entries that count. Invalid entries (infra-error rollouts: our fault,
+  not the policy's) neither contribute to any group statistic nor receive a nonzero advantage, so a crashed
+  sandbox cannot shift the baseline of its healthy siblings.
+* A group with fewer than two valid members carries no comparative signal: its advantage is 0 (GRPO, RLOO).
+
+`gae_advantages` is the token-level estimator for PPO with a critic; `discounted_returns` is for the stepwise mode
+(per-step rewards inside long trajectories); `uniform_groups` marks groups whose rewards are all equal (DAPO's
+dynamic sampling drops them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "compute_advantages",
+    "discounted_returns",
+    "dr_grpo_advantages",
+    "gae_advantages",
+    "group_index_from_keys",
+    "grpo_advantages",
+    "masked_whiten",
+    "reinforce_pp_advantages",
+    "remax_advantages",
+    "rloo_advantages",
+    "uniform_groups",
+]
+
+
+def group_index_from_keys(keys: list[str]) -> Tensor:
+    """Map group keys (e.g. `"task_id:role"`) to ints in first-seen order: `["b", "a", "b"] -> [0, 1, 0]`."""
+    ids: dict[str, int] = {}
+    return torch.tensor([ids.setdefault(key, len(ids)) for key in keys], dtype=torch.long)
+
+
+def _prepare(rewards: Tensor, group_index: Tensor, valid: Tensor | None) -> tuple[Tensor, Tensor, Tensor, int]:
+    """Float rewards, compact group ids 0..G-1, a bool valid mask, and G."""
+    rewards = rewards if rewards.is_floating_point() else rewards.float()
+    valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.to(torch.bool)
+    # Compact arbitrary ints (say, dataset row ids) so the per-group buffers are only as large as the batch.
+    _, compact = torch.unique(group_index, return_inverse=True)
+    return rewards, compact, valid, int(compact.max()) + 1 if compact.numel() else 0
+
+
+def _group_sum(values: Tensor, group: Tensor, num_groups: int) -> Tensor:
+    return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(0, group, values)
+
+
+def _group_count_mean_std(rewards: Tensor, group: Tensor, valid: Tensor, num_groups: int) -> tuple[Tensor, ...]:
+    """Per-entry count, mean and unbiased std of the valid rewards of the entry's group."""
+    w = valid.to(rewards.dtype)
+    count = _group_sum(w, group, num_groups)
+    mean = _group_sum(rewards * w, group, num_groups) / count.clamp(min=1)
+    # Two passes (mean, then squared deviations) rather than E[x^2] - E[x]^2, which cancels catastrophically.
+    sq_dev = _group_sum((rewards - mean[group]) ** 2 * w, group, num_groups)
+    std = (sq_dev / (count - 1).clamp(min=1)).sqrt()
+    return count[group], mean[group], std[group]
+
+
+def grpo_advantages(
+    rewards: Tensor, group_index: Tensor, valid: Tensor | None = None, *, norm_by_std: bool = True, eps: float = 1e-6
+) -> Tensor:
+    """GRPO outcome advantage (Shao et al. 2024, DeepSeekMath; verl `adv_estimator=grpo`).
+
+        A_i = (r_i - mean_g(r)) / (std_g(r) + eps)      over the valid members of i's group g
+
+    The std is the *unbiased* (Bessel-corrected, n-1) sample std, as `torch.std` computes it in verl and TRL, so
+    numbers match theirs: rewards [1, 0, 0, 1] give mean 0.5, std 0.5774, advantages +-0.866.
+    A group with fewer than two valid members gets 0. verl instead sets mean 0 / std 1 for a singleton group,
+    which hands the raw reward to the lone sample as its advantage -- a signal with no baseline at all.
+    `norm_by_std=False` is Dr.GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training"): dividing by the std
+    up-weights groups that are almost all right or all wrong. Its other half (no per-sequence length
+    normalisation) is the loss aggregation `seq-mean-token-sum-norm` in `rllm.training.losses`.
+    """
+    rewards, group, valid, num_groups = _prepare(rewards, group_index, valid)
+    count, mean, std = _group_count_mean_std(rewards, group, valid, num_groups)
+    advantages = rewards - mean
+    if norm_by_std:
+        advantages = advantages / (std + eps)
+    return torch.where(valid & (count > 1), advantages, torch.zeros_like(advantages))
+
+
+def dr_grpo_advantages(rewards: Tensor, group_index: Tensor, valid: Tensor | None = None) -> Tensor:
+    """Dr.GRPO (Liu et al. 2025): `A_i = r_i - mean_g(r)`, i.e. GRPO without the std division. Pair it with the
+    `seq-mean-token-sum-norm` loss aggregation to remove GRPO's length bias as well."""
+    return grpo_advantages(rewards, group_index, valid, norm_by_std=False)
+
+
+def rloo_advantages(rewards: Tensor, group_index: Tensor, valid: Tensor | None = None) -> Tensor:
+    """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024, "Back to Basics"; verl `rloo`).
+
+        A_i = r_i - (sum_{j in g, j != i} r_j) / (n_g - 1)  =  n_g / (n_g - 1) * (r_i - mean_g(r))
+
+    The baseline of sample i excludes i itself, so it is independent of i's action and the estimator unbiased.
+    Only valid members count in n_g and in the sums; a group with fewer than two valid members gets 0.
+    """
+    rewards, group, valid, num_groups = _prepare(rewards, group_index, valid)
+    w = valid.to(rewards.dtype)
+    count = _group_sum(w, group, num_groups)[group]
+    total = _group_sum(rewards * w, group, num_groups)[group]
+    advantages = rewards - (total - rewards) / (count - 1).clamp(min=1)
+    return torch.where(valid & (count > 1), advantages, torch.zeros_like(advantages))
+
+
+def remax_advantages(
+    rewards: Tensor, group_index: Tensor, greedy_rewards_per_group: Tensor, valid: Tensor | None = None
+) -> Tensor:
+    """ReMax (Li et al. 2023, "ReMax: A Simple, Effective, and Efficient RL Method for Aligning LLMs"; verl `remax`).
+
+        A_i = r_i - r_greedy[g(i)]
+
+    The baseline is the reward of one greedy (argmax) rollout of the same prompt, which the caller runs separately
+    and passes as `greedy_rewards_per_group`, indexed by the ids in `group_index` (not compacted). The greedy
+    rollout itself is not trained on. Invalid entries get 0.
+    """
+    rewards = rewards if rewards.is_floating_point() else rewards.float()
+    advantages = rewards - greedy_rewards_per_group.to(rewards)[group_index]
+    if valid is None:
+        return advantages
+    return torch.where(valid.to(torch.bool), advantages, torch.zeros_like(advantages))
+
+
+def masked_whiten(values: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
+    """`(x - mean) / sqrt(var + eps)` over the entries where `mask` is set (unbiased var, as verl's
+    `masked_whiten`); masked entries come back as 0. With fewer than two entries the variance is taken as 0."""
+    w = mask.to(values.dtype)
+    n = w.sum()
+    mean = (values * w).sum() / n.clamp(min=1)
+    var = ((values - mean) ** 2 * w).sum() / (n - 1).clamp(min=1)
+    return (values - mean) * torch.rsqrt(var + eps) * w
+
+
+def reinforce_pp_advantages(
+    rewards: Tensor,
+    group_index: Tensor | None = None,
+    valid: Tensor | None = None,
+    *,
+    baseline: bool = True,
+    eps: float = 1e-8,
+) -> Tensor:
+    """REINFORCE++ (Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models").
+
+        baseline=True  (verl `reinforce_plus_plus_baseline`):  A = whiten_batch(r_i - mean_g(r))
+        baseline=False (verl `reinforce_plus_plus`):           A = whiten_batch(r_i)
+
+    `whiten_batch` is `masked_whiten` over the valid entries of the whole batch: the normalisation is global, not
+    per group, which is what separates it from GRPO (a group with near-identical rewards is not blown up).
+    After group centring the batch mean is already 0, so whitening only rescales and a singleton group stays 0.
+    Scope: this is the trajectory-level form, whitened over trajectories. verl whitens over response tokens, which
+    weights each trajectory by its length; and the paper's token-level KL-in-reward variant (per-token
+    `r_t - beta * KL_t` with discounted returns) is out of scope here -- use a KL loss term instead.
+    """
+    rewards = rewards if rewards.is_floating_point() else rewards.float()
+    valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.to(torch.bool)
+    if baseline:
+        if group_index is None:
+            raise ValueError("reinforce_pp_advantages(baseline=True) needs group_index")
+        rewards, group, valid, num_groups = _prepare(rewards, group_index, valid)
+        _, mean, _ = _group_count_mean_std(rewards, group, valid, num_groups)
+        rewards = rewards - mean
+    return masked_whiten(rewards, valid, eps)
+
+
+def gae_advantages(
+    token_rewards: Tensor, values: Tensor, mask: Tensor, *, gamma: float = 1.0, lam: float = 1.0
+) -> tuple[Tensor, Tensor]:
+    """Generalized Advantage Estimation over action tokens (Schulman et al. 2016; verl `gae`). Returns
+    `(advantages, returns)`, both [B, T] and 0 where `mask` is 0.
+
+        delta_t = r_t + gamma * V_next(t) - V_t
+        A_t     = delta_t + gamma * lam * A_next(t)          returns_t = A_t + V_t
+
+    where next(t) is the next position *with mask 1* in the same row, not t + 1. In a multi-turn row
+    `[A0 A0 | obs obs | A1 A1]` the observation tokens were written by the environment, not chosen by the policy:
+    they are not MDP steps. So the last token of A0 bootstraps from the value at the first token of A1, and gamma
+    and lam discount per action token (the observation's length does not shrink the credit reaching A0). Running
+    the recursion straight through observation tokens would instead bootstrap from critic values on text the
+    policy never chose and decay credit by the observation's length.
+    The last action token of a row is terminal (V_next = 0): a row is one trajectory, and a length-truncated one is
+    treated as ended, as verl does. Rewards must sit on action tokens (the trajectory reward on the last one); a
+    nonzero reward on a masked position would be silently lost, so it is an error.
+    No whitening here: PPO usually whitens advantages over the batch -- use `masked_whiten(adv, mask)`.
+    """
+    mask = mask.to(torch.bool)
+    if bool(((token_rewards != 0) & ~mask).any()):
+        raise ValueError("gae_advantages: nonzero reward on a masked (non-action) token; put rewards on action tokens")
+    zero = torch.zeros_like(values[:, 0])
+    next_value, next_adv = zero, zero
+    advantages = torch.zeros_like(values)
+    for t in reversed(range(values.shape[1])):
+        m = mask[:, t]
+        delta = token_rewards[:, t] + gamma * next_value - values[:, t]
+        adv = delta + gamma * lam * next_adv
+        advantages[:, t] = torch.where(m, adv, zero)
+        # On a masked position carry the next action token's value and advantage through unchanged
+        # (torch.where, not arithmetic, so garbage values on padding cannot leak in as NaN * 0).
+        next_value = torch.where(m, values[:, t], next_value)
+        next_adv = torch.where(m, adv, next_adv)
+    returns = torch.where(mask, advantages + values, torch.zeros_like(values))
+    return advantages, returns
+
+
+def discounted_returns(step_rewards: list[float], gamma: float) -> list[float]:
+    """Return-to-go for the stepwise mode: `G_t = r_t + gamma * G_{t+1}`, with `G` = 0 after the last step.
+    Each step of a long trajectory is then trained with its own discounted future reward."""
+    returns, future = [], 0.0
+    for reward in reversed(step_rewards):
+        future = float(reward) + gamma * future
+        returns.append(future)
+    return returns[::-1]
+
+
+def uniform_groups(rewards: Tensor, group_index: Tensor, valid: Tensor | None = None) -> Tensor:
+    """True for every entry (valid or not) whose group's valid rewards are all equal (exact float equality) --
+    including groups with one valid member or none. Such groups have zero GRPO/RLOO advantage everywhere and only
+    dilute the batch; DAPO's dynamic sampling (Yu et al. 2025) drops them and samples more."""
+    rewards, group, valid, num_groups = _prepare(rewards, group_index, valid)
+    lo = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device)
+    hi = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device)
+    # Invalid entries are sent to the reduction as +inf / -inf so they can never set a group's min or max.
+    lo = lo.scatter_reduce(0, group, torch.where(valid, rewards, torch.inf), "amin", include_self=False)
+    hi = hi.scatter_reduce(0, group, torch.where(valid, rewards, -torch.inf), "amax", include_self=False)
+    n_valid = _group_sum(valid.to(rewards.dtype), group, num_groups)
+    return ((lo == hi) | (n_valid == 0))[group]
+
+
+ADVANTAGE_ESTIMATORS: dict[str, Callable[..., Tensor | tuple[Tensor, Tensor]]] = {
+    "grpo": grpo_advantages,
+    "dr_grpo": dr_grpo_advantages,
+    "rloo": rloo_advantages,
+    "remax": remax_advantages,
+    "reinforce_pp": reinforce_pp_advantages,
+    "gae": gae_advantages,
+}
+
+
+def compute_advantages(
+    name: str, rewards: Tensor, group_index: Tensor, valid: Tensor | None = None, **options
+) -> Tensor:
+    """Dispatch a trajectory-level estimator by name (`remax` needs `greedy_rewards_per_group=`). GAE works on
+    token-level rewards and values: call `gae_advantages` directly."""
+    if name == "gae" or name not in ADVANTAGE_ESTIMATORS:
+        known = sorted(set(ADVANTAGE_ESTIMATORS) - {"gae"})
+        raise ValueError(f"unknown trajectory-level advantage estimator {name!r}; choose from {known} "
+                         "(gae is token-level: use gae_advantages)")
+    if name == "remax":
+        if "greedy_rewards_per_group" not in options:
+            raise ValueError("remax needs greedy_rewards_per_group= (the reward of each group's greedy rollout)")
+        return remax_advantages(rewards, group_index, valid=valid, **options)
+    return ADVANTAGE_ESTIMATORS[name](rewards, group_index, valid, **options)

@@ -1,0 +1,208 @@
+"""Losses: small pure functions on torch tensors, readable top to bottom.
+
+Shapes: `[B, T]` per-token tensors over the response positions of B rows, with `mask[B, T]` = 1 on the tokens the
+policy chose (the model's own tokens; prompt, observation and padding tokens are 0). Every function is safe on
+rows with no loss tokens (no NaN) and never exponentiates values at masked positions.
+
+Aggregation normalises within the tensors it is given. A trainer that splits a batch into micro-batches for
+gradient accumulation must weight them (e.g. by their token counts for `token-mean`) to get the full-batch loss.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "AGG_MODES",
+    "aggregate",
+    "entropy_from_logits",
+    "kl_penalty",
+    "policy_loss",
+    "token_logprobs",
+    "value_loss",
+]
+
+AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+# exp() of a log-ratio beyond +-20 is ~5e8: the sample is useless either way, and an inf ratio would turn the
+# zero gradient of the clipped branch into 0 * inf = NaN in backward. verl clamps at the same bounds.
+_LOG_RATIO_BOUND = 20.0
+
+
+def aggregate(values: Tensor, mask: Tensor, mode: str = "token-mean", norm_length: int | None = None) -> Tensor:
+    """Reduce per-token `values[B, T]` to a scalar over the tokens where `mask` is set.
+
+    token-mean               sum of all tokens / number of tokens in the batch (DAPO; every token weighs the same,
+                             so long responses are not down-weighted)
+    seq-mean-token-mean      mean over rows of (row sum / row length) (original GRPO; each row weighs the same,
+                             so a token in a long row weighs less -- the length bias Dr.GRPO points out)
+    seq-mean-token-sum       mean over rows of row sum
+    seq-mean-token-sum-norm  mean over rows of (row sum / norm_length), norm_length a constant horizon such as the
+                             max response length (Dr.GRPO, Liu et al. 2025). Default: T, the padded width -- pass
+                             a fixed value so the scale does not move with each batch's longest response.
+                             (verl's mode of the same name, as of 2025, divides the sum over rows by T without the mean
+                             over rows, so its scale grows with the batch size; this follows the paper.)
+
+    "Mean over rows" counts only rows with at least one loss token, so an all-masked row (an infra-error rollout
+    kept for shape, a padding row) neither yields NaN nor dilutes the mean. No loss tokens at all gives 0.
+    """
+    mask = mask.to(values.dtype)
+    masked = torch.where(mask > 0, values, torch.zeros_like(values)) * mask
+    row_tokens = mask.sum(-1)
+    rows = (row_tokens > 0).to(values.dtype)
+    if mode == "token-mean":
+        return masked.sum() / mask.sum().clamp(min=1)
+    if mode == "seq-mean-token-sum":
+        row_loss = masked.sum(-1)
+    elif mode == "seq-mean-token-mean":
+        row_loss = masked.sum(-1) / row_tokens.clamp(min=1)
+    elif mode == "seq-mean-token-sum-norm":
+        row_loss = masked.sum(-1) / (norm_length or values.shape[-1])
+    else:
+        raise ValueError(f"unknown aggregation mode {mode!r}; choose from {AGG_MODES}")
+    return (row_loss * rows).sum() / rows.sum().clamp(min=1)
+
+
+def policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    agg: str = "token-mean",
+    norm_length: int | None = None,
+    dual_clip: float | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO clipped surrogate (Schulman et al. 2017) with asymmetric clipping (DAPO clip-higher, Yu et al. 2025).
+
+        ratio = exp(logprobs - old_logprobs)
+        loss  = max(-A * ratio, -A * clip(ratio, 1 - clip_low, 1 + clip_high))      per token, then `aggregate`
+
+    `old_logprobs` are the log-probs the tokens were *sampled* with (what the rollout reported), so the ratio is the
+    importance weight of the current policy against the behaviour policy. A raised `clip_high` (DAPO: 0.28) lets
+    unlikely tokens with positive advantage grow faster, against entropy collapse.
+    Dual clip (Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL"; verl `clip_ratio_c`): for
+    A < 0 the pessimistic max() is unbounded as the ratio grows; cap it at `-A * dual_clip` (dual_clip > 1, e.g. 3).
+    advantages are [B, T] (broadcast a per-row advantage with `adv[:, None]`).
+    Metrics (detached 0-dim tensors, masked means; no host sync): clip_fraction (tokens whose clipped branch is
+    active), dual_clip_fraction, approx_kl (k3 estimate of KL(old || new) = mean(ratio - 1 - log ratio), as CleanRL
+    logs it), ratio_mean, ratio_max.
+    """
+    m = mask.to(torch.bool)
+    # Masked positions hold garbage (padding, prompt): force their log-ratio to 0 before exp() can overflow.
+    log_ratio = torch.where(m, logprobs - old_logprobs, torch.zeros_like(logprobs))
+    log_ratio = log_ratio.clamp(-_LOG_RATIO_BOUND, _LOG_RATIO_BOUND)
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    per_token = torch.maximum(unclipped, clipped)
+    dual_clipped = torch.zeros_like(m)
+    if dual_clip is not None:
+        if dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+        cap = -advantages * dual_clip
+        dual_clipped = (advantages < 0) & (per_token > cap)
+        per_token = torch.where(dual_clipped, cap, per_token)
+    loss = aggregate(per_token, mask, agg, norm_length)
+
+    with torch.no_grad():
+        n = m.sum().clamp(min=1)
+        metrics = {
+            "clip_fraction": ((clipped > unclipped) & m).sum() / n,
+            "dual_clip_fraction": (dual_clipped & m).sum() / n,
+            "approx_kl": torch.where(m, ratio - 1 - log_ratio, 0.0).sum() / n,
+            "ratio_mean": torch.where(m, ratio, 0.0).sum() / n,
+            "ratio_max": torch.where(m, ratio, 0.0).max() if m.numel() else ratio.new_zeros(()),
+        }
+    return loss, {k: v.detach() for k, v in metrics.items()}
+
+
+def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, kind: str = "k3") -> Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from tokens sampled from pi (Schulman 2020, "Approximating KL
+    Divergence"). With d = logprobs - ref_logprobs = log(pi / pi_ref):
+
+        k1 = d                          unbiased, high variance, can be negative      (verl "kl")
+        k2 = d^2 / 2                    biased, low variance                          (verl "mse")
+        k3 = exp(-d) - 1 + d            unbiased, low variance, always >= 0           (verl "low_var_kl")
+
+    k3 is computed as verl does for stability: -d is clamped to [-20, 20] before exp() and the result to
+    [-10, 10] (k3 >= 0, so in effect <= 10). The caller aggregates with `aggregate` and a coefficient.
+    Gradients, when used as a loss on on-policy samples (differentiating k at fixed samples): E[grad k1] = 0;
+    grad k2 is the true gradient of KL(pi || pi_ref); grad k3 is the gradient of the *forward* KL(pi_ref || pi).
+    The values above are estimates of KL(pi || pi_ref) either way.
+    """
+    d = logprobs - ref_logprobs
+    if kind == "k1":
+        return d
+    if kind == "k2":
+        return 0.5 * d.square()
+    if kind == "k3":
+        neg = torch.clamp(-d, -_LOG_RATIO_BOUND, _LOG_RATIO_BOUND)
+        return torch.clamp(torch.exp(neg) - neg - 1.0, -10.0, 10.0)
+    raise ValueError(f"unknown KL estimator {kind!r}; choose from k1, k2, k3")
+
+
+def entropy_from_logits(logits: Tensor) -> Tensor:
+    """Entropy of softmax(logits) over the last axis, [B, T, V] -> [B, T]: `H = -sum_v p_v log p_v`.
+
+    log p comes from `log_softmax` (max-shifted logsumexp), never from the log of a probability, so there is no
+    log 0 and no overflow; the algebraically equal `logsumexp(z) - sum p z` loses ~1e-3 to cancellation in float32
+    once logits reach ~1e4. Logits of -inf (a filtered vocabulary) have p = 0 and are skipped, not 0 * inf = NaN.
+    """
+    logp = torch.log_softmax(logits, dim=-1)
+    probs = logp.exp()
+    return -(probs * torch.where(torch.isfinite(logp), logp, torch.zeros_like(logp))).sum(-1)
+
+
+def token_logprobs(logits: Tensor, target_ids: Tensor, temperature: float = 1.0) -> Tensor:
+    """log softmax(logits / temperature)[target]: [B, T, V] logits, [B, T] ids -> [B, T] (float32).
+
+    `logits[:, t]` must be the logits that predicted `target_ids[:, t]` (the caller shifts by one). A rollout that
+    samples at temperature T draws from softmax(logits / T) and that is the behaviour policy whose log-probs it
+    reports; the training forward pass must divide by the same T, or the PPO ratio compares two different
+    distributions and is != 1 even before any update (verl divides the same way). The rollout side must report
+    *processed* log-probs for this to hold: vLLM V1 reports raw (pre-temperature) ones unless started with
+    `logprobs_mode="processed_logprobs"`. Computed in float32 as gather - logsumexp (no [B, T, V] log-softmax
+    tensor); bf16 log-probs would add noise of ~1e-2 to every ratio.
+    """
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    picked = torch.gather(logits, -1, target_ids.long().unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+def value_loss(
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    mask: Tensor,
+    *,
+    clip: float | None = 0.2,
+    agg: str = "token-mean",
+    norm_length: int | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped value loss of PPO (as in OpenAI baselines, CleanRL `clip_vloss`, verl `cliprange_value`).
+
+        v_clip = old_values + clip(values - old_values, -clip, clip)
+        loss   = 1/2 * max((values - returns)^2, (v_clip - returns)^2)      per token, then `aggregate`
+
+    The critic may not move a prediction more than `clip` away from the value it had at rollout time unless that
+    makes the error smaller; `clip=None` is the plain 1/2 squared error. Metrics: value_clip_fraction (tokens where
+    the clipped error is the larger one, i.e. the one used).
+    """
+    unclipped = (values - returns).square()
+    if clip is None:
+        per_token, used_clipped = unclipped, torch.zeros_like(unclipped, dtype=torch.bool)
+    else:
+        v_clip = old_values + torch.clamp(values - old_values, -clip, clip)
+        clipped = (v_clip - returns).square()
+        per_token, used_clipped = torch.maximum(unclipped, clipped), clipped > unclipped
+    loss = 0.5 * aggregate(per_token, mask, agg, norm_length)
+    with torch.no_grad():
+        m = mask.to(torch.bool)
+        fraction = (used_clipped & m).sum() / m.sum().clamp(min=1)
+    return loss, {"value_clip_fraction": fraction.detach()}
