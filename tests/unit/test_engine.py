@@ -444,3 +444,22 @@ def test_invalid_settings_are_refused():
         make_engine(FakeModel("x"), n_parallel_agents=0)
     with pytest.raises(TypeError, match="tasks must be dicts"):
         make_engine(FakeModel("x")).execute_tasks(["not a dict"])
+
+
+def test_seeded_sampling_gives_each_call_its_own_reproducible_seed():
+    def seeds_of_a_run(delays):
+        model = FakeModel("ok", delay=lambda prompt, sampling: delays.pop() if delays else 0.0)
+        engine = make_engine(model, sampling=SamplingParams(seed=5), max_steps=2)
+        engine.execute_tasks([{"id": "a", "k": 2}, {"id": "b", "k": 2}], n_rollouts=2)
+        return sorted(call.sampling.seed for call in model.calls)
+
+    first = seeds_of_a_run([0.03, 0.0, 0.02, 0.01])
+    again = seeds_of_a_run([0.0, 0.03, 0.01, 0.02])  # calls reach the model in another order
+    assert first == again
+    assert len(set(first)) == 8  # 2 tasks x 2 rollouts x 2 turns: no two calls share a seed
+
+
+def test_unseeded_sampling_is_passed_through():
+    model = FakeModel("ok")
+    make_engine(model, max_steps=1).execute_tasks([{"id": "a", "k": 1}])
+    assert model.calls[0].sampling.seed is None

@@ -169,7 +169,7 @@ class AgentExecutionEngine:
         return episode
 
     async def _attempt(self, settings: RolloutSettings, runner: EnvRunner, task: dict, episode_id: str) -> Episode:
-        rollout = Rollout(settings, runner, task)
+        rollout = Rollout(settings, runner, task, episode_id)
         started = perf_counter()
         timeout = self.trajectory_timeout
         try:

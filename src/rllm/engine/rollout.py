@@ -29,6 +29,7 @@ Choices recorded here (see also the engine's docstring):
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import threading
 import traceback
 from collections.abc import Callable
@@ -104,10 +105,11 @@ class Rollout:
     """The state of one attempt. It is built fresh for every retry, so nothing leaks between attempts; whatever it
     got through before a failure or timeout is still turned into an Episode."""
 
-    def __init__(self, settings: RolloutSettings, runner: EnvRunner, task: dict) -> None:
+    def __init__(self, settings: RolloutSettings, runner: EnvRunner, task: dict, episode_id: str = "") -> None:
         self.settings = settings
         self.runner = runner
         self.task = task
+        self.episode_id = episode_id
         self.agent: Any = None
         self.env: Any = None
         tokenizer = getattr(settings.model, "tokenizer", None)
@@ -177,7 +179,7 @@ class Rollout:
         messages = agent.chat_completions
         n_messages = len(messages)
         prompt: Any = messages
-        sampling = settings.sampling
+        sampling = self._call_sampling()
         if self.renderer is not None:
             self.site = "render"
             prompt = self.renderer.render(messages)
@@ -221,6 +223,18 @@ class Rollout:
         return _Reason.ENV_DONE if done else None
 
     # ---- helpers ------------------------------------------------------------------------------------------
+
+    def _call_sampling(self) -> SamplingParams:
+        """With a seed set, each call gets its own seed derived from (seed, episode id, turn): samples are
+        reproducible whatever order the concurrent rollouts reach the model in, and the n rollouts of one task
+        (and the turns of one rollout) still differ. A retry of the episode replays the same seeds."""
+        sampling = self.settings.sampling
+        if sampling.seed is None:
+            return sampling
+        turn = len(self.agent.trajectory.steps)
+        key = f"{sampling.seed}:{self.episode_id}:{turn}".encode()
+        derived = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") & 0x7FFF_FFFF_FFFF_FFFF
+        return sampling.model_copy(update={"seed": derived})
 
     def _budget(self, prompt_ids: list[int]) -> tuple[TerminationReason | None, int]:
         """(a termination, or None, and how many tokens the next completion may have)."""
