@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from rllm.errors import ModelNotAvailableError
+from rllm.fsutil import install_dir_atomically, sha256_of_file
 
 __all__ = [
     "DEFAULT_MODEL", "MODEL_SPECS", "ModelChecksumError", "ModelSpec", "WheelMember", "build_tiny_model",
@@ -186,14 +186,6 @@ def resolve_model_path(name_or_path: str | os.PathLike[str]) -> Path:
     return model_cache_dir(name)
 
 
-def sha256_of_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(chunk_bytes):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def verify_sha256(path: Path, expected: str, *, what: str = "file") -> None:
     actual = sha256_of_file(path)
     if actual != expected.lower():
@@ -230,7 +222,7 @@ def fetch_model(name: str, *, force: bool = False, log: Log | None = print) -> P
             check = _convert_gguf(gguf_path, staging)
             gguf_path.unlink()
             _write_manifest(spec, staging, check)
-            _install_atomically(staging, target)
+            install_dir_atomically(staging, target)
         log(f"{name}: ready at {target} ({time.perf_counter() - started:.1f}s total; logits max |diff| {check:.2e})")
         return target
 
@@ -349,29 +341,6 @@ def _write_manifest(spec: ModelSpec, folder: Path, logits_diff: float) -> None:
     }
     # Written last: a folder with a manifest is a complete folder.
     (folder / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)  # works for folders too, which must be synced for a rename to be durable
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _install_atomically(staging: Path, target: Path) -> None:
-    """Make `staging` appear as `target` in one rename. A previous folder (force) is moved aside first, because
-    rename cannot replace a non-empty directory; a crash in between leaves no folder, never half of one."""
-    for path in [*staging.rglob("*"), staging]:
-        _fsync(path)
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        os.replace(target, old)
-    os.replace(staging, target)
-    _fsync(target.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _ensure_pad_token(tokenizer: Any) -> Any:

@@ -1,0 +1,50 @@
+"""Durable file operations shared by everything that writes state to disk (model cache, checkpoints): a folder or
+file appears complete in one rename, after its contents were fsynced, or not at all."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+__all__ = ["fsync_path", "install_dir_atomically", "sha256_of_file", "write_text_atomically"]
+
+
+def sha256_of_file(path: str | os.PathLike, chunk_bytes: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_bytes):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def fsync_path(path: str | os.PathLike) -> None:
+    fd = os.open(path, os.O_RDONLY)  # works for folders too, which must be synced for a rename to be durable
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def install_dir_atomically(staging: Path, target: Path) -> None:
+    """Make `staging` appear as `target` in one rename. An existing `target` is moved aside first, because rename
+    cannot replace a non-empty directory; a crash in between leaves no folder, never half of one."""
+    for path in [*staging.rglob("*"), staging]:
+        fsync_path(path)
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.replace(target, old)
+    os.replace(staging, target)
+    fsync_path(target.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    fsync_path(tmp)
+    os.replace(tmp, path)
+    fsync_path(path.parent)
