@@ -1,0 +1,212 @@
+"""Tokens/s of `LocalModel` against plain transformers `model.generate` on the same model, prompts and batch.
+
+    .venv/bin/python benchmarks/local_generation.py                       # SmolLM2-135M, fp32, sampled + greedy
+    .venv/bin/python benchmarks/local_generation.py --model qwen2.5-coder-0.5b-instruct --repeats 1
+    .venv/bin/python benchmarks/local_generation.py --dtype bfloat16
+
+Workload: `--num-prompts` chat-templated prompts of varied lengths (about 60-200 tokens), all submitted at once,
+`--new-tokens` new tokens each. The baseline is one `model.generate` call on the whole batch (left padding +
+attention mask, the way a user batches with transformers). Rows are timed alternately (baseline, ours, baseline,
+ours, ...) so that load from other processes hits both sides alike; read the ratio, not the absolute numbers.
+
+Fairness: by default both sides produce exactly `--new-tokens` tokens per prompt. The baseline uses
+`min_new_tokens` (EOS is masked until then) and `LocalModel` gets `eos_token_ids=()` (it never stops on a token),
+so both count the same tokens. With `--respect-eos` both stop at EOS and only the tokens actually produced are
+counted (the baseline's rows that finished early still cost compute, ours free their slot: that is the continuous
+batching gain on top of the per-token one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import random
+import statistics
+import time
+
+import torch
+
+from rllm.models.base import SamplingParams
+from rllm.models.local import LocalModel
+
+_TOPICS = [
+    "the water cycle",
+    "prime numbers",
+    "a frozen lake",
+    "binary search",
+    "photosynthesis",
+    "the moon",
+    "sorting algorithms",
+    "a short poem",
+    "the French revolution",
+    "compound interest",
+    "volcanoes",
+    "neural networks",
+    "chess openings",
+    "the solar system",
+    "bread baking",
+    "ocean tides",
+]
+_FILLER_TEXT = (
+    "Please be precise, keep the answer short and explain each step clearly so that a student can follow "
+    "the reasoning without any prior knowledge of the subject and check every intermediate result."
+)
+_FILLER = tuple(_FILLER_TEXT.split())
+
+
+def build_prompts(tokenizer, count: int, *, seed: int = 0, min_tokens: int = 60, max_tokens: int = 200):
+    """`count` chat-templated prompts whose token lengths spread over [min_tokens, max_tokens]."""
+    from rllm.models.chat import render_messages
+
+    rng = random.Random(seed)
+    prompts = []
+    for i in range(count):
+        target = min_tokens + (max_tokens - min_tokens) * i // max(count - 1, 1)
+        words = [f"Tell me about {rng.choice(_TOPICS)}."]
+        ids = render_messages(tokenizer, [{"role": "user", "content": " ".join(words)}])
+        while len(ids) < target:
+            words.append(rng.choice(_FILLER))
+            ids = render_messages(tokenizer, [{"role": "user", "content": " ".join(words)}])
+        prompts.append(ids)
+    rng.shuffle(prompts)
+    return prompts
+
+
+def run_baseline(model, tokenizer, prompts, *, new_tokens: int, greedy: bool, respect_eos: bool) -> tuple[int, float]:
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    width = max(len(p) for p in prompts)
+    input_ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])
+    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    kwargs = {"max_new_tokens": new_tokens, "pad_token_id": pad_id}
+    if not respect_eos:
+        kwargs["min_new_tokens"] = new_tokens
+    if greedy:
+        kwargs.update(do_sample=False)
+    else:
+        kwargs.update(do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
+    started = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+    elapsed = time.perf_counter() - started
+    new = out[:, width:]
+    if not respect_eos:
+        return new.numel(), elapsed
+    eos = set(_eos_ids(model, tokenizer))
+    produced = 0
+    for row in new.tolist():
+        ends = [i for i, t in enumerate(row) if t in eos]
+        produced += ends[0] + 1 if ends else len(row)
+    return produced, elapsed
+
+
+def run_local(local: LocalModel, prompts, *, new_tokens: int, greedy: bool, seed: int):
+    sampling = SamplingParams(temperature=0.0 if greedy else 1.0, max_tokens=new_tokens)
+
+    async def go():
+        return await asyncio.gather(*[local.generate(p, sampling) for p in prompts])
+
+    started = time.perf_counter()
+    outputs = asyncio.run(go())
+    elapsed = time.perf_counter() - started
+    return sum(o.completion_length for o in outputs), elapsed, outputs
+
+
+def logprob_drift(reference_model, outputs, temperature: float, count: int = 4) -> tuple[float, float]:
+    """Max and mean |LocalModel logprob - logprob from a plain fp32 forward pass| over a few outputs."""
+    diffs = []
+    with torch.inference_mode():
+        for out in outputs[:count]:
+            ids = torch.tensor([out.prompt_ids + out.completion_ids])
+            logits = reference_model(input_ids=ids).logits[0, len(out.prompt_ids) - 1 : -1].float()
+            ref = torch.log_softmax(logits / (temperature or 1.0), -1).gather(
+                1, torch.tensor(out.completion_ids)[:, None]
+            )
+            diffs.append((ref.squeeze(1) - torch.tensor(out.logprobs)).abs())
+    every = torch.cat(diffs)
+    return every.max().item(), every.mean().item()
+
+
+def _eos_ids(model, tokenizer) -> list[int]:
+    ids = {tokenizer.eos_token_id}
+    extra = getattr(model.generation_config, "eos_token_id", None)
+    ids.update(extra if isinstance(extra, list) else [extra])
+    ids.discard(None)
+    return sorted(ids)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m-instruct", help="embedded model name or a folder")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="the loaded model's")
+    parser.add_argument(
+        "--local-dtype",
+        default=None,
+        choices=["float32", "bfloat16"],
+        help="LocalModel's inference dtype (its own converted copy); default: the model's",
+    )
+    parser.add_argument("--num-prompts", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--max-batch-size", type=int, default=32)
+    parser.add_argument("--modes", default="sampled,greedy", help="comma list of sampled, greedy")
+    parser.add_argument("--repeats", type=int, default=2, help="timed runs per side and mode (median reported)")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--respect-eos", action="store_true", help="stop at EOS and count produced tokens only")
+    parser.add_argument("--skip-baseline", action="store_true")
+    args = parser.parse_args(argv)
+
+    from rllm.models.registry import load_causal_lm, load_tokenizer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    tokenizer = load_tokenizer(args.model)
+    model = load_causal_lm(args.model, dtype=args.dtype)
+    prompts = build_prompts(tokenizer, args.num_prompts)
+    lengths = [len(p) for p in prompts]
+    print(
+        f"model={args.model} dtype={args.dtype} threads={torch.get_num_threads()} torch={torch.__version__} "
+        f"prompts={len(prompts)} (tokens min {min(lengths)} mean {statistics.mean(lengths):.0f} max {max(lengths)}) "
+        f"new_tokens={args.new_tokens} respect_eos={args.respect_eos}"
+    )
+    local = LocalModel(
+        model,
+        tokenizer,
+        max_batch_size=args.max_batch_size,
+        dtype=args.local_dtype,
+        eos_token_ids=None if args.respect_eos else (),
+    )
+    print(f"LocalModel dtype={local.model.dtype} (baseline: {model.dtype})")
+    # Warm-up both sides (allocator, oneDNN kernels, the worker thread).
+    run_local(local, prompts[:4], new_tokens=4, greedy=True, seed=0)
+    if not args.skip_baseline:
+        run_baseline(model, tokenizer, prompts[:4], new_tokens=4, greedy=True, respect_eos=args.respect_eos)
+
+    # Logprobs are checked against fp32 weights (for a bf16-loaded model: its weights upcast, not the originals).
+    reference = model if model.dtype == torch.float32 else copy.deepcopy(model).float()
+    for mode in args.modes.split(","):
+        greedy = mode.strip() == "greedy"
+        base_rates, local_rates, outputs = [], [], []
+        for repeat in range(args.repeats):
+            if not args.skip_baseline:
+                tokens, seconds = run_baseline(
+                    model, tokenizer, prompts, new_tokens=args.new_tokens, greedy=greedy, respect_eos=args.respect_eos
+                )
+                base_rates.append(tokens / seconds)
+            tokens, seconds, outputs = run_local(local, prompts, new_tokens=args.new_tokens, greedy=greedy, seed=repeat)
+            local_rates.append(tokens / seconds)
+        ours = statistics.median(local_rates)
+        line = f"{mode:8s} LocalModel {ours:7.1f} tok/s"
+        if base_rates:
+            base = statistics.median(base_rates)
+            line += f" | transformers generate {base:7.1f} tok/s | ratio {ours / base:.2f}x"
+        drift = logprob_drift(reference, outputs, 0.0 if greedy else 1.0)
+        print(
+            line + f"   (runs: ours {[round(r, 1) for r in local_rates]}, base {[round(r, 1) for r in base_rates]};"
+            f" logprob |diff| vs fp32 forward: max {drift[0]:.1e} mean {drift[1]:.1e})"
+        )
+    print(f"LocalModel stats: {local.stats}")
+    local.close()
+
+
+if __name__ == "__main__":
+    main()

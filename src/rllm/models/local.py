@@ -1,0 +1,396 @@
+"""`LocalModel`: the embedded inference client (transformers on CPU or one GPU) with continuous batching.
+
+Many rollouts call `generate` concurrently; each call becomes a request in a queue. ONE worker thread owns the
+model and runs the decode loop (`rllm.models.local_scheduler`): new requests are prefilled and join the running
+batch at step boundaries, a finished sequence frees its slot at once, and results come back to the caller's event
+loop with `loop.call_soon_threadsafe`. Torch runs on the worker thread so the event loop (environments, tools,
+other clients) stays responsive while the model computes.
+
+Choices worth knowing:
+- Token ids in, token ids out. `completion_ids` are the sampled ids, INCLUDING the EOS token when one was sampled
+  (training needs it); `text` is their decode without special tokens. A stop string ends generation after the token
+  that completed it; the tokens up to there are kept (so `text` holds the stop string and may run a few characters
+  past it when a token straddles it), never re-tokenized.
+- Logprobs: `logprobs[i]` is log p(completion_ids[i]) under softmax(logits / temperature), temperature 1 for greedy,
+  before top-k/top-p truncation (see `rllm.models.local_sampling`). A trainer recomputing with the same temperature
+  and dtype gets the same numbers up to float rounding.
+- Determinism: a request with `sampling.seed` gives the same completion for the same prompt whatever else is in
+  the batch (its own generator; see `local_sampling`); bitwise only up to the float rounding of different batch
+  shapes, which in practice never moves a sample. Without a seed, the seed is derived from the model's `seed` and a
+  counter of submitted requests, so a run that submits the same requests in the same order reproduces.
+- `max_tokens` is cut to what the context still holds (`max_position_embeddings` minus the prompt); a prompt that
+  leaves no room is refused with `PromptTooLongError` before it reaches the worker.
+- `update_weights` is applied by the worker between two steps. Requests already running keep going with the new
+  weights; `ModelOutput.weight_version` is the version that produced a request's first token and
+  `info["weight_version_end"]` the version of its last one when they differ.
+- The worker is a daemon thread started by the first call and stopped by `close()` (or `async with`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import copy
+import logging
+import queue
+import threading
+from collections import deque
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Self
+
+import torch
+
+from rllm.errors import InfraError
+from rllm.models.base import Prompt, SamplingParams
+from rllm.models.local_sampling import RowSampler, draw_uniforms
+from rllm.models.local_scheduler import BatchScheduler, GenerationRequest
+from rllm.types import ModelOutput
+
+__all__ = ["LocalModel", "PromptTooLongError"]
+
+logger = logging.getLogger(__name__)
+
+_STOP = object()  # worker shutdown sentinel
+
+
+class PromptTooLongError(ValueError):
+    """The prompt leaves no room for a completion in the model's context."""
+
+
+class _WeightUpdate:
+    def __init__(self, state: dict[str, torch.Tensor], version: int | None) -> None:
+        self.state = state
+        self.version = version
+        self.done: concurrent.futures.Future[int] = concurrent.futures.Future()
+
+
+class LocalModel:
+    """Batched, token-exact generation with a transformers causal LM. See the module docstring."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_batch_size: int = 32,
+        seed: int = 0,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+        eos_token_ids: Iterable[int] | None = None,
+        num_threads: int | None = None,
+    ) -> None:
+        """`dtype` (e.g. "bfloat16") runs inference in that dtype: when it differs from the model's, LocalModel
+        keeps its OWN converted copy and leaves the passed model (the trainer's fp32 weights) alone; logprobs then
+        carry that dtype's rounding. `eos_token_ids` overrides the stop tokens (default: the tokenizer's EOS plus
+        the generation config's); pass `()` to never stop on a token (benchmarks). `num_threads` sets torch's
+        intra-op threads on the worker (default: what torch uses in the constructing thread)."""
+        if max_batch_size < 1:
+            raise ValueError("max_batch_size must be >= 1")
+        if dtype is not None and _as_dtype(dtype) != model.dtype:
+            model = copy.deepcopy(model).to(_as_dtype(dtype))
+        if device is not None:
+            model = model.to(device)
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.weight_version = 0
+        self.max_batch_size = max_batch_size
+        self.seed = seed
+        self.eos_token_ids = set(eos_token_ids) if eos_token_ids is not None else _default_eos_ids(model, tokenizer)
+        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self.context_length = int(getattr(config, "max_position_embeddings", None) or 2048)
+        self.vocab_size = int(config.vocab_size)
+        self._num_threads = num_threads or torch.get_num_threads()
+        self._scheduler = BatchScheduler(
+            model,
+            eos_ids=self.eos_token_ids,
+            max_batch_size=max_batch_size,
+            context_length=self.context_length,
+            decode=self._decode,
+        )
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._requests_submitted = 0
+        self._lock = threading.Lock()  # guards worker start/stop and the request counter
+        self._worker: threading.Thread | None = None
+        self._closed = False
+
+    @classmethod
+    def from_pretrained(
+        cls, name_or_path: str = "default", *, dtype: Any = "float32", device: str | None = None, **kwargs: Any
+    ) -> LocalModel:
+        """Load an embedded model by name ("default" is `registry.DEFAULT_MODEL`) or a transformers folder."""
+        from rllm.models import registry
+
+        name = registry.DEFAULT_MODEL if name_or_path == "default" else name_or_path
+        tokenizer = registry.load_tokenizer(name)
+        model = registry.load_causal_lm(name, dtype=dtype, device=device or "cpu")
+        return cls(model, tokenizer, **kwargs)
+
+    # ------------------------------------------------------------ generate
+
+    async def generate(self, prompt: Prompt, sampling: SamplingParams | None = None) -> ModelOutput:
+        sampling = sampling or SamplingParams()
+        prompt_ids = self._prompt_ids(prompt)
+        request = self._new_request(prompt_ids, sampling)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ModelOutput] = loop.create_future()
+        request.deliver = lambda req, error: self._deliver(loop, future, req, error)
+        self._submit(request)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            request.cancelled = True  # the worker drops it at the next step boundary
+            raise
+
+    def _prompt_ids(self, prompt: Prompt) -> list[int]:
+        if not isinstance(prompt, list) or not prompt:
+            raise ValueError("prompt must be a non-empty list of token ids or of chat messages")
+        if isinstance(prompt[0], dict):
+            ids = _render_messages(self.tokenizer, prompt)
+        elif all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            ids = list(prompt)
+        else:
+            raise ValueError("prompt must be a list of ints (token ids) or a list of dicts (chat messages)")
+        if not ids:
+            raise ValueError("prompt rendered to no tokens")
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"prompt holds token ids outside the vocabulary [0, {self.vocab_size}): {bad[:5]}")
+        if len(ids) >= self.context_length:
+            raise PromptTooLongError(
+                f"prompt has {len(ids)} tokens; the model's context is {self.context_length}, "
+                "which leaves no room for a completion"
+            )
+        return ids
+
+    def _new_request(self, prompt_ids: list[int], sampling: SamplingParams) -> GenerationRequest:
+        with self._lock:
+            counter = self._requests_submitted
+            self._requests_submitted += 1
+        max_new = min(sampling.max_tokens, self.context_length - len(prompt_ids))
+        uniforms = None
+        if not sampling.greedy:
+            # Derived seeds mix the model seed and the request counter so different runs/requests differ.
+            seed = sampling.seed if sampling.seed is not None else (self.seed * 1_000_003 + counter) % (2**63)
+            uniforms = draw_uniforms(seed, max_new)
+        sampler = RowSampler(sampling.temperature, sampling.top_k, sampling.top_p, uniforms)
+        return GenerationRequest(
+            prompt_ids=prompt_ids,
+            sampler=sampler,
+            max_new_tokens=max_new,
+            stop=list(sampling.stop),
+            deliver=lambda req, error: None,
+        )
+
+    def _submit(self, item: Any) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("LocalModel is closed")
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._run_worker, name="rllm-local-model", daemon=True)
+                self._worker.start()
+            self._inbox.put(item)
+
+    def _deliver(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future,
+        request: GenerationRequest,
+        error: BaseException | None,
+    ) -> None:
+        """Called on the worker thread; builds the output there and hands it to the caller's loop."""
+        result = error if error is not None else self._output(request)
+
+        def resolve() -> None:
+            if future.done():
+                return
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+        try:
+            loop.call_soon_threadsafe(resolve)
+        except RuntimeError:  # the caller's loop is closed: nobody is waiting any more
+            pass
+
+    def _output(self, request: GenerationRequest) -> ModelOutput:
+        text = self._decode(request.completion_ids)
+        info: dict[str, Any] = {}
+        if self._scheduler.weight_version != request.weight_version:
+            info["weight_version_end"] = self._scheduler.weight_version
+        return ModelOutput(
+            text=text,
+            content=text,
+            prompt_ids=request.prompt_ids,
+            completion_ids=request.completion_ids,
+            logprobs=request.logprobs,
+            finish_reason=request.finish_reason,
+            weight_version=request.weight_version,
+            info=info,
+        )
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    # ------------------------------------------------------------ the worker
+
+    def _run_worker(self) -> None:
+        torch.set_num_threads(self._num_threads)  # intra-op threads are per thread with OpenMP
+        pending: deque[GenerationRequest] = deque()
+        scheduler = self._scheduler
+        with torch.inference_mode():
+            while True:
+                block = not scheduler.active and not pending
+                if self._drain_inbox(pending, block=block) is _STOP:
+                    break
+                self._step_safely(pending)
+        error = RuntimeError("LocalModel was closed before this request finished")
+        for request in [*scheduler.active, *pending]:
+            request.deliver(request, error)
+        scheduler.active = []
+
+    def _drain_inbox(self, pending: deque[GenerationRequest], *, block: bool) -> object | None:
+        """Move queued requests to `pending` and apply weight updates, in arrival order."""
+        while True:
+            try:
+                item = self._inbox.get(block=block)
+            except queue.Empty:
+                return None
+            block = False
+            if item is _STOP:
+                return _STOP
+            if isinstance(item, _WeightUpdate):
+                self._apply_weight_update(item)
+            else:
+                pending.append(item)
+
+    def _step_safely(self, pending: deque[GenerationRequest]) -> None:
+        """Admit what fits, then one decode step. A failure fails the requests it touched, never the worker."""
+        scheduler = self._scheduler
+        scheduler.drop_cancelled()
+        while pending and scheduler.free_slots > 0:
+            request = pending.popleft()
+            if request.cancelled:
+                continue
+            try:
+                scheduler.admit(request)
+            except Exception as exc:  # the request gets the error, the worker goes on
+                logger.exception("local model: prefill failed")
+                request.deliver(request, InfraError(f"local model prefill failed: {exc!r}"))
+        try:
+            scheduler.step()
+        except Exception as exc:
+            logger.exception("local model: decode step failed")
+            scheduler.fail_all(InfraError(f"local model decode step failed: {exc!r}"))
+
+    # ------------------------------------------------------------ weights
+
+    def update_weights(
+        self, state_dict_or_path: Mapping[str, torch.Tensor] | str | Path, *, version: int | None = None
+    ) -> int:
+        """Load new weights between two decode steps and return the new `weight_version` (`version` if given, else
+        the old one + 1). Accepts a full or partial state dict (e.g. a merged LoRA) with this model's parameter
+        names, or a safetensors file, or a folder of them. Blocks until applied; safe from any thread (from an
+        event loop, prefer `await asyncio.to_thread(model.update_weights, ...)`)."""
+        state = _read_state(state_dict_or_path)
+        update = _WeightUpdate(state, version)
+        self._submit(update)
+        return update.done.result()
+
+    def _apply_weight_update(self, update: _WeightUpdate) -> None:
+        try:
+            with torch.inference_mode(False):
+                own = self.model.state_dict()  # tensors sharing storage with the parameters (tied names included)
+            unknown = sorted(set(update.state) - set(own))
+            if unknown:
+                raise KeyError(f"update_weights: {len(unknown)} names this model does not have, e.g. {unknown[:3]}")
+            for name, tensor in update.state.items():
+                if tuple(tensor.shape) != tuple(own[name].shape):
+                    raise ValueError(
+                        f"update_weights: {name} has shape {tuple(tensor.shape)}, "
+                        f"the model's is {tuple(own[name].shape)}"
+                    )
+            # Out of the worker's inference mode: the parameters are ordinary tensors the trainer may also use.
+            with torch.inference_mode(False), torch.no_grad():
+                for name, tensor in update.state.items():
+                    own[name].copy_(tensor.detach())
+            self.weight_version = update.version if update.version is not None else self.weight_version + 1
+            self._scheduler.weight_version = self.weight_version
+            update.done.set_result(self.weight_version)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller of update_weights
+            update.done.set_exception(exc)
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters of the decode loop (prefill tokens, shared prefills, decode steps, rows, generated tokens)."""
+        return dict(vars(self._scheduler.stats))
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the worker; requests still queued or running fail with RuntimeError. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            worker = self._worker
+            if worker is not None:
+                self._inbox.put(_STOP)
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(timeout)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _default_eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    found: set[int] = set()
+    for ids in (
+        getattr(tokenizer, "eos_token_id", None),
+        getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+    ):
+        if isinstance(ids, int):
+            found.add(ids)
+        elif isinstance(ids, (list, tuple, set)):
+            found.update(int(i) for i in ids)
+    return found
+
+
+def _as_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    resolved = dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype).removeprefix("torch."), None)
+    if isinstance(resolved, torch.dtype):
+        return resolved
+    raise ValueError(f"unknown dtype {dtype!r}; use e.g. 'float32' or 'bfloat16'")
+
+
+def _render_messages(tokenizer: Any, messages: list[dict]) -> list[int]:
+    from rllm.models.chat import render_messages
+
+    return render_messages(tokenizer, messages)
+
+
+def _read_state(source: Mapping[str, torch.Tensor] | str | Path) -> dict[str, torch.Tensor]:
+    """A state dict from a mapping, a safetensors file or a folder of safetensors files (read on the caller's
+    thread, so the worker only pauses for the copy)."""
+    if isinstance(source, Mapping):
+        return dict(source)
+    path = Path(source)
+    files = [path] if path.is_file() else sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"update_weights: no safetensors file at {path}")
+    from safetensors.torch import load_file
+
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    return state

@@ -1,0 +1,212 @@
+"""The torch side of `LocalModel`: a continuous-batching decode loop over the running sequences.
+
+Runs only on `LocalModel`'s worker thread. At each step boundary the worker admits waiting requests (one prefill
+each, batch 1, so no prompt is ever padded; identical prompts are prefilled once and their K/V copied, which is
+the common case of k samples per task in GRPO), then runs one decode step for all running rows: a forward over
+one new token per row against `SlotKVCache`, a batched sampler, and the finish checks. A finished row frees its
+slot at once, so a waiting request can take it at the next boundary.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rllm.models.local_cache import SlotKVCache
+from rllm.models.local_sampling import RowSampler, sample_next_tokens
+
+__all__ = ["BatchScheduler", "GenerationRequest"]
+
+
+@dataclass(eq=False)
+class GenerationRequest:
+    """One `generate` call while it is queued or running. Written only by the worker thread, except `cancelled`."""
+
+    prompt_ids: list[int]
+    sampler: RowSampler
+    max_new_tokens: int  # max_tokens, cut to what the context still holds
+    stop: list[str]
+    deliver: Callable[[GenerationRequest, BaseException | None], None]  # thread-safe hand-back to the caller
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    weight_version: int = 0  # the version that produced the first token
+    cancelled: bool = False  # set by the caller's task when it is cancelled
+    prompt_logits: torch.Tensor | None = None  # last prompt position; kept so a same-prompt request can skip prefill
+    submitted_at: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class SchedulerStats:
+    prefill_tokens: int = 0
+    prefills_shared: int = 0  # requests whose prompt K/V were copied from another row
+    decode_steps: int = 0
+    decode_rows: int = 0  # sum of batch sizes over decode steps
+    generated_tokens: int = 0
+
+
+class BatchScheduler:
+    """Admits, steps and retires requests. Not thread-safe: the worker thread owns it."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        eos_ids: set[int],
+        max_batch_size: int,
+        context_length: int,
+        decode: Callable[[list[int]], str],
+    ) -> None:
+        self.model = model
+        self.eos_ids = eos_ids
+        self.max_batch_size = max_batch_size
+        self.context_length = context_length
+        self.decode = decode  # token ids -> text, special tokens skipped
+        self.device = model.device
+        self.weight_version = 0
+        self.active: list[GenerationRequest] = []  # row i <-> cache slot i
+        self.stats = SchedulerStats()
+        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.cache = SlotKVCache(
+            num_layers=config.num_hidden_layers,
+            num_kv_heads=getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
+            head_dim=head_dim,
+            dtype=model.dtype,
+            device=self.device,
+            max_slots=max_batch_size,
+            max_positions=context_length,
+        )
+
+    @property
+    def free_slots(self) -> int:
+        return self.max_batch_size - len(self.active)
+
+    # ------------------------------------------------------------ admission
+
+    def admit(self, request: GenerationRequest) -> None:
+        """Prefill `request` (or reuse a running row's identical prompt) and sample its first token."""
+        slot = self.cache.add_slot(len(request.prompt_ids))
+        self.active.append(request)
+        request.weight_version = self.weight_version
+        try:
+            donor = self._find_same_prompt(request)
+            if donor is not None:
+                self.cache.copy_prefix(donor, slot, len(request.prompt_ids))
+                request.prompt_logits = self.active[donor].prompt_logits
+                self.stats.prefills_shared += 1
+            else:
+                request.prompt_logits = self._prefill(slot, request.prompt_ids)
+        except BaseException:
+            self._remove_row(slot)
+            raise
+        tokens, logprobs = sample_next_tokens(request.prompt_logits[None, :], [request.sampler], [0])
+        self._record(slot, tokens[0], logprobs[0])
+        if request.finish_reason is not None:
+            self._retire([slot])
+
+    def _find_same_prompt(self, request: GenerationRequest) -> int | None:
+        for row, other in enumerate(self.active):
+            if other is not request and other.prompt_logits is not None and other.prompt_ids == request.prompt_ids:
+                return row
+        return None
+
+    def _prefill(self, slot: int, prompt_ids: list[int]) -> torch.Tensor:
+        length = len(prompt_ids)
+        input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
+        positions = torch.arange(length, device=self.device)[None, :]
+        self.cache.begin_prefill(slot)
+        try:
+            out = self.model(
+                input_ids=input_ids,
+                position_ids=positions,
+                past_key_values=self.cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+        finally:
+            self.cache.end_prefill(length)
+        self.stats.prefill_tokens += length
+        return out.logits[0, -1].float()
+
+    # ------------------------------------------------------------ decoding
+
+    def step(self) -> None:
+        """One new token for every running row."""
+        rows = self.active
+        if not rows:
+            return
+        input_ids = torch.tensor([[r.completion_ids[-1]] for r in rows], dtype=torch.long, device=self.device)
+        position_ids, mask = self.cache.begin_decode()
+        try:
+            out = self.model(
+                input_ids=input_ids,
+                position_ids=position_ids,
+                attention_mask=mask,
+                past_key_values=self.cache,
+                use_cache=True,
+            )
+        finally:
+            self.cache.end_decode()
+        steps = [len(r.completion_ids) for r in rows]
+        tokens, logprobs = sample_next_tokens(out.logits[:, -1], [r.sampler for r in rows], steps)
+        self.stats.decode_steps += 1
+        self.stats.decode_rows += len(rows)
+        finished = []
+        for row, (token, logprob) in enumerate(zip(tokens, logprobs)):
+            self._record(row, token, logprob)
+            if rows[row].finish_reason is not None:
+                finished.append(row)
+        self._retire(finished)
+
+    def _record(self, row: int, token: int, logprob: float) -> None:
+        request = self.active[row]
+        request.completion_ids.append(token)
+        request.logprobs.append(logprob)
+        self.stats.generated_tokens += 1
+        if token in self.eos_ids or (request.stop and self._hit_stop_string(request)):
+            request.finish_reason = "stop"
+        elif len(request.completion_ids) >= request.max_new_tokens:
+            request.finish_reason = "length"
+
+    def _hit_stop_string(self, request: GenerationRequest) -> bool:
+        # A new match must end in the newest token's text, so decoding a short tail is enough (the slack covers
+        # tokens that decode to nothing on their own, e.g. pieces of one multi-byte character).
+        window = max(len(s) for s in request.stop) + 8
+        tail = self.decode(request.completion_ids[-window:])
+        return any(s in tail for s in request.stop)
+
+    # ------------------------------------------------------------ retiring
+
+    def drop_cancelled(self) -> None:
+        self._retire([row for row, r in enumerate(self.active) if r.cancelled], deliver=False)
+
+    def _retire(self, rows: list[int], *, deliver: bool = True) -> None:
+        # Highest row first: `_remove_row` moves the last row into the hole, which is then never a row still to go.
+        for row in sorted(rows, reverse=True):
+            request = self._remove_row(row)
+            request.prompt_logits = None
+            if deliver:
+                request.deliver(request, None)
+        if not self.active:
+            self.cache.release()
+
+    def _remove_row(self, row: int) -> GenerationRequest:
+        request = self.active[row]
+        moved = self.cache.remove_slot(row)
+        if moved is not None:
+            self.active[row] = self.active[moved]
+        self.active.pop()
+        return request
+
+    def fail_all(self, error: BaseException) -> None:
+        """A step failed: every running request gets `error`; the cache is reset so the next request starts clean."""
+        failed, self.active = self.active, []
+        self.cache.lengths = []
+        self.cache.release()
+        for request in failed:
+            request.deliver(request, error)

@@ -1,0 +1,296 @@
+"""LocalModel: continuous batching must not change what a request gets (ids, logprobs, seeds), and the worker must
+survive bad requests, weight updates and shutdown. Tiny random-init Llama with the real SmolLM2 tokenizer."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+import torch
+
+from rllm.errors import InfraError
+from rllm.models.base import SamplingParams
+from rllm.models.local import LocalModel, PromptTooLongError
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
+
+
+def _tiny_model(tokenizer, seed: int = 0):
+    """build_tiny_model's init gives near-uniform logits and a degenerate greedy output (one token repeated); wider
+    weights make outputs depend on the prompt, so comparisons between batch compositions mean something."""
+    from rllm.models.registry import build_tiny_model
+
+    model = build_tiny_model(tokenizer, seed=seed)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.ndim == 2:
+                scale = 2.0 / param.shape[1] ** 0.5 * (8 if "embed" in name else 1)
+                param.copy_(torch.randn(param.shape, generator=generator) * scale)
+    return model
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm2_tokenizer):
+    return smollm2_tokenizer
+
+
+@pytest.fixture
+def make_model(tokenizer):
+    created = []
+
+    def make(**kwargs):
+        model = LocalModel(_tiny_model(tokenizer, seed=kwargs.pop("model_seed", 0)), tokenizer, **kwargs)
+        created.append(model)
+        return model
+
+    yield make
+    for model in created:
+        model.close()
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer):
+    texts = [
+        "Hi",
+        "The cat sat on the mat and looked at the",
+        "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15",
+        "Once upon a time, in a land far away, there lived a very old dragon who",
+        "Why?",
+        "Paris is",
+    ]
+    return [tokenizer.encode(t) for t in texts]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def gather(model, prompts, sampling):
+    return await asyncio.gather(*[model.generate(p, sampling) for p in prompts])
+
+
+async def gather_each(model, requests, return_exceptions=False):
+    """Submit (prompt, sampling) pairs concurrently."""
+    calls = [model.generate(p, s) for p, s in requests]
+    return await asyncio.gather(*calls, return_exceptions=return_exceptions)
+
+
+def reference_logprobs(model, prompt_ids, completion_ids, temperature):
+    """log softmax(logits / T) of the completion from one plain forward pass over prompt + completion."""
+    ids = torch.tensor([prompt_ids + completion_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()
+    logprobs = torch.log_softmax(logits / (temperature or 1.0), dim=-1)
+    return logprobs.gather(1, torch.tensor(completion_ids)[:, None]).squeeze(1)
+
+
+def test_greedy_batched_equals_one_at_a_time(make_model, prompts):
+    model = make_model(max_batch_size=4)  # 6 prompts: some join the running batch later
+    batched = run(gather(model, prompts, GREEDY))
+    alone = [run(model.generate(p, GREEDY)) for p in prompts]
+    assert [o.completion_ids for o in batched] == [o.completion_ids for o in alone]
+    assert all(o.prompt_ids == p for o, p in zip(batched, prompts))
+    assert len({tuple(o.completion_ids) for o in batched}) > 1  # the model is not degenerate
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+def test_logprobs_match_a_plain_forward_pass(make_model, prompts, temperature):
+    model = make_model(max_batch_size=4)
+    outputs = run(gather(model, prompts, SamplingParams(temperature=temperature, max_tokens=10, seed=1)))
+    for out in outputs:
+        assert len(out.logprobs) == len(out.completion_ids)
+        expected = reference_logprobs(model.model, out.prompt_ids, out.completion_ids, temperature)
+        assert torch.allclose(torch.tensor(out.logprobs), expected, atol=1e-4), (out.logprobs, expected)
+
+
+def test_top_k_top_p_logprobs_are_untruncated_and_samples_stay_in_the_nucleus(make_model, prompts):
+    model = make_model()
+    sampling = SamplingParams(temperature=1.0, top_k=5, top_p=0.9, max_tokens=8, seed=3)
+    for out in run(gather(model, prompts, sampling)):
+        expected = reference_logprobs(model.model, out.prompt_ids, out.completion_ids, 1.0)
+        assert torch.allclose(torch.tensor(out.logprobs), expected, atol=1e-4)
+        ids = torch.tensor([out.prompt_ids + out.completion_ids])
+        with torch.no_grad():
+            logits = model.model(input_ids=ids).logits[0, len(out.prompt_ids) - 1 : -1]
+        top5 = logits.topk(5).indices
+        assert all(tok in row.tolist() for tok, row in zip(out.completion_ids, top5))
+
+
+def test_max_tokens_and_finish_reason(make_model, prompts):
+    model = make_model(eos_token_ids=())
+    out = run(model.generate(prompts[0], SamplingParams(max_tokens=5, seed=0)))
+    assert len(out.completion_ids) == 5 and out.finish_reason == "length"
+    assert out.text == model.tokenizer.decode(out.completion_ids, skip_special_tokens=True)
+    assert out.weight_version == 0
+
+
+def test_eos_ends_the_completion_and_is_kept(make_model, prompts, tokenizer):
+    assert tokenizer.eos_token_id in make_model().eos_token_ids  # default comes from the tokenizer
+    probe = make_model(eos_token_ids=())
+    full = run(probe.generate(prompts[1], GREEDY)).completion_ids
+    eos = full[3]  # pretend this token is EOS
+    model = make_model(eos_token_ids={eos})
+    out = run(model.generate(prompts[1], GREEDY))
+    assert out.completion_ids == full[: full.index(eos) + 1]
+    assert out.completion_ids[-1] == eos and out.finish_reason == "stop"
+    assert len(out.logprobs) == len(out.completion_ids)
+
+
+def test_stop_string_ends_generation_and_keeps_the_tokens(make_model, prompts, tokenizer):
+    model = make_model(eos_token_ids=())
+    sampling = SamplingParams(temperature=1.0, max_tokens=20, seed=5)
+    full = run(model.generate(prompts[2], sampling))
+    pieces = [tokenizer.decode(full.completion_ids[: i + 1], skip_special_tokens=True) for i in range(20)]
+    for stop in (
+        pieces[4][len(pieces[3]) :].strip(),  # the whole text of one token
+        pieces[6][len(pieces[5]) - 2 : len(pieces[5]) + 2],
+    ):  # a string straddling two tokens
+        first = next(i for i, text in enumerate(pieces) if stop in text)
+        out = run(model.generate(prompts[2], sampling.model_copy(update={"stop": [stop]})))
+        assert out.finish_reason == "stop"
+        assert out.completion_ids == full.completion_ids[: first + 1]
+        assert stop in out.text and out.logprobs == full.logprobs[: first + 1]
+
+
+def test_seeded_sample_does_not_depend_on_the_batch(make_model, prompts):
+    model = make_model(max_batch_size=3)
+    sampling = SamplingParams(temperature=1.0, max_tokens=10, seed=1234)
+    alone = run(model.generate(prompts[3], sampling))
+    others = [SamplingParams(temperature=0.8, max_tokens=n, seed=n) for n in (3, 15, 7, 20, 2)]
+
+    async def crowded():
+        crowd = [model.generate(p, s) for p, s in zip(prompts, others)]
+        return await asyncio.gather(*crowd[:2], model.generate(prompts[3], sampling), *crowd[2:])
+
+    in_crowd = run(crowded())[2]
+    assert in_crowd.completion_ids == alone.completion_ids
+    other_seed = run(model.generate(prompts[3], SamplingParams(temperature=1.0, max_tokens=10, seed=99)))
+    assert other_seed.completion_ids != alone.completion_ids
+
+
+def test_unseeded_runs_reproduce_for_the_same_workload(make_model, prompts):
+    sampling = SamplingParams(temperature=1.0, max_tokens=8)
+    first = run(gather(make_model(seed=7), prompts, sampling))
+    second = run(gather(make_model(seed=7), prompts, sampling))
+    other = run(gather(make_model(seed=8), prompts, sampling))
+    assert [o.completion_ids for o in first] == [o.completion_ids for o in second]
+    assert [o.completion_ids for o in first] != [o.completion_ids for o in other]
+
+
+def test_identical_prompts_share_one_prefill(make_model, prompts):
+    model = make_model()
+    outs = run(gather_each(model, [(prompts[3], SamplingParams(max_tokens=6, seed=s)) for s in range(4)]))
+    assert model.stats["prefills_shared"] == 3
+    assert len({tuple(o.completion_ids) for o in outs}) > 1
+    for out in outs:
+        expected = reference_logprobs(model.model, out.prompt_ids, out.completion_ids, 1.0)
+        assert torch.allclose(torch.tensor(out.logprobs), expected, atol=1e-4)
+
+
+def test_messages_are_rendered_with_the_chat_template(make_model, tokenizer):
+    from rllm.models.chat import render_messages
+
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi"}]
+    out = run(make_model().generate(messages, GREEDY))
+    assert out.prompt_ids == render_messages(tokenizer, messages)
+
+
+def test_update_weights_changes_outputs_and_bumps_the_version(make_model, prompts, tokenizer, tmp_path):
+    model = make_model()
+    before = run(model.generate(prompts[1], GREEDY))
+    other = _tiny_model(tokenizer, seed=1).state_dict()
+    assert model.update_weights(other) == 1 and model.weight_version == 1
+    after = run(model.generate(prompts[1], GREEDY))
+    assert after.completion_ids != before.completion_ids and after.weight_version == 1
+
+    # A partial state dict (as a merged LoRA would be) only touches what it names.
+    name = "model.layers.0.mlp.down_proj.weight"
+    partial = {name: torch.zeros_like(other[name])}
+    assert model.update_weights(partial) == 2
+    assert torch.equal(model.model.state_dict()[name], partial[name])
+    assert torch.equal(model.model.state_dict()["model.norm.weight"], other["model.norm.weight"])
+
+    from safetensors.torch import save_file
+
+    original = _tiny_model(tokenizer, seed=0).state_dict()
+    save_file({k: v.contiguous() for k, v in original.items() if k != "lm_head.weight"}, tmp_path / "w.safetensors")
+    assert model.update_weights(tmp_path, version=10) == 10
+    restored = run(model.generate(prompts[1], GREEDY))
+    assert restored.completion_ids == before.completion_ids and restored.weight_version == 10
+
+    with pytest.raises(KeyError, match="does not have"):
+        model.update_weights({"not.a.weight": torch.zeros(1)})
+    assert model.weight_version == 10
+    assert run(model.generate(prompts[1], GREEDY)).completion_ids == before.completion_ids
+
+
+def test_more_requests_than_slots_all_complete(make_model, prompts):
+    model = make_model(max_batch_size=3)
+    requests = [(prompts[i % len(prompts)], SamplingParams(max_tokens=2 + i % 7, seed=i)) for i in range(20)]
+    outs = run(gather_each(model, requests))
+    for (prompt, sampling), out in zip(requests, outs):
+        assert out.prompt_ids == prompt
+        assert len(out.completion_ids) <= sampling.max_tokens
+    assert model.stats["decode_rows"] <= 3 * model.stats["decode_steps"]
+
+
+def test_bad_requests_fail_alone(make_model, prompts, monkeypatch):
+    model = make_model()
+    with pytest.raises(ValueError, match="non-empty"):
+        run(model.generate([]))
+    with pytest.raises(PromptTooLongError, match="context"):
+        run(model.generate([5] * model.context_length))
+    with pytest.raises(ValueError, match="vocabulary"):
+        run(model.generate([5, model.vocab_size + 3]))
+
+    # A failure inside the worker (here: the prefill of one prompt) fails that request only.
+    scheduler = model._scheduler
+    original = scheduler._prefill
+
+    def flaky_prefill(slot, prompt_ids):
+        if prompt_ids == prompts[0]:
+            raise RuntimeError("boom")
+        return original(slot, prompt_ids)
+
+    monkeypatch.setattr(scheduler, "_prefill", flaky_prefill)
+    outs = run(gather_each(model, [(p, GREEDY) for p in prompts], return_exceptions=True))
+    assert isinstance(outs[0], InfraError) and "boom" in str(outs[0])
+    assert all(len(o.completion_ids) == 12 or o.finish_reason == "stop" for o in outs[1:])
+
+
+def test_cancelled_request_frees_its_slot(make_model, prompts):
+    model = make_model(max_batch_size=1, eos_token_ids=())
+
+    async def scenario():
+        slow = asyncio.ensure_future(model.generate(prompts[0], SamplingParams(max_tokens=1000, seed=0)))
+        await asyncio.sleep(0.05)
+        slow.cancel()
+        return await asyncio.wait_for(model.generate(prompts[1], GREEDY), timeout=30)
+
+    assert len(run(scenario()).completion_ids) == 12
+
+
+def test_close_stops_the_worker(tokenizer, prompts):
+    async def scenario():
+        async with LocalModel(_tiny_model(tokenizer), tokenizer) as model:
+            await model.generate(prompts[0], GREEDY)
+            worker = model._worker
+        return model, worker
+
+    model, worker = run(scenario())
+    assert not worker.is_alive()
+    assert all(t.name != "rllm-local-model" or not t.is_alive() for t in threading.enumerate())
+    with pytest.raises(RuntimeError, match="closed"):
+        run(model.generate(prompts[0], GREEDY))
+    model.close()  # idempotent
+
+
+def test_bfloat16_copy_leaves_the_passed_model_alone(tokenizer, prompts):
+    base = _tiny_model(tokenizer)
+    with LocalModel(base, tokenizer, dtype="bfloat16") as model:
+        assert base.dtype == torch.float32 and model.model.dtype == torch.bfloat16
+        out = run(model.generate(prompts[1], SamplingParams(max_tokens=6, seed=0)))
+        expected = reference_logprobs(base, out.prompt_ids, out.completion_ids, 1.0)
+        assert torch.allclose(torch.tensor(out.logprobs), expected, atol=0.5)
