@@ -1,0 +1,123 @@
+"""How much of the ideal concurrency the rollout engine achieves, and what it costs per step.
+
+    .venv/bin/python benchmarks/engine_concurrency.py            # 512 episodes x 5 turns, 50 ms per model call
+
+A fake OpenAI-compatible server (its own process, real HTTP on loopback) answers every call after a fixed 50 ms.
+The engine drives 512 episodes of 5 turns each through `OpenAIClient` in token-in/token-out mode (the mode training
+uses, with the real SmolLM2 chat template rendering each turn as a token delta), once per concurrency level.
+
+- ideal wall time  = episodes / n_parallel * turns * latency (every slot always waiting on the server, zero cost);
+- efficiency       = ideal / measured;
+- added latency    = (measured - ideal) / (turns per slot): what each step costs beyond the 50 ms wait;
+- engine CPU/step  = CPU time of this process / steps (engine + chat rendering + HTTP client);
+- framework overhead per step: the same episodes against an in-process model that answers at once (no HTTP,
+  no sleep), wall time / steps — the engine's own cost per step.
+Client and server share the machine's cores, so at high concurrency the CPU, not the engine, sets the limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+from rllm import AgentExecutionEngine, BaseAgent, BaseEnv, ModelOutput, SamplingParams
+
+
+class CountdownEnv(BaseEnv):
+    """Ends after `turns` steps; every observation is a short line, like a small text game."""
+
+    def __init__(self, turns: int) -> None:
+        self.turns, self.t = turns, 0
+
+    @classmethod
+    def from_dict(cls, task: dict) -> CountdownEnv:
+        return cls(task["turns"])
+
+    def reset(self):
+        self.t = 0
+        return "Start. Say anything.", {}
+
+    def step(self, action):
+        self.t += 1
+        done = self.t >= self.turns
+        return f"Turn {self.t} done.", float(done), done, {}
+
+
+class InstantModel:
+    """Answers at once with fixed ids: isolates the engine's own per-step cost."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self._reply = tokenizer.encode("Hello.", add_special_tokens=False) + [tokenizer.eos_token_id]
+
+    async def generate(self, prompt, sampling=None) -> ModelOutput:
+        return ModelOutput(text="Hello.", prompt_ids=list(prompt), completion_ids=self._reply,
+                           logprobs=[-0.5] * len(self._reply), finish_reason="stop")
+
+
+def make_engine(model, n_parallel: int, turns: int) -> AgentExecutionEngine:
+    return AgentExecutionEngine(
+        agent_class=BaseAgent, env_class=CountdownEnv, model=model, n_parallel_agents=n_parallel,
+        max_steps=turns, sampling=SamplingParams(max_tokens=16, temperature=1.0), retry_limit=0,
+    )
+
+
+async def timed_run(engine, tasks) -> tuple[float, float, list]:
+    cpu, wall = time.process_time(), time.perf_counter()
+    episodes = await engine.execute_tasks_async(tasks)
+    return time.perf_counter() - wall, time.process_time() - cpu, episodes
+
+
+async def run_http(base_url: str, tokenizer, args, n_parallel: int) -> dict:
+    from rllm.models.openai import OpenAIClient
+
+    tasks = [{"id": str(i), "turns": args.turns} for i in range(args.episodes)]
+    async with OpenAIClient(base_url, "fake-model", tokenizer=tokenizer) as client:
+        engine = make_engine(client, n_parallel, args.turns)
+        await engine.execute_tasks_async(tasks[: min(64, len(tasks))])  # warm up connections and caches
+        wall, cpu, episodes = await timed_run(engine, tasks)
+    steps = sum(len(ep.trajectories[0].steps) for ep in episodes)
+    assert steps == args.episodes * args.turns, f"expected {args.episodes * args.turns} steps, got {steps}"
+    waves = args.episodes / min(n_parallel, args.episodes)
+    ideal = waves * args.turns * args.latency_ms / 1000
+    return {"n_parallel": n_parallel, "wall": wall, "ideal": ideal, "efficiency": ideal / wall,
+            "added_ms": (wall - ideal) / (waves * args.turns) * 1000, "cpu_ms": cpu / steps * 1000}
+
+
+async def run_instant(tokenizer, args) -> float:
+    tasks = [{"id": str(i), "turns": args.turns} for i in range(args.episodes)]
+    engine = make_engine(InstantModel(tokenizer), 64, args.turns)
+    await engine.execute_tasks_async(tasks[:64])
+    wall, _, episodes = await timed_run(engine, tasks)
+    return wall / sum(len(ep.trajectories[0].steps) for ep in episodes) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--episodes", type=int, default=512)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--latency-ms", type=float, default=50.0)
+    parser.add_argument("--parallel", type=int, nargs="+", default=[32, 64, 128, 512])
+    parser.add_argument("--tokenizer", default="smollm2-135m-instruct", help="embedded model name or folder")
+    args = parser.parse_args()
+
+    from rllm.models.registry import load_tokenizer
+    from rllm.testing import spawn_fake_server
+
+    tokenizer = load_tokenizer(args.tokenizer)
+    print(f"{args.episodes} episodes x {args.turns} turns, server latency {args.latency_ms:.0f} ms, "
+          f"token-in/token-out with the {args.tokenizer} chat template")
+    print(f"{'n_parallel':>10} {'ideal s':>8} {'wall s':>8} {'efficiency':>10} {'added ms/step':>13} "
+          f"{'client CPU ms/step':>18}")
+    with spawn_fake_server(latency_ms=args.latency_ms) as server:
+        for n_parallel in args.parallel:
+            r = asyncio.run(run_http(server.base_url, tokenizer, args, n_parallel))
+            print(f"{r['n_parallel']:>10} {r['ideal']:>8.2f} {r['wall']:>8.2f} {r['efficiency']:>10.3f} "
+                  f"{r['added_ms']:>13.2f} {r['cpu_ms']:>18.3f}")
+    overhead = asyncio.run(run_instant(tokenizer, args))
+    print(f"framework overhead per step (engine + chat rendering, instant in-process model): {overhead:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
