@@ -35,11 +35,11 @@ def summarize_episodes(episodes: list[Episode], wall_time: float) -> dict[str, A
     }
 
 
-async def evaluate(engine: Any, tasks: list[dict], out_dir: Path, *, n_rollouts: int = 1, progress=None) -> dict:
+async def evaluate(engine: Any, tasks: list[dict], out_dir: Path, *, n_rollouts: int = 1) -> dict:
     """Run every task through `engine`, write `episodes.jsonl` and `summary.json` into `out_dir`, return the
-    summary. `progress(episode)` is called as each episode finishes."""
+    summary."""
     start = time.perf_counter()
-    episodes = await engine.execute_tasks_async(tasks, n_rollouts=n_rollouts, on_episode_done=progress)
+    episodes = await engine.execute_tasks_async(tasks, n_rollouts=n_rollouts)
     wall = time.perf_counter() - start
     summary = summarize_episodes(episodes, wall)
     write_jsonl(out_dir / "episodes.jsonl", episodes)

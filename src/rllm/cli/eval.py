@@ -45,17 +45,18 @@ async def _run(args: argparse.Namespace) -> int:
     spec = get_builtin_task(args.task)
     tasks = spec.make_tasks(args.n, seed=args.seed)
     model = _make_model(args)
-    engine = AgentExecutionEngine(
-        agent_class=spec.agent_class,
-        env_class=spec.env_class,
-        model=model,
-        sampling=SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed),
-        n_parallel_agents=args.n_parallel,
-        max_steps=args.max_steps,
-    )
     out_dir = make_run_dir("eval", args.task, args.out)
     with tqdm(total=len(tasks) * args.rollouts, desc=f"eval {args.task}", unit="ep") as bar:
-        summary = await evaluate(engine, tasks, out_dir, n_rollouts=args.rollouts, progress=lambda _: bar.update())
+        engine = AgentExecutionEngine(
+            agent_class=spec.agent_class,
+            env_class=spec.env_class,
+            model=model,
+            sampling=SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed),
+            n_parallel_agents=args.n_parallel,
+            max_steps=args.max_steps,
+            on_episode_done=lambda _: bar.update(),
+        )
+        summary = await evaluate(engine, tasks, out_dir, n_rollouts=args.rollouts)
     await _close(model)
     _print_summary(summary, out_dir)
     return 0

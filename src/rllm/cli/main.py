@@ -2,6 +2,7 @@
 
     rllm eval frozenlake --n 16                      # the embedded model on a CPU
     rllm eval frozenlake --base-url URL --model NAME # any OpenAI-compatible endpoint
+    rllm train configs/frozenlake_grpo.yaml trainer.total_steps=20   # RL on the embedded model
     rllm fetch qwen2.5-coder-0.5b-instruct           # download + verify + convert an embedded model
 """
 
@@ -12,6 +13,7 @@ import sys
 
 from rllm.cli import eval as eval_cmd
 from rllm.cli import fetch as fetch_cmd
+from rllm.cli import train as train_cmd
 
 __all__ = ["main"]
 
@@ -21,12 +23,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     eval_cmd.add_parser(sub)
     fetch_cmd.add_parser(sub)
+    train_cmd.add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rllm.errors import RllmError
+
     args = build_parser().parse_args(argv)
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except RllmError as exc:  # our own errors already say what to do: no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

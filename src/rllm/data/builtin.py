@@ -7,9 +7,15 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-__all__ = ["BUILTIN_TASKS", "BuiltinTask", "get_builtin_task"]
+from rllm.errors import RllmError
+
+__all__ = ["BUILTIN_TASKS", "BuiltinTask", "UnknownTaskError", "get_builtin_task"]
+
+
+class UnknownTaskError(RllmError, ValueError):
+    """No built-in task has that name."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,7 @@ def get_builtin_task(name: str) -> BuiltinTask:
         return BUILTIN_TASKS[name]
     except KeyError:
         known = ", ".join(sorted(BUILTIN_TASKS))
-        raise ValueError(f"unknown task {name!r}; built-in tasks: {known}") from None
+        raise UnknownTaskError(f"unknown task {name!r}; built-in tasks: {known}") from None
 
 
 def _load(path: str) -> Any:
