@@ -1,0 +1,202 @@
+"""Model-side helpers of the embedded torch backend: LoRA setup, the forward pass at loss positions, merged LoRA
+weights for an inference server, and the learning-rate schedule. Small functions; `TorchBackend` composes them.
+
+The forward pass ("train only where the loss is"). A causal LM's output layer maps every position's hidden state to
+V logits; with Qwen's V = 151,936 the logits of 8 x 256 tokens are 1.2 GB of float32, and their log-softmax and its
+backward as much again, although the loss needs only the completion positions. `forward_targets` runs the backbone
+alone, gathers the hidden states at the requested positions, and applies the output layer and log-softmax there
+only. The output layer (and the value head) run in float32 with autocast off, so the log-probs entering the PPO
+ratio carry no bf16 rounding from the [N, V] matmul. Architectures whose logits are not simply `head(hidden)`
+(logit soft-capping, logit scales) or that expose no backbone/head take the plain `model(...).logits` path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from rllm.config import LoraConfig
+from rllm.training.losses import entropy_from_logits, token_logprobs
+
+__all__ = [
+    "TargetOutputs",
+    "apply_lora",
+    "backbone_and_head",
+    "forward_targets",
+    "linear_module_names",
+    "lr_factor",
+    "merged_lora_state",
+    "plain_state_name",
+]
+
+logger = logging.getLogger(__name__)
+
+# Config attributes that mean "logits are not just head(hidden)": such models take the full-logits path.
+_LOGIT_POSTPROCESSING = ("final_logit_softcapping", "logit_scale", "output_multiplier_scale")
+
+
+# ---- LoRA ------------------------------------------------------------------------------------------------------
+
+
+def linear_module_names(model: nn.Module) -> list[str]:
+    """The distinct leaf names of the model's `nn.Linear` modules (`q_proj`, `lm_head`, ...), sorted."""
+    return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, nn.Linear)})
+
+
+def apply_lora(model: nn.Module, lora: LoraConfig, *, seed: int) -> nn.Module:
+    """Wrap `model` in peft LoRA adapters on the configured target modules that exist in it.
+
+    Target names the model lacks are dropped with a warning (a config written for Llama still works on a model
+    that names its projections differently, as long as some match); none matching is an error that lists the
+    names that exist. The adapters' random init (lora_A; lora_B starts at 0, so the wrapped model computes the same
+    function) is seeded and leaves the global RNG untouched.
+    """
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+
+    available = linear_module_names(model)
+    targets = [name for name in lora.target_modules if name in available]
+    missing = [name for name in lora.target_modules if name not in available]
+    if not targets:
+        raise ValueError(
+            f"model.lora.target_modules {lora.target_modules} match no linear module of this model; "
+            f"its linear modules are named: {', '.join(available)}"
+        )
+    if missing:
+        logger.warning("LoRA: this model has no modules named %s; adapting %s", missing, targets)
+    config = PeftLoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                            target_modules=targets, bias="none", task_type="CAUSAL_LM")  # fmt: skip
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return get_peft_model(model, config)
+
+
+def _lora_layers(model: nn.Module) -> list[tuple[str, Any]]:
+    """(plain module name, LoraLayer) for every adapted module of a peft model; [] for a plain model."""
+    if not hasattr(model, "get_base_model"):
+        return []
+    from peft.tuners.lora import LoraLayer
+
+    return [(name, module) for name, module in model.get_base_model().named_modules() if isinstance(module, LoraLayer)]
+
+
+@torch.no_grad()
+def merged_lora_state(model: nn.Module) -> dict[str, Tensor]:
+    """`{plain name: W + scale * B @ A}` for every LoRA-adapted weight, named as in the un-wrapped base model
+    (`model.layers.0.self_attn.q_proj.weight`), so a plain copy of the base model (another process, vLLM) can load
+    it. Computed into new tensors: the training model is not modified (no merge/unmerge round trip)."""
+    state = {}
+    for name, layer in _lora_layers(model):
+        base = layer.get_base_layer().weight
+        wide = torch.promote_types(base.dtype, torch.float32)  # bf16 weights are merged in float32, then cast back
+        weight = base.detach().to(wide, copy=True)
+        if not layer.merged:  # never merged by the backend; a user who merged by hand already has W' in place
+            for adapter in layer.active_adapters:
+                weight += layer.get_delta_weight(adapter).to(wide)
+        state[f"{name}.weight"] = weight.to(base.dtype)
+    return state
+
+
+def plain_state_name(name: str) -> str:
+    """A parameter name of a peft-wrapped model as the plain base model names it."""
+    return name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+
+
+# ---- the forward pass at loss positions -----------------------------------------------------------------------
+
+
+@dataclass
+class TargetOutputs:
+    """Per requested position (flattened in row-major order of the `[B, L-1]` selection): float32 log-probs, and
+    when asked the entropy of softmax(logits / temperature) and the final hidden state (for a value head)."""
+
+    logprobs: Tensor  # [N]
+    entropy: Tensor | None = None  # [N]
+    hidden: Tensor | None = None  # [N, H] float32
+
+
+def backbone_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
+    """The transformer trunk (returns `last_hidden_state`) and the output layer of a transformers CausalLM, with
+    or without a peft wrapper; None when the model does not expose them or post-processes its logits."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    backbone = getattr(base, getattr(base, "base_model_prefix", "model"), None)
+    head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+    config = getattr(base, "config", None)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if any(getattr(text_config, attr, None) not in (None, 1.0) for attr in _LOGIT_POSTPROCESSING):
+        return None
+    if not isinstance(backbone, nn.Module) or not isinstance(head, nn.Module) or backbone is base:
+        return None
+    return backbone, head
+
+
+def _autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def forward_targets(
+    model: nn.Module,
+    batch: dict[str, Tensor],
+    positions: Tensor,
+    *,
+    temperature: float,
+    entropy: bool = False,
+    hidden: bool = False,
+    autocast_dtype: torch.dtype | None = None,
+    gather: bool = True,
+) -> TargetOutputs:
+    """Log-probs of `batch["target_ids"]` at the `positions` (bool `[B, L-1]`, the shifted view of `collate`)
+    under softmax(logits / temperature), keeping `token_logprobs`' semantics (float32, gather - logsumexp).
+
+    `gather=True` applies the output layer only at `positions` (see the module docstring); `gather=False`, or a
+    model without a reachable backbone/head, computes the full `[B, L, V]` logits and picks the positions after.
+    """
+    device = batch["input_ids"].device
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
+    parts = backbone_and_head(model) if gather else None
+    targets = batch["target_ids"][positions]
+    if parts is None:
+        with _autocast(device, autocast_dtype):
+            out = model(**inputs, use_cache=False, output_hidden_states=hidden)
+        logits = out.logits[:, :-1][positions].float()
+        states = out.hidden_states[-1][:, :-1][positions].float() if hidden else None
+    else:
+        backbone, head = parts
+        with _autocast(device, autocast_dtype):
+            states = backbone(**inputs, use_cache=False).last_hidden_state[:, :-1][positions]
+        with torch.autocast(device.type, enabled=False):
+            states = states.float()
+            logits = head(states).float()
+    if temperature not in (0.0, 1.0):
+        logits = logits / temperature
+    # token_logprobs on [N, V] logits and [N] ids: the same numbers as on the [B, T, V] view.
+    return TargetOutputs(
+        logprobs=token_logprobs(logits, targets),
+        entropy=entropy_from_logits(logits) if entropy else None,
+        hidden=states if hidden else None,
+    )
+
+
+# ---- learning-rate schedule ------------------------------------------------------------------------------------
+
+
+def lr_factor(step: int, *, schedule: str, warmup: int, total: int) -> float:
+    """Multiplier of the peak lr at optimizer step `step` (0-based): linear warmup over `warmup` steps that reaches
+    the peak AT step `warmup - 1` (the first step already moves, lr/warmup: no step is wasted at lr 0), then
+    constant, linear to 0, or cosine to 0 at `total` (never reached: the last step's lr is small but > 0)."""
+    if step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    if schedule == "linear":
+        return 1.0 - progress
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(f"unknown lr schedule {schedule!r}; choose constant, linear or cosine")
