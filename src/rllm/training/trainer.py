@@ -1,0 +1,340 @@
+"""`AgentTrainer`: the RL loop for agents, readable top to bottom in `_train_step`.
+
+    trainer = AgentTrainer(agent_class=FrozenLakeAgent, env_class=FrozenLakeEnv, config=load_config(path),
+                           train_dataset=rows, val_dataset=val_rows)
+    trainer.train()
+
+One step: take tasks → roll each out `rollout.n` times with the current weights → group trajectories by
+`task_id:role` → filter → advantages → training rows (exact sampled tokens, prefix-merged turns) → policy update
+(PPO epochs × mini-batches) → push weights to the rollout model → log → validate every k steps → checkpoint.
+
+Choices:
+- Rollouts run on a `LocalModel` that shares the backend's model object (LoRA adapters live), so "pushing weights"
+  on the embedded path is a version bump: the next rollouts are on-policy with no copy.
+- Sampling is seeded per step (`trainer.seed`, step) and per call (episode id, turn; see the engine), so a run is
+  reproducible whatever order concurrent rollouts reach the model in. Resume is bitwise on CPU when the rollout
+  batches are formed the same way (one rollout at a time, `rollout.n_parallel=1`, is always so; with concurrency
+  the batch composition can differ in float rounding).
+- A step with nothing to train on (every group dropped or filtered) skips the update and says so in its metrics
+  (`skipped_update=1`); nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from rllm.config import TrainConfig, dump_config
+from rllm.engine import AgentExecutionEngine
+from rllm.evaluation import summarize_episodes
+from rllm.runs import write_json
+from rllm.training.batch import build_rows
+from rllm.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from rllm.training.grouping import group_and_score, group_key, trajectory_reward
+from rllm.training.run_log import MetricsLog, TaskSampler
+from rllm.types import Episode
+
+__all__ = ["AgentTrainer"]
+
+_TIME_KEYS = ("time_", "tokens_per_s", "train_time_s", "wall")  # metrics that differ run to run
+
+
+class AgentTrainer:
+    def __init__(
+        self,
+        *,
+        agent_class: type | None = None,
+        env_class: type | None = None,
+        agent_args: dict | None = None,
+        env_args: dict | None = None,
+        workflow_class: type | None = None,
+        workflow_args: dict | None = None,
+        config: TrainConfig | None = None,
+        train_dataset: list[dict] | None = None,
+        val_dataset: list[dict] | None = None,
+        backend: str = "torch",
+        model: Any = None,
+        tokenizer: Any = None,
+        progress: bool = True,
+    ) -> None:
+        if workflow_class is not None or workflow_args is not None:
+            raise NotImplementedError("workflow_class training needs the AgentWorkflowEngine (not built yet); "
+                                      "train an agent_class/env_class pair for now")  # fmt: skip
+        if backend != "torch":
+            raise ValueError(f"backend={backend!r}: only the embedded 'torch' backend exists so far")
+        self.config = config or TrainConfig()
+        self.agent_class, self.env_class, self.train_dataset, self.val_dataset = _resolve_task(
+            self.config, agent_class, env_class, train_dataset, val_dataset
+        )
+        self.agent_args = {**self.config.agent_args, **(agent_args or {})}
+        self.env_args = {**self.config.env_args, **(env_args or {})}
+        self._model, self._tokenizer, self.progress = model, tokenizer, progress
+        self.run_dir: Path | None = None
+
+    # ---- public ---------------------------------------------------------------------------------------------
+
+    def train(self) -> dict[str, Any]:
+        """Run the whole loop; returns validation before/after, the run directory and the last step's metrics."""
+        return asyncio.run(self._train())
+
+    # ---- the loop -------------------------------------------------------------------------------------------
+
+    async def _train(self) -> dict[str, Any]:
+        cfg = self.config
+        _seed_everything(cfg.trainer.seed)
+        self._build()
+        start_step = self._resume_or_start()
+        log = MetricsLog(self.run_dir, tensorboard=cfg.trainer.tensorboard, resume_step=start_step or None)
+        result: dict[str, Any] = {"run_dir": str(self.run_dir)}
+        try:
+            if start_step == 0:
+                self.val_history.append({"step": 0, **await self._validate(log, 0)})
+            last = await self._loop(log, start_step)
+            result["last_metrics"] = last
+            if self.step == cfg.trainer.total_steps and self.val_history[-1]["step"] != self.step:
+                self.val_history.append({"step": self.step, **await self._validate(log, self.step)})
+            self._save()
+        finally:
+            log.close()
+            self.rollout_model.close()
+        result.update(val_before=self.val_history[0], val_after=self.val_history[-1], steps=self.step)
+        write_json(self.run_dir / "result.json", result)
+        return result
+
+    async def _loop(self, log: MetricsLog, start_step: int) -> dict[str, Any]:
+        cfg = self.config.trainer
+        stop = cfg.total_steps if cfg.stop_after is None else min(cfg.total_steps, start_step + cfg.stop_after)
+        bar = _progress(self.progress, total=cfg.total_steps, initial=start_step)
+        metrics: dict[str, Any] = {}
+        for step in range(start_step + 1, stop + 1):
+            metrics = await self._train_step(step, log)
+            self.step = step
+            if cfg.val_every and step % cfg.val_every == 0 and step < cfg.total_steps:
+                self.val_history.append({"step": step, **await self._validate(log, step)})
+            if cfg.save_every and step % cfg.save_every == 0:
+                self._save()
+            bar.set_postfix(reward=f"{metrics['reward_mean']:.2f}", val=f"{self.val_history[-1]['success_rate']:.2f}")
+            bar.update()
+        bar.close()
+        return metrics
+
+    async def _train_step(self, step: int, log: MetricsLog) -> dict[str, Any]:
+        cfg = self.config
+        tasks = self.sampler.take(cfg.trainer.tasks_per_step)
+        started = time.perf_counter()
+        self.engine.sampling = cfg.rollout.to_sampling(seed=_step_seed(cfg.trainer.seed, step))
+        episodes = await self.engine.execute_tasks_async(tasks, n_rollouts=cfg.rollout.n)
+        greedy = await self._greedy_baselines(tasks) if cfg.algorithm.advantage == "remax" else None
+        time_rollout = time.perf_counter() - started
+
+        batch = group_and_score(episodes, cfg.algorithm, greedy)
+        rows, row_stats = build_rows(
+            batch.trajectories,
+            step_advantages=batch.step_advantages,
+            max_prompt_length=cfg.rollout.max_prompt_length,
+            max_response_length=cfg.rollout.max_response_length,
+        )
+        started = time.perf_counter()
+        update = {"skipped_update": 1} if not rows else {"skipped_update": 0, **self.backend.update(
+            rows, temperature=cfg.rollout.temperature, norm_length=cfg.rollout.max_response_length)}  # fmt: skip
+        version = self.backend.push_weights(self.rollout_model)
+        time_update = time.perf_counter() - started
+
+        metrics = {
+            **_rollout_metrics(episodes, time_rollout),
+            **{f"batch/{k}": v for k, v in {**batch.stats, **row_stats}.items()},
+            **update,
+            "time_update_s": time_update,
+            "weight_version": version,
+        }
+        log.log(step, metrics)
+        if cfg.trainer.log_episodes:
+            log.log_episodes(step, episodes, "train")
+        return metrics
+
+    async def _validate(self, log: MetricsLog, step: int) -> dict[str, float]:
+        if not self.val_dataset:
+            return {"success_rate": float("nan"), "mean_reward": float("nan"), "episodes": 0}
+        self.val_engine.sampling = self.config.rollout.to_sampling(validation=True, seed=self.config.trainer.seed)
+        started = time.perf_counter()
+        episodes = await self.val_engine.execute_tasks_async(self.val_dataset)
+        summary = summarize_episodes(episodes, time.perf_counter() - started)
+        result = {k: summary[k] for k in ("success_rate", "mean_reward", "mean_turns", "episodes")}
+        log.log(step, {f"val/{k}": v for k, v in result.items()})
+        if self.config.trainer.log_episodes:
+            log.log_episodes(step, episodes, "val")
+        return result
+
+    async def _greedy_baselines(self, tasks: list[dict]) -> dict[str, float]:
+        """ReMax: one greedy rollout per task; its reward is the baseline of the task's group (per role)."""
+        self.val_engine.sampling = self.config.rollout.to_sampling(validation=True, seed=self.config.trainer.seed)
+        episodes = await self.val_engine.execute_tasks_async(tasks)
+        return {group_key(ep, t): trajectory_reward(ep, t) for ep in episodes for t in ep.trajectories}
+
+    # ---- set-up, checkpoints ------------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        from rllm.training.backends.torch import TorchBackend
+
+        cfg = self.config
+        self.backend = TorchBackend(cfg.model, cfg.algorithm, cfg.optim, total_steps=cfg.trainer.total_steps,
+                                    seed=cfg.trainer.seed, model=self._model, tokenizer=self._tokenizer)  # fmt: skip
+        self.rollout_model = self.backend.make_rollout_model(max_batch_size=cfg.rollout.n_parallel,
+                                                             seed=cfg.trainer.seed)  # fmt: skip
+        common = dict(agent_class=self.agent_class, env_class=self.env_class, agent_args=self.agent_args,
+                      env_args=self.env_args, model=self.rollout_model, **cfg.rollout.engine_kwargs())  # fmt: skip
+        self.engine = AgentExecutionEngine(**common)
+        self.val_engine = AgentExecutionEngine(**common)
+        self.sampler = TaskSampler(self.train_dataset, cfg.trainer.seed)
+        self.step, self.val_history = 0, []
+
+    def _resume_or_start(self) -> int:
+        cfg = self.config.trainer
+        if cfg.resume:
+            checkpoint = _find_checkpoint(Path(cfg.resume))
+            self.run_dir = checkpoint.parent.parent
+            step, parts = load_checkpoint(checkpoint)
+            self.backend.load_state_dict(parts["backend"])
+            state = parts["trainer"]
+            self.sampler.position, self.step, self.val_history = state["sampler_position"], step, state["val_history"]
+            _set_rng_state(state["rng"])
+            self.rollout_model.weight_version = state["weight_version"]
+            return step
+        name = cfg.name or f"train-{self.config.data.task}-{self.config.algorithm.advantage}-{time.strftime('%Y%m%d-%H%M%S')}"
+        self.run_dir = Path(cfg.run_dir) / name
+        self.run_dir.mkdir(parents=True, exist_ok=False)
+        (self.run_dir / "config.yaml").write_text(dump_config(self.config), encoding="utf-8")
+        write_json(self.run_dir / "manifest.json", _manifest(self.config))
+        return 0
+
+    def _save(self) -> None:
+        trainer_state = {
+            "sampler_position": self.sampler.position,
+            "val_history": self.val_history,
+            "rng": _rng_state(),
+            "weight_version": self.rollout_model.weight_version,
+        }
+        save_checkpoint(self.run_dir, self.step, {"backend": self.backend.state_dict(), "trainer": trainer_state})
+
+
+# ---- helpers --------------------------------------------------------------------------------------------------
+
+
+def _resolve_task(cfg: TrainConfig, agent_class, env_class, train, val):
+    """Explicit classes and datasets win; what is missing comes from the built-in task named by `data.task`."""
+    if agent_class is not None and env_class is not None and train is not None:
+        return agent_class, env_class, train, val if val is not None else []
+    from rllm.data import get_builtin_task
+
+    spec = get_builtin_task(cfg.data.task)
+    args = cfg.data.task_args
+    train = train if train is not None else spec.make_tasks(cfg.data.train_size, seed=cfg.data.seed, **args)
+    if val is None:
+        val = spec.make_tasks(cfg.data.val_size, seed=cfg.data.val_seed, **args) if cfg.data.val_size else []
+    return agent_class or spec.agent_class, env_class or spec.env_class, train, val
+
+
+def _rollout_metrics(episodes: list[Episode], time_rollout: float) -> dict[str, Any]:
+    trajectories = [t for ep in episodes for t in ep.trajectories]
+    completions = [s.model_output.completion_length for t in trajectories for s in t.steps if s.model_output]
+    response = [sum(s.model_output.completion_length for s in t.steps if s.model_output) for t in trajectories]
+    reasons = Counter(ep.termination_reason.value for ep in episodes if ep.termination_reason)
+    n = max(len(episodes), 1)
+    return {
+        "reward_mean": sum(trajectory_reward(ep, t) for ep in episodes for t in ep.trajectories) / max(len(trajectories), 1),
+        "success_rate": sum(ep.is_correct for ep in episodes) / n,
+        "response_length_mean": sum(response) / max(len(response), 1),
+        "turns_mean": sum(len(t.steps) for t in trajectories) / max(len(trajectories), 1),
+        "token_mismatch": sum(int(ep.metrics.get("token_mismatch", 0)) for ep in episodes),
+        "time_rollout_s": time_rollout,
+        "rollout_tokens_per_s": sum(completions) / time_rollout if time_rollout > 0 else 0.0,
+        **{f"termination/{reason}": count / n for reason, count in sorted(reasons.items())},
+    }
+
+
+def _step_seed(seed: int, step: int) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{step}".encode(), digest_size=4).digest(), "little")
+
+
+def _seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _rng_state() -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    import numpy as np
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def _find_checkpoint(path: Path) -> Path:
+    if (path / "manifest.json").exists() and path.parent.name == "checkpoints":
+        return path
+    found = latest_checkpoint(path)
+    if found is None:
+        raise FileNotFoundError(f"--resume {path}: no checkpoint found (expected {path}/checkpoints/latest)")
+    return found
+
+
+def _manifest(cfg: TrainConfig) -> dict[str, Any]:
+    import platform
+
+    import torch
+    import transformers
+
+    from rllm import __version__
+
+    return {
+        "versions": {"rllm": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+                     "python": platform.python_version()},
+        "seed": cfg.trainer.seed,
+        "data_seeds": {"train": cfg.data.seed, "val": cfg.data.val_seed},
+        "model": cfg.model.name,
+    }  # fmt: skip
+
+
+def _progress(enabled: bool, *, total: int, initial: int):
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc="train", unit="step", disable=not enabled)
+
+
+def is_time_metric(key: str) -> bool:
+    """Metrics that measure wall time and so differ between otherwise identical runs."""
+    return any(part in key for part in _TIME_KEYS)
+
+
+def format_result_table(result: dict[str, Any]) -> str:
+    before, after = result["val_before"], result["val_after"]
+    lines = [
+        f"{'':24}{'before':>10}{'after':>10}",
+        f"{'val success rate':24}{before['success_rate']:>10.3f}{after['success_rate']:>10.3f}",
+        f"{'val mean reward':24}{before['mean_reward']:>10.3f}{after['mean_reward']:>10.3f}",
+        f"validation tasks: {after.get('episodes', 0)}   steps: {result['steps']}   run: {result['run_dir']}",
+    ]
+    return "\n".join(lines)
+
+
+def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
