@@ -39,6 +39,13 @@ class BuiltinTask:
 
 
 BUILTIN_TASKS: dict[str, BuiltinTask] = {
+    "arithmetic": BuiltinTask(
+        name="arithmetic",
+        description="Answer a generated multiplication question (single-turn); reward 1 for the right number.",
+        agent_path="rllm.agents.arithmetic:ArithmeticAgent",
+        env_path="rllm.envs.arithmetic:ArithmeticEnv",
+        make_tasks_path="rllm.envs.arithmetic:make_arithmetic_tasks",
+    ),
     "frozenlake": BuiltinTask(
         name="frozenlake",
         description="Walk a generated FrozenLake grid to the goal without falling in a hole (multi-turn).",
