@@ -20,7 +20,8 @@ Choices worth knowing:
   mini-batch of an on-policy update it is exactly 1 (up to float rounding), which a test checks end to end.
 - KL reference: with LoRA, the same model with its adapters disabled (`disable_adapter()`, no extra memory); with
   full fine-tuning, a frozen copy made at construction (only when `kl_coef > 0`). Entropy (full-vocabulary
-  softmax at the loss positions) is computed only when `entropy_coef > 0`. Metrics `kl` and `entropy` are per-token
+  softmax at the loss positions, whose logits exist anyway) is always logged and enters the loss only when
+  `entropy_coef > 0`. Metrics `kl` and `entropy` are per-token
   means; `loss`/`pg_loss`/`value_loss` are the aggregated mini-batch losses; all are averaged over optimizer steps.
 - bf16 (`model.dtype: bfloat16`): weights stay float32 (AdamW master weights) and the forward runs under
   `torch.autocast(dtype=bfloat16)`; the output layer and the value head run in float32 (see `torch_model`). A
@@ -283,7 +284,9 @@ class TorchBackend:
         algo = self.algorithm
         mask_f = batch["target_mask"]
         mask = mask_f > 0
-        out = self._forward(batch, mask, temperature, entropy=algo.entropy_coef > 0,
+        # Entropy is always logged (the logits at the loss positions exist anyway); it carries gradient only when
+        # it is part of the loss.
+        out = self._forward(batch, mask, temperature, entropy=True, entropy_grad=algo.entropy_coef > 0,
                             hidden=self.value_head is not None)  # fmt: skip
         logprobs = _scatter(out.logprobs, mask)
         agg = partial(aggregate, mask=mask_f, mode=algo.loss_agg, norm_length=norm_length)
@@ -298,10 +301,10 @@ class TorchBackend:
             kl = kl_penalty(logprobs, self._reference_logprobs(batch, mask, temperature), algo.kl_kind)
             loss = loss + algo.kl_coef * agg(kl)
             token_means["kl"] = _token_mean(kl, mask)
-        if out.entropy is not None:
-            entropy = _scatter(out.entropy, mask)
+        entropy = _scatter(out.entropy, mask)
+        if algo.entropy_coef > 0:
             loss = loss - algo.entropy_coef * agg(entropy)
-            token_means["entropy"] = _token_mean(entropy, mask)
+        token_means["entropy"] = _token_mean(entropy, mask)
         if self.value_head is not None:
             values = _scatter(self.value_head(out.hidden).squeeze(-1), mask)
             v_loss, v_metrics = value_loss(

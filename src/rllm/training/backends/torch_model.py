@@ -147,6 +147,7 @@ def forward_targets(
     *,
     temperature: float,
     entropy: bool = False,
+    entropy_grad: bool = True,
     hidden: bool = False,
     autocast_dtype: torch.dtype | None = None,
     gather: bool = True,
@@ -175,12 +176,12 @@ def forward_targets(
             logits = head(states).float()
     if temperature not in (0.0, 1.0):
         logits = logits / temperature
+    ent = None
+    if entropy:  # as a metric only (entropy_grad=False) it builds no graph
+        with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_grad):
+            ent = entropy_from_logits(logits)
     # token_logprobs on [N, V] logits and [N] ids: the same numbers as on the [B, T, V] view.
-    return TargetOutputs(
-        logprobs=token_logprobs(logits, targets),
-        entropy=entropy_from_logits(logits) if entropy else None,
-        hidden=states if hidden else None,
-    )
+    return TargetOutputs(logprobs=token_logprobs(logits, targets), entropy=ent, hidden=states if hidden else None)
 
 
 # ---- learning-rate schedule ------------------------------------------------------------------------------------
