@@ -8,8 +8,9 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test install models bench clean
 
+# The main job: GRPO + LoRA on the embedded Qwen2.5-Coder-0.5B, on a CPU (about 10 minutes on 2 cores).
 demo: models
-	$(RLLM) eval frozenlake --n 16
+	$(RLLM) train configs/arithmetic_grpo.yaml
 
 test: models
 	$(PY) -m pytest -q tests
@@ -32,6 +33,8 @@ models: install
 bench: models
 	$(PY) benchmarks/engine_concurrency.py
 	$(PY) benchmarks/local_generation.py
+	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) benchmarks/grpo_vs_trl.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
