@@ -57,7 +57,7 @@ def test_real_smollm2_rollouts_extend():
 
     model = LocalModel.from_pretrained("smollm2-135m-instruct", max_batch_size=4, seed=0)
     try:
-        episodes = _run(model, n_tasks=3, max_tokens=24, max_steps=3, temperature=0.7)
+        episodes = _run(model, n_tasks=2, max_tokens=16, max_steps=3, temperature=0.7)
     finally:
         model.close()
     assert _assert_every_turn_extends(episodes) >= 1
