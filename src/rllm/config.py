@@ -202,7 +202,8 @@ class TrainerConfig(_Section):
     resume: str | None = Field(None, description="Run directory or checkpoint to resume from; null: start fresh.")
     stop_after: int | None = Field(None, ge=1, description="Stop this invocation after this many steps (a "
                                    "checkpoint is written); resume continues. For preemptible jobs and tests.")
-    tensorboard: bool = Field(False, description="Also write TensorBoard events (needs the tensorboard package).")
+    tensorboard: bool = Field(True, description="Also write TensorBoard events to run_dir/<run>/tensorboard "
+                              "(needs the tensorboard package, part of the torch extra).")
     log_episodes: bool = Field(True, description="Write every episode to the run's episodes JSONL.")
 
 

@@ -35,6 +35,7 @@ def test_rllm_train_cli_runs_two_steps(tmp_path, tiny_model_dir):
                 "rollout_tokens_per_s", "response_length_mean", "success_rate"):  # fmt: skip
         assert key in step, key
     assert (tmp_path / "cli" / "config.yaml").exists() and latest_checkpoint(tmp_path / "cli") is not None
+    assert any((tmp_path / "cli" / "tensorboard").glob("events.out.tfevents.*"))
 
 
 class LetterEnv(BaseEnv):
