@@ -40,3 +40,21 @@ def tiny_model_dir(tmp_path_factory, smollm2_tokenizer):
     build_tiny_model(smollm2_tokenizer, seed=0).save_pretrained(path)
     smollm2_tokenizer.save_pretrained(path)
     return path
+
+
+def sharp_tiny_model(tokenizer, seed: int = 0):
+    """A tiny model with wider random weights. build_tiny_model's init gives near-uniform logits and a degenerate
+    greedy output (one token repeated); these give peaked, prompt-dependent ones, so comparisons between batch
+    compositions, log-prob checks and update directions mean something."""
+    import torch
+
+    from rllm.models.registry import build_tiny_model
+
+    model = build_tiny_model(tokenizer, seed=seed)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.ndim == 2:
+                scale = 2.0 / param.shape[1] ** 0.5 * (8 if "embed" in name else 1)
+                param.copy_(torch.randn(param.shape, generator=generator) * scale)
+    return model

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-__all__ = ["InfraError", "PolicyError", "RllmError", "ModelNotAvailableError"]
+__all__ = ["InfraError", "ModelNotAvailableError", "PolicyError", "RllmError"]
 
 
 class RllmError(Exception):

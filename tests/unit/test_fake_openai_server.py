@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("aiohttp")
 openai = pytest.importorskip("openai")
 
-from rllm.testing.fake_openai_server import (  # noqa: E402
+from rllm.testing.fake_openai_server import (
     DEFAULT_REPLY_TEXT,
     FakeReply,
     Fault,

@@ -12,23 +12,13 @@ import torch
 from rllm.errors import InfraError
 from rllm.models.base import SamplingParams
 from rllm.models.local import LocalModel, PromptTooLongError
+from tests.conftest import sharp_tiny_model
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
 
 
 def _tiny_model(tokenizer, seed: int = 0):
-    """build_tiny_model's init gives near-uniform logits and a degenerate greedy output (one token repeated); wider
-    weights make outputs depend on the prompt, so comparisons between batch compositions mean something."""
-    from rllm.models.registry import build_tiny_model
-
-    model = build_tiny_model(tokenizer, seed=seed)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if param.ndim == 2:
-                scale = 2.0 / param.shape[1] ** 0.5 * (8 if "embed" in name else 1)
-                param.copy_(torch.randn(param.shape, generator=generator) * scale)
-    return model
+    return sharp_tiny_model(tokenizer, seed)
 
 
 @pytest.fixture(scope="module")

@@ -12,16 +12,16 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
-from rllm.errors import InfraError  # noqa: E402
-from rllm.models.base import ModelClient, SamplingParams  # noqa: E402
-from rllm.models.openai import (  # noqa: E402
+from rllm.errors import InfraError
+from rllm.models.base import ModelClient, SamplingParams
+from rllm.models.openai import (
     ModelRequestError,
     OpenAIClient,
     TokenIdsUnavailableError,
     TokenIdsUnavailableWarning,
     _parse_retry_after,
 )
-from rllm.testing.fake_openai_server import DEFAULT_REPLY_TEXT, FakeReply, Fault, run_fake_server  # noqa: E402
+from rllm.testing.fake_openai_server import DEFAULT_REPLY_TEXT, FakeReply, Fault, run_fake_server
 
 EOS = 3
 

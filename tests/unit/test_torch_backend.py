@@ -17,21 +17,11 @@ from rllm.training.backends.torch import TorchBackend
 from rllm.training.backends.torch_model import forward_targets, linear_module_names, lr_factor
 from rllm.training.batch import TrainingRow, build_rows, collate, episode_trajectories
 from rllm.types import Episode, Step, Trajectory
+from tests.conftest import sharp_tiny_model
 
 
 def _tiny_model(tokenizer, seed: int = 0):
-    """build_tiny_model's init gives near-uniform logits; wider weights give peaked, prompt-dependent ones, so
-    log-prob comparisons and update directions mean something."""
-    from rllm.models.registry import build_tiny_model
-
-    model = build_tiny_model(tokenizer, seed=seed)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if param.ndim == 2:
-                scale = 2.0 / param.shape[1] ** 0.5 * (8 if "embed" in name else 1)
-                param.copy_(torch.randn(param.shape, generator=generator) * scale)
-    return model
+    return sharp_tiny_model(tokenizer, seed)
 
 
 @pytest.fixture(scope="module")

@@ -27,9 +27,10 @@ import numbers
 import random
 import traceback
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rllm.errors import RllmError
 

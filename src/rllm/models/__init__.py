@@ -14,7 +14,7 @@ _LAZY = {
     "OpenAIClient": "rllm.models.openai",
 }
 
-__all__ = ["ModelClient", "Prompt", "SamplingParams", *_LAZY]
+__all__ = ["ChatRenderer", "FakeModel", "LocalModel", "ModelClient", "OpenAIClient", "Prompt", "SamplingParams"]
 
 
 def __getattr__(name: str) -> Any:

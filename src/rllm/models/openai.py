@@ -154,7 +154,7 @@ class OpenAIClient:
     async def __aenter__(self) -> OpenAIClient:
         return self
 
-    async def __aexit__(self, *exc_info: Any) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     # ---- token-in/token-out ----------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["Fault", "FakeOpenAIServer", "FakeReply", "RemoteFakeServer", "run_fake_server", "spawn_fake_server"]
+__all__ = ["FakeOpenAIServer", "FakeReply", "Fault", "RemoteFakeServer", "run_fake_server", "spawn_fake_server"]
 
 DEFAULT_REPLY_TEXT = "Hello from the fake server."
 

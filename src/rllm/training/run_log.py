@@ -56,8 +56,7 @@ class MetricsLog:
 
     def log_episodes(self, step: int, episodes: list[Episode], split: str) -> None:
         with open(self.episodes_path, "a", encoding="utf-8") as f:
-            for episode in episodes:
-                f.write(json.dumps({"step": step, "split": split, "episode": episode.model_dump(mode="json")}) + "\n")
+            f.writelines(json.dumps({"step": step, "split": split, "episode": episode.model_dump(mode="json")}) + "\n" for episode in episodes)
 
     def close(self) -> None:
         if self._tb is not None:
