@@ -25,7 +25,11 @@ from rllm import AgentExecutionEngine, BaseAgent, BaseEnv, ModelOutput, Sampling
 
 
 class CountdownEnv(BaseEnv):
-    """Ends after `turns` steps; every observation is a short line, like a small text game."""
+    """Ends after `turns` steps; every observation is a short line, like a small text game. Its calls take
+    microseconds, so it is stepped inline (`blocking = False`, like the built-in FrozenLake and arithmetic envs);
+    `--blocking-env` measures the thread-pool path instead."""
+
+    blocking = False
 
     def __init__(self, turns: int) -> None:
         self.turns, self.t = turns, 0
@@ -100,7 +104,9 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=50.0)
     parser.add_argument("--parallel", type=int, nargs="+", default=[32, 64, 128, 512])
     parser.add_argument("--tokenizer", default="smollm2-135m-instruct", help="embedded model name or folder")
+    parser.add_argument("--blocking-env", action="store_true", help="run env calls on the engine's thread pool")
     args = parser.parse_args()
+    CountdownEnv.blocking = args.blocking_env
 
     from rllm.models.registry import load_tokenizer
     from rllm.testing import spawn_fake_server

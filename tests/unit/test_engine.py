@@ -463,3 +463,21 @@ def test_unseeded_sampling_is_passed_through():
     model = FakeModel("ok")
     make_engine(model, max_steps=1).execute_tasks([{"id": "a", "k": 1}])
     assert model.calls[0].sampling.seed is None
+
+
+def test_env_class_decides_inline_or_thread_pool():
+    seen = []
+
+    class ThreadRecordingEnv(CounterEnv):
+        def step(self, action):
+            seen.append(threading.current_thread() is threading.main_thread())
+            return super().step(action)
+
+    class FastEnv(ThreadRecordingEnv):
+        blocking = False
+
+    for env_class in (ThreadRecordingEnv, FastEnv):
+        engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=env_class, model=FakeModel("yes"),
+                                      env_args={"log": Counter()}, max_steps=1)  # fmt: skip
+        engine.execute_tasks([{"id": "a", "k": 1}])
+    assert seen == [False, True]  # blocking (default): a worker thread; blocking=False: inline on the loop

@@ -9,7 +9,8 @@ Design choices:
   Blocking env code (`from_dict`, `reset`, `step`, `close`) runs on a thread pool of `env_workers` threads
   (default `n_parallel_agents`), created once per `execute_tasks_async` call; envs whose `is_multithread_safe()`
   is False run one call at a time. `env_workers=0` runs env code inline on the loop instead: for envs whose
-  calls take microseconds it saves a thread hop per call (a slow env would then stall every rollout).
+  calls take microseconds it saves a thread hop per call (a slow env would then stall every rollout). With
+  `env_workers=None` (default) the env class decides through `BaseEnv.blocking`.
 - Every (task, rollout) yields exactly one Episode, in task order with a task's rollouts together
   (`tasks[0]:0, tasks[0]:1, ..., tasks[1]:0, ...`), whatever order they finished in. Its id is
   `"{task_id}:{rollout_idx}"` where task_id is `task["id"]`, else `task["uid"]`, else the task's index.
@@ -109,7 +110,9 @@ class AgentExecutionEngine:
         jobs = [(task, _task_id(task, index)) for index, task in enumerate(tasks)]
         settings = self._settings()
         slots = asyncio.Semaphore(self.n_parallel_agents)
-        workers = self.n_parallel_agents if self.env_workers is None else self.env_workers
+        workers = self.env_workers
+        if workers is None:  # the env class decides: see BaseEnv.blocking
+            workers = self.n_parallel_agents if getattr(self.env_class, "blocking", True) else 0
         executor = ThreadPoolExecutor(workers, thread_name_prefix="rllm-env") if workers else None
         runner = EnvRunner(executor, serialize=not self.env_class.is_multithread_safe())
         try:

@@ -27,6 +27,8 @@ def parse_last_integer(text: Any) -> int | None:
 
 
 class ArithmeticEnv(BaseEnv):
+    blocking = False  # pure Python state: the engine steps it inline, no thread hop
+
     def __init__(self, question: str, answer: int) -> None:
         self.question, self.answer = question, int(answer)
         self.done = False

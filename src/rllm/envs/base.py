@@ -14,6 +14,11 @@ __all__ = ["BaseEnv"]
 
 
 class BaseEnv(ABC):
+    # True (the safe default): the engine runs reset/step/close on a thread pool so a slow call never stalls other
+    # rollouts. Envs whose calls return in microseconds (pure Python state, no I/O, no subprocess) set False: the
+    # engine then calls them inline on its event loop and saves a thread hop (and a GIL hand-off) per call.
+    blocking: bool = True
+
     @abstractmethod
     def reset(self) -> tuple[Any, dict]:
         """Start the episode; return the first observation and an info dict."""

@@ -123,6 +123,8 @@ class FrozenLakeEnv(BaseEnv):
     read from it.
     """
 
+    blocking = False  # pure Python state: the engine steps it inline, no thread hop
+
     def __init__(
         self,
         size: int = 4,
