@@ -76,3 +76,28 @@ def test_tools_are_rendered_and_turns_still_extend(qwen_tokenizer):
 def test_record_before_render_is_an_error(smollm2_tokenizer):
     with pytest.raises(RuntimeError, match="before render"):
         ChatRenderer(smollm2_tokenizer).record(ModelOutput(completion_ids=[1]))
+
+
+def test_a_template_that_reprints_earlier_replies_differently_is_counted():
+    """Like templates that strip old reasoning: once a later turn exists, an earlier reply prints differently, so
+    the sampled tokens are no longer a prefix of the prompt: a new row, counted."""
+    from rllm.models.fake import FakeTokenizer
+
+    class StrippingTokenizer(FakeTokenizer):
+        def apply_chat_template(self, messages, tools=None, add_generation_prompt=True, tokenize=False):
+            last = len(messages) - 1
+            shown = [{**m, "content": m["content"].split("</think>")[-1]}
+                     if m["role"] == "assistant" and i < last - 1 else m for i, m in enumerate(messages)]  # fmt: skip
+            return super().apply_chat_template(shown, tools, add_generation_prompt, tokenize)
+
+    for tokenizer, expected in ((FakeTokenizer(), 0), (StrippingTokenizer(), 1)):
+        renderer = ChatRenderer(tokenizer)
+        messages = [{"role": "user", "content": "hi"}]
+        ids = renderer.render(messages)
+        reply = "<think>hmm</think>Up"
+        renderer.record(_sample(tokenizer, ids, reply))
+        messages = [*messages, {"role": "assistant", "content": reply}, {"role": "user", "content": "next"}]
+        ids = renderer.render(messages)
+        renderer.record(_sample(tokenizer, ids, "Down"))
+        renderer.render([*messages, {"role": "assistant", "content": "Down"}, {"role": "user", "content": "again"}])
+        assert renderer.mismatches == expected, tokenizer

@@ -20,7 +20,7 @@ from typing import Any
 
 from rllm.types import ModelOutput
 
-__all__ = ["ChatRenderer", "render_messages", "render_text"]
+__all__ = ["ChatRenderer", "encode_text", "render_messages", "render_text"]
 
 _PLACEHOLDER = "\u2063rllm-reply-placeholder\u2063"
 
@@ -39,6 +39,15 @@ def render_messages(
 ) -> list[int]:
     """Token ids of the whole rendered conversation (the template already holds any BOS it wants)."""
     text = render_text(tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt)
+    return encode_text(tokenizer, text)
+
+
+def encode_text(tokenizer: Any, text: str) -> list[int]:
+    """`tokenizer.encode(text, add_special_tokens=False)`, through the Rust tokenizer directly when there is one:
+    the same ids without transformers' per-call Python overhead (it is on every rollout step's path)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return backend.encode(text, add_special_tokens=False).ids
     return tokenizer.encode(text, add_special_tokens=False)
 
 
@@ -55,6 +64,7 @@ class ChatRenderer:
         self.tools = tools
         self.mismatches = 0  # prompts that could not extend the previous prompt + completion
         self._messages: list[dict] | None = None  # messages of the last prompt
+        self._text: str | None = None  # the last prompt as text, with every reply printed as sampled
         self._pending_ids: list[int] | None = None  # the last prompt, until its output is recorded
         self._context_ids: list[int] | None = None  # last prompt + its sampled completion
         self._last_output: ModelOutput | None = None
@@ -66,7 +76,8 @@ class ChatRenderer:
         else:
             if self._context_ids is not None:
                 self.mismatches += 1
-            ids = render_messages(self.tokenizer, messages, tools=self.tools)
+            self._text = render_text(self.tokenizer, messages, tools=self.tools)
+            ids = encode_text(self.tokenizer, self._text)
         self._messages = [dict(m) for m in messages]
         self._pending_ids = ids
         return ids
@@ -93,16 +104,18 @@ class ChatRenderer:
         with_placeholder = [*previous, {**reply, "content": _PLACEHOLDER}, *messages[n + 1 :]]
         text = render_text(self.tokenizer, with_placeholder, tools=self.tools)
         cut = text.find(_PLACEHOLDER)
-        # The template must print the earlier turns exactly as it did for the previous prompt.
-        if cut < 0 or text[:cut] != render_text(self.tokenizer, previous, tools=self.tools):
+        # The template must print the earlier turns exactly as the previous prompt had them, replies as sampled.
+        # (`self._text` is that prompt's text; comparing with it costs no second render.)
+        if cut < 0 or text[:cut] != self._text:
             return None
         after = text[cut + len(_PLACEHOLDER) :]
+        self._text = text[:cut] + reply["content"] + after
         end_of_turn = self._sampled_end_of_turn(output)
         if end_of_turn:
             if not after.startswith(end_of_turn):
                 return None
             after = after[len(end_of_turn) :]
-        return self.tokenizer.encode(after, add_special_tokens=False)
+        return encode_text(self.tokenizer, after)
 
     def _sampled_end_of_turn(self, output: ModelOutput) -> str:
         """The text of the end-of-turn token the model sampled last, or "" if it stopped otherwise."""
