@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test install models bench clean
 
-# The main job: GRPO + LoRA on the embedded Qwen2.5-Coder-0.5B, on a CPU (about 10 minutes on 2 cores).
+# The main job: GRPO + LoRA on the embedded Qwen2.5-Coder-0.5B, on a CPU (about 8 minutes on 2 cores).
 demo: models
 	$(RLLM) train configs/arithmetic_grpo.yaml
 
