@@ -10,7 +10,7 @@ from typing import Any
 from rllm.runs import write_json, write_jsonl
 from rllm.types import Episode
 
-__all__ = ["evaluate", "summarize_episodes"]
+__all__ = ["completion_tokens", "evaluate", "summarize_episodes"]
 
 
 def summarize_episodes(episodes: list[Episode], wall_time: float) -> dict[str, Any]:
@@ -18,18 +18,18 @@ def summarize_episodes(episodes: list[Episode], wall_time: float) -> dict[str, A
     n = len(episodes)
     if n == 0:
         raise ValueError("no episodes to summarise: the task list was empty")
-    rewards = [_episode_reward(ep) for ep in episodes]
+    rewards = [sum(t.final_reward() for t in ep.trajectories) for ep in episodes]
     turns = [sum(len(t.steps) for t in ep.trajectories) for ep in episodes]
-    completion_tokens = sum(_completion_tokens(ep) for ep in episodes)
+    sampled = sum(completion_tokens(ep) for ep in episodes)
     reasons = Counter(ep.termination_reason.value if ep.termination_reason else "none" for ep in episodes)
     return {
         "episodes": n,
         "success_rate": sum(ep.is_correct for ep in episodes) / n,
         "mean_reward": sum(rewards) / n,
         "mean_turns": sum(turns) / n,
-        "completion_tokens": completion_tokens,
+        "completion_tokens": sampled,
         "wall_time_s": wall_time,
-        "tokens_per_s": completion_tokens / wall_time if wall_time > 0 else 0.0,
+        "tokens_per_s": sampled / wall_time if wall_time > 0 else 0.0,
         "token_mismatch": sum(int(ep.metrics.get("token_mismatch", 0)) for ep in episodes),
         "termination_reasons": dict(sorted(reasons.items())),
     }
@@ -47,11 +47,8 @@ async def evaluate(engine: Any, tasks: list[dict], out_dir: Path, *, n_rollouts:
     return summary
 
 
-def _episode_reward(episode: Episode) -> float:
-    return sum(t.reward if t.reward is not None else t.total_step_reward() for t in episode.trajectories)
-
-
-def _completion_tokens(episode: Episode) -> int:
+def completion_tokens(episode: Episode) -> int:
+    """Tokens the model sampled in this episode (0 where ids are unavailable)."""
     return sum(
         s.model_output.completion_length for t in episode.trajectories for s in t.steps if s.model_output is not None
     )

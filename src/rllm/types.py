@@ -123,6 +123,10 @@ class Trajectory(_Strict):
     def total_step_reward(self) -> float:
         return float(sum(step.reward for step in self.steps))
 
+    def final_reward(self) -> float:
+        """The trajectory's reward: `reward` when set, else the sum of its step rewards."""
+        return float(self.reward) if self.reward is not None else self.total_step_reward()
+
 
 class Episode(_Strict):
     """One rollout of one task: `id` is `"{task_id}:{rollout_idx}"`. Multi-agent episodes hold several trajectories."""

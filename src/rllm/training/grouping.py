@@ -45,7 +45,7 @@ def group_key(episode: Episode, trajectory: Trajectory) -> str:
 def trajectory_reward(episode: Episode, trajectory: Trajectory, policy_error_reward: float | None = None) -> float:
     if policy_error_reward is not None and episode.termination_reason is TerminationReason.POLICY_ERROR:
         return float(policy_error_reward)
-    return float(trajectory.reward) if trajectory.reward is not None else trajectory.total_step_reward()
+    return trajectory.final_reward()
 
 
 def group_and_score(episodes: list[Episode], algorithm, greedy_rewards: dict[str, float] | None = None) -> GroupedBatch:

@@ -26,7 +26,6 @@ import hashlib
 import json
 import random
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -241,20 +240,20 @@ def _resolve_task(cfg: TrainConfig, agent_class, env_class, train, val):
 
 
 def _rollout_metrics(episodes: list[Episode], time_rollout: float) -> dict[str, Any]:
+    """The rollout half of a step's metrics: the evaluation summary under training names, plus response length."""
+    summary = summarize_episodes(episodes, time_rollout)
     trajectories = [t for ep in episodes for t in ep.trajectories]
-    completions = [s.model_output.completion_length for t in trajectories for s in t.steps if s.model_output]
     response = [sum(s.model_output.completion_length for s in t.steps if s.model_output) for t in trajectories]
-    reasons = Counter(ep.termination_reason.value for ep in episodes if ep.termination_reason)
-    n = max(len(episodes), 1)
+    n = summary["episodes"]
     return {
-        "reward_mean": sum(trajectory_reward(ep, t) for ep in episodes for t in ep.trajectories) / max(len(trajectories), 1),
-        "success_rate": sum(ep.is_correct for ep in episodes) / n,
+        "reward_mean": sum(t.final_reward() for t in trajectories) / max(len(trajectories), 1),
+        "success_rate": summary["success_rate"],
         "response_length_mean": sum(response) / max(len(response), 1),
-        "turns_mean": sum(len(t.steps) for t in trajectories) / max(len(trajectories), 1),
-        "token_mismatch": sum(int(ep.metrics.get("token_mismatch", 0)) for ep in episodes),
+        "turns_mean": summary["mean_turns"],
+        "token_mismatch": summary["token_mismatch"],
         "time_rollout_s": time_rollout,
-        "rollout_tokens_per_s": sum(completions) / time_rollout if time_rollout > 0 else 0.0,
-        **{f"termination/{reason}": count / n for reason, count in sorted(reasons.items())},
+        "rollout_tokens_per_s": summary["tokens_per_s"],
+        **{f"termination/{reason}": count / n for reason, count in summary["termination_reasons"].items()},
     }
 
 
