@@ -239,10 +239,10 @@ def test_bad_requests_fail_alone(make_model, prompts, monkeypatch):
     scheduler = model._scheduler
     original = scheduler._prefill
 
-    def flaky_prefill(slot, prompt_ids):
+    def flaky_prefill(slot, prompt_ids, *args):
         if prompt_ids == prompts[0]:
             raise RuntimeError("boom")
-        return original(slot, prompt_ids)
+        return original(slot, prompt_ids, *args)
 
     monkeypatch.setattr(scheduler, "_prefill", flaky_prefill)
     outs = run(gather_each(model, [(p, GREEDY) for p in prompts], return_exceptions=True))
@@ -284,3 +284,80 @@ def test_bfloat16_copy_leaves_the_passed_model_alone(tokenizer, prompts):
         out = run(model.generate(prompts[1], SamplingParams(max_tokens=6, seed=0)))
         expected = reference_logprobs(base, out.prompt_ids, out.completion_ids, 1.0)
         assert torch.allclose(torch.tensor(out.logprobs), expected, atol=0.5)
+
+
+# ------------------------------------------------------------ prefix cache (multi-turn K/V reuse)
+
+
+def _three_turns(model, first_prompt, delta, sampling=GREEDY):
+    """Each turn's prompt = the previous prompt + its completion + `delta` (an observation), as in a rollout."""
+    prompt, outs = first_prompt, []
+    for _ in range(3):
+        out = run(model.generate(prompt, sampling))
+        outs.append(out)
+        prompt = prompt + out.completion_ids + delta
+    return outs
+
+
+# float64: reused K/V come from other forward shapes (decode steps, a shorter prefill) than a full re-prefill, so
+# float32 differs by a couple of ulps of this sharp model's logits (|logit| ~ 90, ulp ~ 8e-6), about as much as the
+# cache-off path differs from one plain forward; float64 leaves only the logits' final cast, so 1e-5 is meaningful.
+@pytest.mark.parametrize(("dtype", "atol"), [("float64", 1e-5), ("float32", 1e-4)])
+@pytest.mark.parametrize("sampling", [GREEDY, SamplingParams(temperature=1.0, max_tokens=12, seed=4)])
+def test_prefix_cache_gives_the_same_multi_turn_rollout(make_model, prompts, sampling, dtype, atol):
+    cached = make_model(eos_token_ids=(), dtype=dtype)
+    plain = make_model(eos_token_ids=(), dtype=dtype, prefix_cache_tokens=0)
+    with_cache = _three_turns(cached, prompts[3], prompts[1], sampling)
+    without = _three_turns(plain, prompts[3], prompts[1], sampling)
+    for a, b in zip(with_cache, without):
+        assert a.prompt_ids == b.prompt_ids and a.completion_ids == b.completion_ids
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=atol, rtol=0)
+        expected = reference_logprobs(cached.model, a.prompt_ids, a.completion_ids, sampling.temperature)
+        assert torch.allclose(torch.tensor(a.logprobs), expected, atol=1e-4)
+    # Turns 2 and 3 reuse everything but the previous completion's last token (its K/V was never computed).
+    reused = sum(len(o.prompt_ids) + len(o.completion_ids) - 1 for o in with_cache[:2])
+    assert cached.stats["prefix_hit_tokens"] == reused and plain.stats["prefix_hit_tokens"] == 0
+    assert cached.stats["prefill_tokens"] == plain.stats["prefill_tokens"] - reused
+    assert len(cached._scheduler.prefixes) == 1  # each turn's entry replaced the previous one it extends
+
+
+def test_update_weights_clears_the_prefix_cache(make_model, prompts, tokenizer):
+    model = make_model(eos_token_ids=())
+    first = run(model.generate(prompts[3], GREEDY))
+    assert len(model._scheduler.prefixes) == 1
+    model.update_weights(_tiny_model(tokenizer, seed=1).state_dict())
+    assert len(model._scheduler.prefixes) == 0 and model._scheduler.prefixes.tokens == 0
+    second = run(model.generate(prompts[3] + first.completion_ids + prompts[1], GREEDY))
+    assert model.stats["prefix_hit_tokens"] == 0
+    expected = reference_logprobs(model.model, second.prompt_ids, second.completion_ids, 1.0)
+    assert torch.allclose(torch.tensor(second.logprobs), expected, atol=1e-4)
+
+
+def test_a_prompt_diverging_from_a_stored_sequence_is_not_reused(make_model, prompts):
+    cached, plain = make_model(eos_token_ids=()), make_model(eos_token_ids=(), prefix_cache_tokens=0)
+    first = run(cached.generate(prompts[3], GREEDY))
+    stored = prompts[3] + first.completion_ids
+    diverging = [
+        stored[:5] + [t + 1 for t in stored[5:8]] + stored[8:] + prompts[1],  # changed in the middle
+        stored[: len(prompts[3]) + 2],  # a strict prefix of the stored sequence
+    ]
+    for prompt in diverging:
+        a, b = run(cached.generate(prompt, GREEDY)), run(plain.generate(prompt, GREEDY))
+        assert a.completion_ids == b.completion_ids and a.logprobs == b.logprobs  # the same computation
+    assert cached.stats["prefix_hit_tokens"] == 0
+
+
+def test_prefix_store_is_bounded_lru():
+    from rllm.models.local_cache import PrefixStore
+
+    store = PrefixStore(max_tokens=10)
+    kv = lambda n: torch.zeros(1, 2, 1, n, 1)  # noqa: E731
+    store.put([1, 2, 3, 4], kv(4))
+    store.put([5, 6, 7, 8], kv(4))
+    assert store.lookup([1, 2, 3, 4, 9]).shape[3] == 4  # touches [1, 2, 3, 4]: [5, 6, 7, 8] is now oldest
+    assert store.lookup([1, 2, 3, 4]).shape[3] == 3  # one prompt token is always left to prefill
+    store.put([9, 9, 9], kv(3))
+    assert store.tokens == 7 and store.lookup([5, 6, 7, 8, 0]) is None
+    assert store.lookup([1, 2, 3, 5]) is None
+    store.put(list(range(11)), kv(11))  # larger than the whole store: not kept
+    assert store.tokens == 7

@@ -32,6 +32,7 @@ import asyncio
 import concurrent.futures
 import copy
 import logging
+import os
 import queue
 import threading
 from collections import deque
@@ -79,12 +80,16 @@ class LocalModel:
         dtype: str | torch.dtype | None = None,
         eos_token_ids: Iterable[int] | None = None,
         num_threads: int | None = None,
+        prefix_cache_tokens: int = 65536,
     ) -> None:
         """`dtype` (e.g. "bfloat16") runs inference in that dtype: when it differs from the model's, LocalModel
         keeps its OWN converted copy and leaves the passed model (the trainer's fp32 weights) alone; logprobs then
         carry that dtype's rounding. `eos_token_ids` overrides the stop tokens (default: the tokenizer's EOS plus
         the generation config's); pass `()` to never stop on a token (benchmarks). `num_threads` sets torch's
-        intra-op threads on the worker (default: what torch uses in the constructing thread)."""
+        intra-op threads on the worker (default: what torch uses in the constructing thread). `prefix_cache_tokens`
+        bounds the K/V kept from finished sequences so a prompt extending one (the next turn of a multi-turn
+        rollout) prefills only its new tokens; 0 disables it. The store is kept while the model is idle (turns are
+        separated by environment steps), evicted LRU past the bound and cleared by `update_weights`."""
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
         if dtype is not None and _as_dtype(dtype) != model.dtype:
@@ -107,6 +112,7 @@ class LocalModel:
             max_batch_size=max_batch_size,
             context_length=self.context_length,
             decode=self._decode,
+            prefix_cache_tokens=prefix_cache_tokens,
         )
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._requests_submitted = 0
@@ -118,9 +124,12 @@ class LocalModel:
     def from_pretrained(
         cls, name_or_path: str = "default", *, dtype: Any = "float32", device: str | None = None, **kwargs: Any
     ) -> LocalModel:
-        """Load an embedded model by name ("default" is `registry.DEFAULT_MODEL`) or a transformers folder."""
+        """Load an embedded model by name ("default" is `registry.DEFAULT_MODEL`) or a transformers folder.
+        `RLLM_PREFIX_CACHE=0` in the environment disables the prefix cache (A/B comparisons)."""
         from rllm.models import registry
 
+        if os.environ.get("RLLM_PREFIX_CACHE") == "0":
+            kwargs.setdefault("prefix_cache_tokens", 0)
         name = registry.DEFAULT_MODEL if name_or_path == "default" else name_or_path
         tokenizer = registry.load_tokenizer(name)
         model = registry.load_causal_lm(name, dtype=dtype, device=device or "cpu")
@@ -317,6 +326,7 @@ class LocalModel:
                     own[name].copy_(tensor.detach())
             self.weight_version = update.version if update.version is not None else self.weight_version + 1
             self._scheduler.weight_version = self.weight_version
+            self._scheduler.invalidate_prefixes()
             update.done.set_result(self.weight_version)
         except Exception as exc:  # noqa: BLE001 - reported to the caller of update_weights
             update.done.set_exception(exc)
@@ -325,7 +335,8 @@ class LocalModel:
 
     @property
     def stats(self) -> dict[str, int]:
-        """Counters of the decode loop (prefill tokens, shared prefills, decode steps, rows, generated tokens)."""
+        """Counters of the decode loop (prefill tokens, shared prefills, prefix-cache hit tokens, decode steps, rows,
+        generated tokens)."""
         return dict(vars(self._scheduler.stats))
 
     def close(self, timeout: float = 30.0) -> None:

@@ -16,17 +16,20 @@ Design choices:
   so a step never gathers scattered rows.
 - Capacity (positions) and slot rows grow on demand in chunks and the buffers are dropped when the model goes
   idle, so a trainer running in the same process gets the memory back between rollout phases.
+- `PrefixStore` keeps compact copies of finished sequences' K/V (outside the slot buffers, so they survive the
+  idle release) for the next turn of a multi-turn rollout, whose prompt extends the previous prompt + completion.
 - Sliding-window attention is not modelled (every layer attends to the full prefix); models that rely on it
   (Mistral-style windows, Qwen2 with `use_sliding_window`) would differ from their reference beyond the window.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import torch
 
-__all__ = ["SlotKVCache"]
+__all__ = ["PrefixStore", "SlotKVCache"]
 
 _CAPACITY_CHUNK = 128
 
@@ -59,6 +62,7 @@ class SlotKVCache:
         self._capacity = 0
         # Set by `begin_prefill`/`begin_decode` before each forward; read by `update`.
         self._prefill_slot: int | None = None
+        self._prefill_offset = 0  # positions already in the slot (a reused prefix) before this prefill
         self._decode_rows: torch.Tensor | None = None
         self._decode_positions: torch.Tensor | None = None
         self._decode_span = 0
@@ -124,6 +128,20 @@ class SlotKVCache:
             self.values[layer][target, :, :length] = self.values[layer][source, :, :length]
         self.lengths[target] = length
 
+    def read_prefix(self, slot: int, length: int) -> torch.Tensor:
+        """A compact copy `[layers, 2, kv_heads, length, head_dim]` of `slot`'s first `length` positions."""
+        return torch.stack(
+            [torch.stack([k[slot, :, :length], v[slot, :, :length]]) for k, v in zip(self.keys, self.values)]
+        )
+
+    def write_prefix(self, slot: int, kv: torch.Tensor) -> None:
+        """Fill `slot` with a `read_prefix` copy; a prefill with `offset=kv.shape[3]` then appends the rest."""
+        length = kv.shape[3]
+        for layer in range(self.num_layers):
+            self.keys[layer][slot, :, :length] = kv[layer, 0]
+            self.values[layer][slot, :, :length] = kv[layer, 1]
+        self.lengths[slot] = length
+
     def remove_slot(self, slot: int) -> int | None:
         """Free `slot` by moving the last row into it. Returns the index that moved (now `slot`), or None."""
         last = self.num_active - 1
@@ -138,14 +156,18 @@ class SlotKVCache:
 
     # ------------------------------------------------------------ forward passes
 
-    def begin_prefill(self, slot: int) -> None:
-        """The next forward is one prompt (batch 1, no past) whose K/V go to `slot`."""
+    def begin_prefill(self, slot: int, offset: int = 0) -> None:
+        """The next forward is one prompt (batch 1) whose K/V go to `slot` after its first `offset` positions (a
+        reused prefix, which the prompt's tokens then attend to)."""
         self._prefill_slot = slot
+        self._prefill_offset = offset
         self._decode_rows = None
 
     def end_prefill(self, length: int) -> None:
+        """`length`: the slot's whole content, prefix included."""
         self.lengths[self._prefill_slot] = length
         self._prefill_slot = None
+        self._prefill_offset = 0
 
     def begin_decode(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The next forward is one new token per active row. Returns (position_ids [n, 1], mask [n, 1, 1, span])."""
@@ -167,10 +189,13 @@ class SlotKVCache:
 
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any):
         if self._prefill_slot is not None:
-            length = key.shape[2]
-            self.keys[layer_idx][self._prefill_slot, :, :length] = key[0]
-            self.values[layer_idx][self._prefill_slot, :, :length] = value[0]
-            return key, value  # a prefill attends to its own prompt only
+            slot, start = self._prefill_slot, self._prefill_offset
+            end = start + key.shape[2]
+            self.keys[layer_idx][slot, :, start:end] = key[0]
+            self.values[layer_idx][slot, :, start:end] = value[0]
+            if start == 0:
+                return key, value  # a plain prefill attends to its own prompt only
+            return self.keys[layer_idx][slot : slot + 1, :, :end], self.values[layer_idx][slot : slot + 1, :, :end]
         rows, positions, span = self._decode_rows, self._decode_positions, self._decode_span
         n = rows.shape[0]
         self.keys[layer_idx][rows, :, positions] = key[:, :, 0]
@@ -178,10 +203,60 @@ class SlotKVCache:
         return self.keys[layer_idx][:n, :, :span], self.values[layer_idx][:n, :, :span]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
-        return 0 if self._prefill_slot is not None else max(self.lengths, default=0)
+        return self._prefill_offset if self._prefill_slot is not None else max(self.lengths, default=0)
 
     def get_query_offset(self, layer_idx: int = 0) -> int:
-        return 0  # only asked during a prefill (decode passes a ready 4-D mask)
+        return self._prefill_offset  # only asked during a prefill (decode passes a ready 4-D mask)
 
     def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
-        return query_length, 0  # prefill: keys are exactly the prompt's own
+        return self._prefill_offset + query_length, 0  # prefill: keys are the reused prefix + the prompt's own
+
+
+class PrefixStore:
+    """LRU store of finished sequences' K/V, bounded by total tokens held (0 disables it).
+
+    `lookup` returns the longest stored sequence that is an exact prefix of a prompt (token lists compared, no
+    hashing shortcuts), cut so at least one prompt token is left to prefill: the last prompt position's logits are
+    needed to sample. K/V at position i depend only on tokens 0..i, so any exact prefix is safe to reuse.
+    """
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+        self.tokens = 0
+        self._entries: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()  # ids -> read_prefix copy
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.tokens = 0
+
+    def lookup(self, prompt_ids: list[int]) -> torch.Tensor | None:
+        """K/V (`[layers, 2, kv_heads, n, head_dim]`) of the prompt's first n tokens, or None."""
+        best: tuple[int, ...] | None = None
+        for ids in self._entries:
+            n = len(ids)
+            if n <= len(prompt_ids) and (best is None or n > len(best)) and tuple(prompt_ids[:n]) == ids:
+                best = ids
+        if best is None:
+            return None
+        self._entries.move_to_end(best)
+        n = min(len(best), len(prompt_ids) - 1)
+        return self._entries[best][:, :, :, :n] if n > 0 else None
+
+    def put(self, ids: list[int], kv: torch.Tensor) -> None:
+        key = tuple(ids)
+        if not key or len(key) > self.max_tokens:
+            return
+        # Stored prefixes of the new sequence are subsumed by it (the previous turn of the same rollout).
+        for old in [old for old in self._entries if len(old) <= len(key) and key[: len(old)] == old]:
+            self._drop(old)
+        while self._entries and self.tokens + len(key) > self.max_tokens:
+            self._drop(next(iter(self._entries)))
+        self._entries[key] = kv
+        self.tokens += len(key)
+
+    def _drop(self, key: tuple[int, ...]) -> None:
+        del self._entries[key]
+        self.tokens -= len(key)

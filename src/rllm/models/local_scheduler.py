@@ -2,8 +2,10 @@
 
 Runs only on `LocalModel`'s worker thread. At each step boundary the worker admits waiting requests (one prefill
 each, batch 1, so no prompt is ever padded; identical prompts are prefilled once and their K/V copied, which is
-the common case of k samples per task in GRPO), then runs one decode step for all running rows: a forward over
-one new token per row against `SlotKVCache`, a batched sampler, and the finish checks. A finished row frees its
+the common case of k samples per task in GRPO; a prompt that extends a finished sequence, the next turn of a
+multi-turn rollout, reuses that sequence's K/V from `PrefixStore` and prefills only the new tokens), then runs one
+decode step for all running rows: a forward over one new token per row against `SlotKVCache`, a batched sampler,
+and the finish checks. A finished row frees its
 slot at once, so a waiting request can take it at the next boundary.
 """
 
@@ -16,7 +18,7 @@ from typing import Any
 
 import torch
 
-from rllm.models.local_cache import SlotKVCache
+from rllm.models.local_cache import PrefixStore, SlotKVCache
 from rllm.models.local_sampling import RowSampler, sample_next_tokens
 
 __all__ = ["BatchScheduler", "GenerationRequest"]
@@ -38,6 +40,7 @@ class GenerationRequest:
     cancelled: bool = False  # set by the caller's task when it is cancelled
     prompt_logits: torch.Tensor | None = None  # last prompt position; kept so a same-prompt request can skip prefill
     submitted_at: float = field(default_factory=time.perf_counter)
+    kv_epoch: int = 0  # the scheduler's `kv_epoch` at admission: K/V from an older epoch is never stored
 
 
 @dataclass
@@ -47,6 +50,7 @@ class SchedulerStats:
     decode_steps: int = 0
     decode_rows: int = 0  # sum of batch sizes over decode steps
     generated_tokens: int = 0
+    prefix_hit_tokens: int = 0  # prompt tokens whose K/V came from the prefix store instead of a prefill
 
 
 class BatchScheduler:
@@ -60,6 +64,7 @@ class BatchScheduler:
         max_batch_size: int,
         context_length: int,
         decode: Callable[[list[int]], str],
+        prefix_cache_tokens: int = 0,
     ) -> None:
         self.model = model
         self.eos_ids = eos_ids
@@ -70,6 +75,8 @@ class BatchScheduler:
         self.weight_version = 0
         self.active: list[GenerationRequest] = []  # row i <-> cache slot i
         self.stats = SchedulerStats()
+        self.prefixes = PrefixStore(prefix_cache_tokens)
+        self.kv_epoch = 0  # bumped when the weights change: K/V computed before are stale
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.cache = SlotKVCache(
@@ -93,6 +100,7 @@ class BatchScheduler:
         slot = self.cache.add_slot(len(request.prompt_ids))
         self.active.append(request)
         request.weight_version = self.weight_version
+        request.kv_epoch = self.kv_epoch
         try:
             donor = self._find_same_prompt(request)
             if donor is not None:
@@ -100,7 +108,7 @@ class BatchScheduler:
                 request.prompt_logits = self.active[donor].prompt_logits
                 self.stats.prefills_shared += 1
             else:
-                request.prompt_logits = self._prefill(slot, request.prompt_ids)
+                request.prompt_logits = self._prefill(slot, request.prompt_ids, self._reuse_prefix(slot, request))
         except BaseException:
             self._remove_row(slot)
             raise
@@ -115,22 +123,38 @@ class BatchScheduler:
                 return row
         return None
 
-    def _prefill(self, slot: int, prompt_ids: list[int]) -> torch.Tensor:
+    def _reuse_prefix(self, slot: int, request: GenerationRequest) -> int:
+        """Copy the longest stored prefix of the prompt into `slot`; returns its length (0: none)."""
+        kv = self.prefixes.lookup(request.prompt_ids) if self.prefixes.max_tokens else None
+        if kv is None:
+            return 0
+        self.cache.write_prefix(slot, kv)
+        self.stats.prefix_hit_tokens += kv.shape[3]
+        return kv.shape[3]
+
+    def _prefill(self, slot: int, prompt_ids: list[int], start: int = 0) -> torch.Tensor:
+        """Prefill `prompt_ids[start:]` into `slot`, whose first `start` positions already hold the prefix."""
         length = len(prompt_ids)
-        input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
-        positions = torch.arange(length, device=self.device)[None, :]
-        self.cache.begin_prefill(slot)
+        input_ids = torch.tensor([prompt_ids[start:]], dtype=torch.long, device=self.device)
+        positions = torch.arange(start, length, device=self.device)[None, :]
+        mask = None
+        if start:
+            # Causal over prefix + new tokens, given ready-made (4-D, used as is) like the decode mask.
+            mask = torch.arange(length, device=self.device)[None, :] <= positions[0, :, None]
+            mask = mask[None, None]
+        self.cache.begin_prefill(slot, start)
         try:
             out = self.model(
                 input_ids=input_ids,
                 position_ids=positions,
+                attention_mask=mask,
                 past_key_values=self.cache,
                 use_cache=True,
                 logits_to_keep=1,
             )
         finally:
             self.cache.end_prefill(length)
-        self.stats.prefill_tokens += length
+        self.stats.prefill_tokens += length - start
         return out.logits[0, -1].float()
 
     # ------------------------------------------------------------ decoding
@@ -188,12 +212,29 @@ class BatchScheduler:
     def _retire(self, rows: list[int], *, deliver: bool = True) -> None:
         # Highest row first: `_remove_row` moves the last row into the hole, which is then never a row still to go.
         for row in sorted(rows, reverse=True):
+            if deliver:
+                self._store_prefix(row)
             request = self._remove_row(row)
             request.prompt_logits = None
             if deliver:
                 request.deliver(request, None)
         if not self.active:
             self.cache.release()
+
+    def _store_prefix(self, row: int) -> None:
+        """Keep the finished row's K/V for a next turn. The slot holds prompt + completion minus the last sampled
+        token (never fed back), so the stored ids are exactly the first `lengths[row]` of them."""
+        request = self.active[row]
+        if not self.prefixes.max_tokens or request.kv_epoch != self.kv_epoch:
+            return
+        length = self.cache.lengths[row]
+        ids = (request.prompt_ids + request.completion_ids)[:length]
+        self.prefixes.put(ids, self.cache.read_prefix(row, length))
+
+    def invalidate_prefixes(self) -> None:
+        """The weights changed: stored K/V and those of running rows are stale, so none of them is stored."""
+        self.prefixes.clear()
+        self.kv_epoch += 1
 
     def _remove_row(self, row: int) -> GenerationRequest:
         request = self.active[row]
