@@ -35,8 +35,8 @@ from rllm.errors import RllmError
 from rllm.models.base import SamplingParams
 
 __all__ = [
-    "AlgorithmConfig", "ConfigError", "DataConfig", "LoraConfig", "ModelConfig", "OptimConfig", "RolloutConfig",
-    "TrainConfig", "TrainerConfig", "config_help", "dump_config", "load_config",
+    "AlgorithmConfig", "ConfigError", "DataConfig", "LoraConfig", "ModelConfig", "OptimConfig", "RoleAlgorithmConfig",
+    "RolloutConfig", "TrainConfig", "TrainerConfig", "config_help", "dump_config", "load_config",
 ]  # fmt: skip
 
 # Same string as `rllm.models.registry.DEFAULT_MODEL` (a test pins it); copied so this module imports no registry.
@@ -133,12 +133,24 @@ class RolloutConfig(_Section):
         }
 
 
+AdvantageName = Literal["grpo", "dr_grpo", "rloo", "remax", "reinforce_pp", "reinforce", "gae"]
+
+
+class RoleAlgorithmConfig(_Section):
+    """Advantage settings for the trajectories of one role (`Trajectory.name`); null inherits `algorithm.<key>`."""
+
+    advantage: AdvantageName | None = Field(None, description="Estimator for this role; null: algorithm.advantage.")
+    norm_by_std: bool | None = Field(None, description="grpo only: divide by the group's reward std; null: "
+                                     "algorithm.norm_by_std.")  # fmt: skip
+    stepwise: bool | None = Field(None, description="Per-step rewards for this role; null: algorithm.stepwise.")
+    gamma: float | None = Field(None, ge=0, le=1, description="Discount across steps; null: algorithm.gamma.")
+
+
 class AlgorithmConfig(_Section):
     """Advantage estimation and the policy loss."""
 
-    advantage: Literal["grpo", "dr_grpo", "rloo", "remax", "reinforce_pp", "gae"] = Field(
-        "grpo", description="Advantage estimator; gae trains a critic (PPO), the others need none."
-    )
+    advantage: AdvantageName = Field("grpo", description="Advantage estimator; gae trains a critic (PPO), the "
+                                     "others need none; reinforce is the raw reward (no baseline).")  # fmt: skip
     norm_by_std: bool = Field(True, description="grpo only: divide advantages by the group's reward std "
                               "(dr_grpo never does; that is its point).")  # fmt: skip
     stepwise: bool = Field(False, description="Use per-step rewards (discounted by gamma) instead of one "
@@ -165,6 +177,39 @@ class AlgorithmConfig(_Section):
                                               "format, bad tool call); null keeps the env's reward.")  # fmt: skip
     value_coef: float = Field(0.5, ge=0, description="Weight of the critic's value loss (gae only).")
     value_clip: float | None = Field(0.5, gt=0, description="Clip range of value updates (gae only); null: off.")
+    roles: dict[str, RoleAlgorithmConfig] = Field(
+        default_factory=dict,
+        description="Per-role overrides keyed by trajectory name, e.g. {judge: {advantage: reinforce}}; each may set "
+        "advantage, norm_by_std, stepwise and gamma (unset: the values above). gae is all roles or none.",
+    )
+
+    @field_validator("roles")
+    @classmethod
+    def _gae_is_all_or_nothing(cls, roles: dict[str, RoleAlgorithmConfig], info: ValidationInfo) -> dict:
+        # A field validator, not a model one, so load_config's message names algorithm.roles and shows this text.
+        # GAE trains one critic over every row of the batch; mixing it with critic-free roles is not supported.
+        advantage = info.data.get("advantage")  # absent when it failed its own validation
+        for role, settings in roles.items():
+            if advantage is None or settings.advantage is None or (settings.advantage == "gae") == (advantage == "gae"):
+                continue
+            if settings.advantage == "gae":
+                fix = f"set algorithm.advantage=gae (all roles then use the critic) or give {role!r} another one"
+            else:
+                fix = f"drop algorithm.roles.{role}.advantage (it inherits gae) or change algorithm.advantage"
+            raise ValueError(f"algorithm.roles.{role}.advantage={settings.advantage!r} with algorithm.advantage="
+                             f"{advantage!r}: gae (a critic) is for all roles or none; {fix}")  # fmt: skip
+        return roles
+
+    def for_role(self, role: str) -> AlgorithmConfig:
+        """The effective settings for trajectories named `role`: these, with the role's non-null overrides applied
+        (and `roles` emptied, so the result describes one role)."""
+        settings = self.roles.get(role)
+        overrides = settings.model_dump(exclude_none=True) if settings is not None else {}
+        return self.model_copy(update={**overrides, "roles": {}})
+
+    def uses_advantage(self, name: str) -> bool:
+        """Whether estimator `name` is used globally or by any role (e.g. "remax" needs greedy rollouts)."""
+        return self.advantage == name or any(r.advantage == name for r in self.roles.values())
 
 
 class OptimConfig(_Section):
@@ -244,16 +289,21 @@ class TrainConfig(_Section):
     agent_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the agent class.")
     env_args: dict[str, Any] = Field(default_factory=dict, description="Defaults for every env (a task's own "
                                      "fields win).")  # fmt: skip
+    workflow: str | None = Field(None, description="What plays the task: agent_env, single_turn, solver_judge, or a "
+                                 "Workflow subclass as 'package.module:Class'; null: the task's own.")  # fmt: skip
+    workflow_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the workflow "
+                                          "(e.g. n_solutions of solver_judge).")  # fmt: skip
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
-        n, advantage = self.rollout.n, self.algorithm.advantage
-        if advantage in GROUP_ESTIMATORS and n < 2:
-            raise ValueError(
-                f"algorithm.advantage={advantage!r} needs rollout.n >= 2 (got {n}): its baseline is the other "
-                "samples of the same task, so a group of one has no baseline. Raise rollout.n, or use "
-                "reinforce_pp, remax or gae."
-            )
+        n = self.rollout.n
+        for advantage in (self.algorithm.advantage, *(r.advantage for r in self.algorithm.roles.values())):
+            if advantage in GROUP_ESTIMATORS and n < 2:
+                raise ValueError(
+                    f"algorithm advantage {advantage!r} needs rollout.n >= 2 (got {n}): its baseline is the other "
+                    "samples of the same task, so a group of one has no baseline. Raise rollout.n, or use "
+                    "reinforce, reinforce_pp, remax or gae."
+                )
         if self.algorithm.drop_uniform_groups and n < 2:
             raise ValueError(f"algorithm.drop_uniform_groups=true needs rollout.n >= 2 (got {n}): "
                              "a group of one always looks uniform, so every group would be dropped.")  # fmt: skip

@@ -12,6 +12,7 @@ from rllm.training.advantages import (
     group_index_from_keys,
     grpo_advantages,
     masked_whiten,
+    reinforce_advantages,
     reinforce_pp_advantages,
     remax_advantages,
     rloo_advantages,
@@ -83,16 +84,16 @@ def test_remax_subtracts_the_group_greedy_reward():
     adv = remax_advantages(T([1.0, 0.0, 0.5, 1.0]), T([0, 0, 1, 1]), T([0.5, 1.0]))
     close(adv, [0.5, -0.5, -0.5, 0.0])
     # ids index the greedy tensor as given (not compacted); invalid entries get 0
-    adv = compute_advantages("remax", T([1.0, 1.0, 1.0]), T([2, 2, 0]), T([True, False, True]),
-                             greedy_rewards_per_group=T([0.4, 9.0, 0.1]))
+    adv = compute_advantages(
+        "remax", T([1.0, 1.0, 1.0]), T([2, 2, 0]), T([True, False, True]), greedy_rewards_per_group=T([0.4, 9.0, 0.1])
+    )
     close(adv, [0.9, 0.0, 0.6])
 
 
 def test_reinforce_pp_group_baseline_then_batch_whitening():
     # group means: g0 [1, 0] -> 0.5, g1 [1, 1] -> 1; centred [0.5, -0.5, 0, 0]; batch mean 0
     # unbiased var = (0.25+0.25+0+0)/3 = 1/6, std 0.40825 -> [1.22474, -1.22474, 0, 0]; the invalid 9 is excluded
-    adv = reinforce_pp_advantages(T([1.0, 0.0, 1.0, 1.0, 9.0]), T([0, 0, 1, 1, 1]),
-                                  T([True, True, True, True, False]))
+    adv = reinforce_pp_advantages(T([1.0, 0.0, 1.0, 1.0, 9.0]), T([0, 0, 1, 1, 1]), T([True, True, True, True, False]))
     close(adv, [1.22474, -1.22474, 0.0, 0.0, 0.0])
 
 
@@ -102,6 +103,14 @@ def test_reinforce_pp_without_baseline_whitens_the_batch():
     close(adv, [-0.92582, -0.46291, 0.0, 1.38873])
     with pytest.raises(ValueError):
         reinforce_pp_advantages(T([1.0, 2.0]))
+
+
+def test_reinforce_is_the_raw_reward_and_zero_when_invalid():
+    # no baseline: A_i = r_i, whatever the group (a lone member of group 9 keeps its 0.5); the invalid 3.0 gets 0
+    rewards, groups = T([1.0, -1.0, 3.0, 0.5]), T([0, 0, 0, 9])
+    close(reinforce_advantages(rewards, groups, T([True, True, False, True])), [1.0, -1.0, 0.0, 0.5])
+    close(reinforce_advantages(T([2, 0])), [2.0, 0.0])  # ints become floats; no groups needed
+    close(compute_advantages("reinforce", T([1.0, 0.0]), T([0, 0])), [1.0, 0.0])
 
 
 def test_masked_whiten_ignores_masked_entries():
@@ -153,7 +162,7 @@ def test_uniform_groups():
 
 
 def test_registry_and_dispatch():
-    assert set(ADVANTAGE_ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "remax", "reinforce_pp", "gae"}
+    assert set(ADVANTAGE_ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "remax", "reinforce_pp", "reinforce", "gae"}
     # mean 0.5, unbiased std sqrt(0.5) = 0.70711 -> +-0.5 / 0.70711 = +-0.70711
     close(compute_advantages("grpo", T([1.0, 0.0]), T([0, 0])), [0.70711, -0.70711])
     close(compute_advantages("rloo", T([1.0, 0.0]), T([0, 0])), [1.0, -1.0])

@@ -1,6 +1,6 @@
 import pytest
 
-from rllm.config import AlgorithmConfig
+from rllm.config import AlgorithmConfig, ConfigError, RoleAlgorithmConfig, dump_config, load_config
 from rllm.training.grouping import group_and_score, group_key
 from rllm.types import Episode, Step, TerminationReason, Trajectory
 
@@ -42,7 +42,9 @@ def test_infra_errors_are_excluded_from_baselines_and_training():
 
 def test_uniform_groups_are_dropped_and_counted_when_asked():
     episodes = [_episode("a", i, {"agent": [1.0]}) for i in range(2)] + [
-        _episode("b", 0, {"agent": [1.0]}), _episode("b", 1, {"agent": [0.0]})]
+        _episode("b", 0, {"agent": [1.0]}),
+        _episode("b", 1, {"agent": [0.0]}),
+    ]
     batch = group_and_score(episodes, AlgorithmConfig(advantage="grpo", drop_uniform_groups=True))
     assert [ep.task_id for ep, _ in batch.trajectories] == ["b", "b"]
     assert batch.stats["dropped_uniform"] == 2
@@ -76,3 +78,136 @@ def test_remax_uses_the_greedy_reward_of_each_group():
     assert [a[0] for a in batch.step_advantages] == [0.75, -0.25]
     with pytest.raises(ValueError, match="greedy"):
         group_and_score(episodes, AlgorithmConfig(advantage="remax"))
+
+
+# ------------------------------------------------------------------------------------------------ per-role settings
+
+
+def _multi(episode_id: str, trajectories: list[tuple[str, list[float]]]) -> Episode:
+    """An episode with several trajectories per role: `[(role, step rewards), ...]` in this order."""
+    trajs = [Trajectory(name=role, steps=[Step(reward=r) for r in steps]) for role, steps in trajectories]
+    return Episode(id=episode_id, trajectories=trajs, termination_reason=R.ENV_DONE)
+
+
+def _solver_judge_batch() -> list[Episode]:
+    return [
+        _multi("t:0", [("solver", [1.0]), ("solver", [0.0, 0.0, 0.0]), ("judge", [1.0])]),
+        _multi("t:1", [("judge", [-1.0]), ("solver", [0.0, 0.5, 0.5]), ("solver", [1.0])]),
+        _multi("u:0", [("solver", [1.0]), ("solver", [0.0, 0.0]), ("judge", [0.5])]),
+    ]
+
+
+def test_solver_grpo_and_judge_reinforce_per_role():
+    algo = AlgorithmConfig(advantage="grpo", roles={"judge": {"advantage": "reinforce"}})
+    batch = group_and_score(_solver_judge_batch(), algo)
+    keys = [group_key(ep, t) for ep, t in batch.trajectories]
+    # original order is kept; 1-step and 3-step solvers of task t share one group
+    assert keys == ["t:solver", "t:solver", "t:judge", "t:judge", "t:solver", "t:solver",
+                    "u:solver", "u:solver", "u:judge"]  # fmt: skip
+    # t:solver rewards [1, 0, 1, 1]: mean 0.75; squared deviations 0.0625 + 0.5625 + 0.0625 + 0.0625 = 0.75;
+    #   unbiased var 0.75 / 3 = 0.25, std 0.5 -> (r - 0.75) / 0.5 = [0.5, -1.5, 0.5, 0.5]
+    # t:judge (reinforce): raw rewards [1, -1]
+    # u:solver [1, 0]: mean 0.5, std sqrt(0.5) = 0.70711 -> [0.70711, -0.70711]
+    # u:judge alone (reinforce): its raw 0.5 -- GRPO would give a group of one 0
+    expected = [[0.5], [-1.5] * 3, [1.0], [-1.0], [0.5] * 3, [0.5], [0.70711], [-0.70711] * 2, [0.5]]
+    assert len(batch.step_advantages) == len(expected)
+    for got, want in zip(batch.step_advantages, expected):
+        assert got == pytest.approx(want, abs=1e-4)
+    assert batch.stats["groups"] == 4 and batch.stats["kept"] == 9
+    # solver rewards 1, 0, 1, 1, 1, 0 -> 4 / 6; judge rewards 1, -1, 0.5 -> 0.5 / 3
+    assert batch.stats["solver/reward_mean"] == pytest.approx(4 / 6)
+    assert batch.stats["judge/reward_mean"] == pytest.approx(0.5 / 3)
+    assert (batch.stats["solver/trajectories"], batch.stats["judge/trajectories"]) == (6, 3)
+
+
+def test_without_roles_every_trajectory_uses_the_global_estimator():
+    batch = group_and_score(_solver_judge_batch(), AlgorithmConfig(advantage="grpo"))
+    # t:judge [1, -1]: mean 0, std sqrt(2) = 1.41421 -> +-0.70711; u:judge is a group of one -> 0
+    judge = [a[0] for (_, t), a in zip(batch.trajectories, batch.step_advantages) if t.name == "judge"]
+    assert judge == pytest.approx([0.70711, -0.70711, 0.0], abs=1e-4)
+
+
+def test_stepwise_for_one_role_only():
+    episodes = [
+        _multi("a:0", [("solver", [0.0, 1.0]), ("judge", [0.0, 1.0])]),
+        _multi("a:1", [("solver", [0.0, 0.0, 2.0]), ("judge", [0.0, 0.0])]),
+    ]
+    algo = AlgorithmConfig(advantage="dr_grpo", roles={"solver": {"stepwise": True, "gamma": 0.5}})
+    batch = group_and_score(episodes, algo)
+    # solver returns, gamma 0.5: [0, 1] -> [0.5, 1.0]; [0, 0, 2] -> G2 = 2, G1 = 0 + 0.5 * 2 = 1, G0 = 0.5
+    #   one group of 5 step returns [0.5, 1, 0.5, 1, 2]: mean 1 -> [-0.5, 0] and [-0.5, 0, 1]
+    # judge stays trajectory-level: rewards [1, 0], mean 0.5 -> 0.5 and -0.5 on every step
+    assert batch.step_advantages == [[-0.5, 0.0], [0.5, 0.5], [-0.5, 0.0, 1.0], [-0.5, -0.5]]
+
+
+def test_remax_for_one_role_needs_greedy_rewards_only_for_its_groups():
+    episodes = [
+        _multi("a:0", [("solver", [1.0]), ("judge", [1.0])]),
+        _multi("a:1", [("solver", [0.0]), ("judge", [0.0])]),
+    ]
+    algo = AlgorithmConfig(advantage="grpo", norm_by_std=False, roles={"judge": {"advantage": "remax"}})
+    assert algo.uses_advantage("remax")
+    batch = group_and_score(episodes, algo, greedy_rewards={"a:judge": 0.25})
+    # solver (grpo without std): [1, 0] - 0.5 -> [0.5, -0.5]; judge (remax): [1, 0] - 0.25 -> [0.75, -0.25]
+    assert [a[0] for a in batch.step_advantages] == [0.5, 0.75, -0.5, -0.25]
+    with pytest.raises(ValueError, match="a:judge"):
+        group_and_score(episodes, algo, greedy_rewards={"a:solver": 0.0})
+
+
+def test_role_norm_by_std_override():
+    episodes = [_episode("a", 0, {"judge": [2.0]}), _episode("a", 1, {"judge": [0.0]})]
+    algo = AlgorithmConfig(advantage="grpo", roles={"judge": {"norm_by_std": False}})
+    # [2, 0] - mean 1 = [1, -1], not divided by std sqrt(2) (which would give +-0.70711)
+    assert [a[0] for a in group_and_score(episodes, algo).step_advantages] == [1.0, -1.0]
+
+
+def test_gae_is_for_all_roles_or_none():
+    with pytest.raises(ValueError, match=r"algorithm.roles.judge.advantage='gae'.*set algorithm.advantage=gae"):
+        AlgorithmConfig(advantage="grpo", roles={"judge": {"advantage": "gae"}})
+    with pytest.raises(ValueError, match=r"drop algorithm.roles.judge.advantage \(it inherits gae\)"):
+        AlgorithmConfig(advantage="gae", roles={"judge": {"advantage": "reinforce"}})
+    AlgorithmConfig(advantage="gae", roles={"judge": {"advantage": "gae", "gamma": 0.9}, "solver": {"gamma": 0.5}})
+    with pytest.raises(ConfigError, match=r"algorithm.roles.*'gae'.*all roles or none"):
+        load_config(None, ["algorithm.advantage=gae", "algorithm.roles.judge.advantage=grpo"])
+
+
+def test_for_role_inherits_what_the_role_leaves_unset():
+    algo = AlgorithmConfig(
+        advantage="grpo", gamma=0.9, clip_high=0.28, roles={"judge": {"advantage": "reinforce", "stepwise": True}}
+    )
+    judge, solver = algo.for_role("judge"), algo.for_role("solver")
+    assert (judge.advantage, judge.stepwise, judge.gamma, judge.norm_by_std, judge.clip_high) == (
+        "reinforce", True, 0.9, True, 0.28)  # fmt: skip
+    assert judge.roles == {} and solver.roles == {}
+    assert solver == AlgorithmConfig(advantage="grpo", gamma=0.9, clip_high=0.28)  # unlisted role: the globals
+    assert algo.roles["judge"].gamma is None  # the source is unchanged
+
+
+def test_uses_advantage_looks_at_the_global_setting_and_every_role():
+    algo = AlgorithmConfig(advantage="rloo", roles={"judge": {"advantage": "reinforce"}, "solver": {"gamma": 0.5}})
+    assert algo.uses_advantage("rloo") and algo.uses_advantage("reinforce")
+    assert not algo.uses_advantage("remax") and not algo.uses_advantage("grpo")
+
+
+def test_roles_load_from_yaml_and_dotted_overrides(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("algorithm:\n  advantage: grpo\n  roles:\n    judge:\n      advantage: reinforce\n")
+    cfg = load_config(path)
+    assert cfg.algorithm.roles == {"judge": RoleAlgorithmConfig(advantage="reinforce")}
+    assert cfg.algorithm.for_role("judge").advantage == "reinforce"
+    # a dotted override creates the role's entry; another key of the same role merges into it
+    overridden = load_config(None, ["algorithm.roles.judge.advantage=reinforce", "algorithm.roles.judge.gamma=0.5"])
+    assert overridden.algorithm.roles == {"judge": RoleAlgorithmConfig(advantage="reinforce", gamma=0.5)}
+    (tmp_path / "dumped.yaml").write_text(dump_config(overridden))
+    assert load_config(tmp_path / "dumped.yaml") == overridden
+    with pytest.raises(ConfigError, match="algorithm.roles.judge.advantag"):
+        load_config(None, ["algorithm.roles.judge.advantag=reinforce"])
+
+
+def test_stepwise_remax_baselines_follow_the_groups_when_a_first_trajectory_is_empty():
+    # a:0 has no steps, so the first *step* seen is b's: the per-group baselines must still line up with the keys
+    episodes = [_episode("a", 0, {"s": []}), _episode("b", 0, {"s": [1.0]}), _episode("a", 1, {"s": [1.0]})]
+    algo = AlgorithmConfig(advantage="remax", stepwise=True)
+    batch = group_and_score(episodes, algo, greedy_rewards={"a:s": 0.0, "b:s": 0.5})
+    # b: 1 - 0.5 = 0.5; a:1: 1 - 0 = 1 (the empty a:0 is excluded)
+    assert batch.step_advantages == [[0.5], [1.0]]

@@ -9,6 +9,7 @@ Conventions shared by every trajectory-level estimator here:
   not the policy's) neither contribute to any group statistic nor receive a nonzero advantage, so a crashed
   sandbox cannot shift the baseline of its healthy siblings.
 * A group with fewer than two valid members carries no comparative signal: its advantage is 0 (GRPO, RLOO).
+  `reinforce` has no baseline at all (the advantage is the reward), for roles without a meaningful group.
 
 `gae_advantages` is the token-level estimator for PPO with a critic; `discounted_returns` is for the stepwise mode
 (per-step rewards inside long trajectories); `uniform_groups` marks groups whose rewards are all equal (DAPO's
@@ -31,6 +32,7 @@ __all__ = [
     "group_index_from_keys",
     "grpo_advantages",
     "masked_whiten",
+    "reinforce_advantages",
     "reinforce_pp_advantages",
     "remax_advantages",
     "rloo_advantages",
@@ -129,6 +131,23 @@ def remax_advantages(
     if valid is None:
         return advantages
     return torch.where(valid.to(torch.bool), advantages, torch.zeros_like(advantages))
+
+
+def reinforce_advantages(rewards: Tensor, group_index: Tensor | None = None, valid: Tensor | None = None) -> Tensor:
+    """Plain REINFORCE (Williams 1992): the reward itself is the advantage, with no baseline.
+
+        A_i = r_i          (0 for invalid entries)
+
+    `group_index` is accepted for a uniform signature and ignored. Without a baseline the gradient has more variance,
+    and with rewards in [0, 1] it only ever pushes sampled answers up (a reward of 0 gives no gradient), so prefer
+    a group baseline where there is a real group. Use this where there is none: e.g. a judge that writes one
+    trajectory per episode, whose "group" would be its verdicts on different solver attempts -- different inputs,
+    not n samples for one input to compare. Rewards centred on 0 (say +1 / -1 for a right / wrong verdict) help.
+    """
+    rewards = rewards if rewards.is_floating_point() else rewards.float()
+    if valid is None:
+        return rewards.clone()
+    return torch.where(valid.to(torch.bool), rewards, torch.zeros_like(rewards))
 
 
 def masked_whiten(values: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
@@ -241,6 +260,7 @@ ADVANTAGE_ESTIMATORS: dict[str, Callable[..., Tensor | tuple[Tensor, Tensor]]] =
     "rloo": rloo_advantages,
     "remax": remax_advantages,
     "reinforce_pp": reinforce_pp_advantages,
+    "reinforce": reinforce_advantages,
     "gae": gae_advantages,
 }
 
@@ -252,8 +272,10 @@ def compute_advantages(
     token-level rewards and values: call `gae_advantages` directly."""
     if name == "gae" or name not in ADVANTAGE_ESTIMATORS:
         known = sorted(set(ADVANTAGE_ESTIMATORS) - {"gae"})
-        raise ValueError(f"unknown trajectory-level advantage estimator {name!r}; choose from {known} "
-                         "(gae is token-level: use gae_advantages)")
+        raise ValueError(
+            f"unknown trajectory-level advantage estimator {name!r}; choose from {known} "
+            "(gae is token-level: use gae_advantages)"
+        )
     if name == "remax":
         if "greedy_rewards_per_group" not in options:
             raise ValueError("remax needs greedy_rewards_per_group= (the reward of each group's greedy rollout)")
