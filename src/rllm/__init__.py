@@ -20,6 +20,9 @@ __version__ = "0.1.0"
 # Public names that live in modules with heavier imports: loaded on first attribute access.
 _LAZY = {
     "AgentExecutionEngine": "rllm.engine.execution",
+    "AgentWorkflowEngine": "rllm.engine.workflow_engine",
+    "TerminationEvent": "rllm.workflows.runtime",
+    "Workflow": "rllm.workflows.base",
     "ChatRenderer": "rllm.models.chat",
     "FakeModel": "rllm.models.fake",
     "LocalModel": "rllm.models.local",
@@ -30,6 +33,7 @@ _LAZY = {
 __all__ = [
     "Action",
     "AgentExecutionEngine",
+    "AgentWorkflowEngine",
     "BaseAgent",
     "BaseEnv",
     "ChatRenderer",
@@ -44,9 +48,11 @@ __all__ = [
     "PolicyError",
     "SamplingParams",
     "Step",
+    "TerminationEvent",
     "TerminationReason",
     "ToolCall",
     "Trajectory",
+    "Workflow",
     "check_env",
 ]
 

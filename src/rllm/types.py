@@ -118,7 +118,12 @@ class Trajectory(_Strict):
     name: str = "agent"
     steps: list[Step] = Field(default_factory=list)
     reward: float | None = None
+    is_correct: bool | None = None  # set by workflows that know; None: judged by a positive reward
     info: dict[str, Any] = Field(default_factory=dict)
+
+    def succeeded(self) -> bool:
+        """`is_correct` when the workflow set it, else whether the trajectory's reward is positive."""
+        return self.is_correct if self.is_correct is not None else self.final_reward() > 0
 
     def total_step_reward(self) -> float:
         return float(sum(step.reward for step in self.steps))

@@ -4,9 +4,10 @@ import sys
 import rllm
 
 PINNED_API = [
-    "Action", "AgentExecutionEngine", "BaseAgent", "BaseEnv", "ChatRenderer", "Episode", "FakeModel",
-    "InfraError", "LocalModel", "ModelClient", "ModelNotAvailableError", "ModelOutput", "OpenAIClient",
-    "PolicyError", "SamplingParams", "Step", "TerminationReason", "ToolCall", "Trajectory", "check_env",
+    "Action", "AgentExecutionEngine", "AgentWorkflowEngine", "BaseAgent", "BaseEnv", "ChatRenderer", "Episode",
+    "FakeModel", "InfraError", "LocalModel", "ModelClient", "ModelNotAvailableError", "ModelOutput", "OpenAIClient",
+    "PolicyError", "SamplingParams", "Step", "TerminationEvent", "TerminationReason", "ToolCall", "Trajectory",
+    "Workflow", "check_env",
 ]
 
 
@@ -24,6 +25,7 @@ def test_import_rllm_is_light():
     heavy = ["torch", "transformers", "vllm", "ray", "verl", "openai", "peft"]
     code = (
         "import sys, rllm, rllm.engine, rllm.envs, rllm.agents, rllm.models, rllm.data, rllm.cli.main\n"
+        "import rllm.engine.workflow_engine, rllm.workflows.resolve, rllm.workflows.solver_judge, rllm.data.countdown\n"
         f"print([m for m in {heavy!r} if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AgentExecutionEngine"]
+__all__ = ["AgentExecutionEngine", "AgentWorkflowEngine"]
 
 
 def __getattr__(name: str) -> Any:
@@ -12,4 +12,8 @@ def __getattr__(name: str) -> Any:
         from rllm.engine.execution import AgentExecutionEngine
 
         return AgentExecutionEngine
+    if name == "AgentWorkflowEngine":
+        from rllm.engine.workflow_engine import AgentWorkflowEngine
+
+        return AgentWorkflowEngine
     raise AttributeError(name)

@@ -1,0 +1,197 @@
+"""`AgentWorkflowEngine`: run many workflow rollouts concurrently against one model and return `Episode`s.
+
+    engine = AgentWorkflowEngine(workflow_class=SolverJudgeWorkflow, workflow_args={...}, model=model)
+    episodes = engine.execute_tasks(tasks, n_rollouts=4)          # or: await engine.execute_tasks_async(...)
+    engine.metrics                                                # summary of the last call
+
+Design choices:
+
+- Everything runs on one asyncio event loop. Each call builds a pool of `n_parallel_tasks` workflow instances
+  (fewer if there are fewer rollouts); a rollout takes an instance from the pool for one attempt and gives it
+  back, so at most `n_parallel_tasks` rollouts are in flight. Blocking env code runs on a thread pool of
+  `env_workers` threads (default: `n_parallel_tasks`, or 0, i.e. inline on the loop, when the workflow says its env
+  code does not block; see `Workflow.env_policy`).
+- Every (task, rollout) yields exactly one Episode, in task order with a task's rollouts together
+  (`tasks[0]:0, tasks[0]:1, ..., tasks[1]:0, ...`), whatever order they finished in. Its id (the workflow's `uid`)
+  is `"{task_id}:{rollout_idx}"` where task_id is `task["id"]`, else `task["uid"]`, else the task's index.
+- Failures (classified in `rllm.workflows.runtime`): an infra error retries the whole rollout from scratch (the
+  workflow is `reset`), up to `retry_limit` times, waiting `retry_backoff * 2**attempt` seconds between attempts
+  (the instance goes back to the pool while waiting). If it still fails the episode is kept with `INFRA_ERROR` and
+  the error in `info`; earlier attempts' errors are in `info["retry_errors"]`. Policy errors and workflow bugs are
+  not retried (`POLICY_ERROR`, `ERROR` with `info["traceback"]`).
+- `trajectory_timeout` bounds one attempt of a whole rollout (a retry gets a fresh budget) and ends it with
+  `TIMEOUT`, keeping what was committed so far.
+- Metrics per episode: steps, token counts, token_mismatch, time_model / time_env / time_reward / time_total (of the
+  last attempt), retries and infra_errors (over all attempts), and the workflow's own (per role by default).
+  `engine.metrics` summarises the last call (`rllm.evaluation.summarize_episodes`: success rate overall and per
+  role, termination reason fractions, mean times).
+- `on_episode_done(episode)` is called as each episode finishes (a progress bar hook); an exception in it stops
+  the whole run, since it is a bug in the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from time import perf_counter
+from typing import Any
+
+from rllm.models.base import ModelClient, SamplingParams
+from rllm.types import Episode, TerminationReason
+from rllm.workflows.base import Workflow, WorkflowServices
+from rllm.workflows.runtime import EnvRunner
+
+__all__ = ["AgentWorkflowEngine"]
+
+
+class AgentWorkflowEngine:
+    """Runs `workflow_class(**workflow_args)` rollouts of tasks against `model`. See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        workflow_class: type[Workflow],
+        model: ModelClient,
+        workflow_args: dict[str, Any] | None = None,
+        sampling: SamplingParams | None = None,
+        n_parallel_tasks: int = 64,
+        max_prompt_length: int = 2048,
+        max_response_length: int = 4096,
+        trajectory_timeout: float | None = None,
+        retry_limit: int = 2,
+        retry_backoff: float = 0.5,
+        env_workers: int | None = None,
+        on_episode_done: Callable[[Episode], None] | None = None,
+    ) -> None:
+        _require(isinstance(workflow_class, type) and issubclass(workflow_class, Workflow),
+                 f"workflow_class must be a subclass of rllm.workflows.Workflow, got {workflow_class!r}")  # fmt: skip
+        _require(n_parallel_tasks >= 1, "n_parallel_tasks must be >= 1")
+        _require(max_prompt_length >= 1 and max_response_length >= 1, "length limits must be >= 1")
+        _require(retry_limit >= 0 and retry_backoff >= 0, "retry_limit and retry_backoff must be >= 0")
+        _require(trajectory_timeout is None or trajectory_timeout > 0, "trajectory_timeout must be > 0 or None")
+        _require(env_workers is None or env_workers >= 0, "env_workers must be >= 0 or None")
+        self.workflow_class = workflow_class
+        self.workflow_args = dict(workflow_args or {})
+        self.model = model
+        self.sampling = sampling or SamplingParams()
+        self.n_parallel_tasks = n_parallel_tasks
+        self.max_prompt_length = max_prompt_length
+        self.max_response_length = max_response_length
+        self.trajectory_timeout = trajectory_timeout
+        self.retry_limit = retry_limit
+        self.retry_backoff = retry_backoff
+        self.env_workers = env_workers
+        self.on_episode_done = on_episode_done
+        self.metrics: dict[str, Any] = {}
+
+    # ---- public API ---------------------------------------------------------------------------------------
+
+    def execute_tasks(self, tasks: Sequence[dict], n_rollouts: int = 1) -> list[Episode]:
+        """Blocking form of `execute_tasks_async`, for scripts and notebooks without a running event loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.execute_tasks_async(tasks, n_rollouts))
+        raise RuntimeError(
+            "execute_tasks() was called inside a running event loop (e.g. Jupyter or async code); "
+            "use `await engine.execute_tasks_async(tasks, n_rollouts)` instead"
+        )
+
+    async def execute_tasks_async(self, tasks: Sequence[dict], n_rollouts: int = 1) -> list[Episode]:
+        """Roll out every task `n_rollouts` times; episodes come back grouped by task, in task order."""
+        from rllm.evaluation import summarize_episodes
+
+        _require(n_rollouts >= 1, "n_rollouts must be >= 1")
+        jobs = [(task, f"{_task_id(task, index)}:{rollout}")
+                for index, task in enumerate(tasks) for rollout in range(n_rollouts)]  # fmt: skip
+        started = perf_counter()
+        workflow_class, workflow_args = self._workflow_spec()
+        blocking, thread_safe = workflow_class.env_policy(workflow_args)
+        workers = self.env_workers
+        if workers is None:
+            workers = self.n_parallel_tasks if blocking else 0
+        executor = ThreadPoolExecutor(workers, thread_name_prefix="rllm-env") if workers else None
+        services = WorkflowServices(self.model, self.sampling, EnvRunner(executor, serialize=not thread_safe),
+                                    self.max_prompt_length, self.max_response_length)  # fmt: skip
+        pool: asyncio.Queue[Workflow] = asyncio.Queue()
+        for _ in range(min(self.n_parallel_tasks, len(jobs))):
+            pool.put_nowait(workflow_class(**workflow_args))
+        try:
+            futures = [asyncio.ensure_future(self._run_episode(services, pool, task, uid)) for task, uid in jobs]
+            try:
+                episodes = list(await asyncio.gather(*futures))
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+        finally:
+            # Don't wait for env calls abandoned by a timeout: they finish on their own in the background.
+            if executor is not None:
+                executor.shutdown(wait=False, cancel_futures=True)
+        self.metrics = summarize_episodes(episodes, perf_counter() - started) if episodes else {}
+        return episodes
+
+    # ---- one episode --------------------------------------------------------------------------------------
+
+    def _workflow_spec(self) -> tuple[type[Workflow], dict[str, Any]]:
+        """The workflow class and its arguments, read when a call starts (front doors may build them)."""
+        return self.workflow_class, self.workflow_args
+
+    async def _run_episode(self, services: WorkflowServices, pool: asyncio.Queue, task: dict, uid: str) -> Episode:
+        """Attempts until one is not an infra error or the retries are spent; the last attempt is the episode."""
+        retry_errors: list[str | None] = []
+        attempt = 0
+        while True:
+            workflow = await pool.get()
+            try:
+                episode = await self._attempt(workflow, services, task, uid)
+            finally:
+                pool.put_nowait(workflow)
+            failed = episode.termination_reason is TerminationReason.INFRA_ERROR
+            if not failed or attempt >= self.retry_limit:
+                break
+            retry_errors.append(episode.info.get("error"))
+            await asyncio.sleep(self.retry_backoff * 2**attempt)
+            attempt += 1
+        episode.metrics["retries"] = attempt
+        episode.metrics["infra_errors"] = len(retry_errors) + int(failed)
+        if retry_errors:
+            episode.info["retry_errors"] = retry_errors
+        if self.on_episode_done is not None:
+            self.on_episode_done(episode)
+        return episode
+
+    async def _attempt(self, workflow: Workflow, services: WorkflowServices, task: dict, uid: str) -> Episode:
+        started = perf_counter()
+        workflow.start_episode(services, task, uid)
+        timeout = self.trajectory_timeout
+        try:
+            try:
+                async with asyncio.timeout(timeout) as deadline:
+                    reason, returned, info = await workflow.run_episode(task, uid)
+            except TimeoutError:
+                if not deadline.expired():
+                    raise
+                reason, returned = TerminationReason.TIMEOUT, None
+                info = {"error": f"trajectory timed out after {timeout}s", "error_site": "timeout"}
+        finally:
+            try:
+                await workflow.cleanup()
+            except Exception as exc:  # noqa: BLE001 - the rollout's data is complete; report, don't lose it
+                workflow.episode_info["cleanup_error"] = f"{type(exc).__name__}: {exc}"
+        return workflow.build_episode(task, uid, reason, returned, info, perf_counter() - started)
+
+
+def _task_id(task: Any, index: int) -> str:
+    if not isinstance(task, dict):
+        raise TypeError(f"tasks must be dicts (one dataset row each), got {type(task).__name__} at index {index}")
+    for key in ("id", "uid"):
+        if task.get(key) is not None:
+            return str(task[key])
+    return str(index)
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)

@@ -1,0 +1,165 @@
+"""`AgentEnvWorkflow`: the agent/env loop (`BaseAgent` + `BaseEnv`) as a workflow. `AgentExecutionEngine` is the
+`AgentWorkflowEngine` running this workflow, so there is one rollout core.
+
+The loop: build the agent, the env from `{**env_args, **task}` (a dataset row's own value beats the default),
+`reset`, then up to `max_steps` times: model call on the agent's messages → `agent.update_from_model` → `env.step`
+→ `agent.update_from_env`. It ends with `ENV_DONE` when the env says done and `MAX_TURNS` after `max_steps`.
+
+Choices:
+- A reply the agent rejects (it raised in `update_from_model`, e.g. a `PolicyError`) is still recorded as a step
+  (action None): the configured policy-error reward needs the tokens it applies to.
+- When the length budget cut a completion short (`finish_reason == "length"` with the row full) the step is still
+  given to the agent and recorded (its tokens are trainable) but the env is not stepped with a truncated action;
+  the episode ends with `MAX_RESPONSE_LENGTH`.
+- After `agent.update_from_env` the env's `reward`, `done` and `info` are written onto the step the action came
+  from (and the observation if the agent left it empty): the env is the source of truth for step rewards.
+- `step_timeout` bounds one model call + env step; it ends the episode with `TIMEOUT`, keeping the steps so far.
+  Python cannot interrupt a thread, so a timed-out env call keeps running in its worker until it returns;
+  `env.close()` is still called.
+- Correctness: an env that reports `info["success"]` on its last step decides; otherwise a positive reward counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from rllm.types import Action, Episode, ModelOutput, Step, TerminationReason
+from rllm.workflows.base import Workflow
+from rllm.workflows.runtime import TerminationEvent, tag_site
+
+__all__ = ["AgentEnvWorkflow"]
+
+_Reason = TerminationReason
+
+
+class AgentEnvWorkflow(Workflow):
+    def __init__(
+        self,
+        agent_class: type,
+        env_class: type,
+        agent_args: dict[str, Any] | None = None,
+        env_args: dict[str, Any] | None = None,
+        max_steps: int = 10,
+        step_timeout: float | None = None,
+    ) -> None:
+        self.agent_class, self.env_class = agent_class, env_class
+        self.agent_args, self.env_args = dict(agent_args or {}), dict(env_args or {})
+        self.max_steps, self.step_timeout = max_steps, step_timeout
+
+    @classmethod
+    def env_policy(cls, workflow_args: dict[str, Any]) -> tuple[bool, bool]:
+        env_class = workflow_args["env_class"]
+        return getattr(env_class, "blocking", True), env_class.is_multithread_safe()
+
+    def reset(self, task: dict, uid: str) -> None:
+        self.agent: Any = None
+        self.env: Any = None
+        self.last_env_info: dict | None = None
+        self.phase = "agent"  # which code is running, to say where a step timeout hit
+
+    async def run(self, task: dict, uid: str) -> None:
+        await self._start(task)
+        for _ in range(self.max_steps):
+            if self.step_timeout is None:
+                done = await self._step()
+            else:
+                done = await self._timed_step(self.step_timeout)
+            if done:
+                return
+        raise TerminationEvent(_Reason.MAX_TURNS)
+
+    async def cleanup(self) -> None:
+        """Close the env (always, once). A failing close does not change the outcome: the rollout's data is
+        complete; the error is reported in `info["close_error"]`."""
+        if self.env is None:
+            return
+        env, self.env = self.env, None
+        try:
+            await self.call_env(env.close)
+        except Exception as exc:  # noqa: BLE001
+            self.episode_info["close_error"] = f"{type(exc).__name__}: {exc}"
+
+    def assign_episode_correctness(self, episode: Episode) -> bool:
+        if self.last_env_info and "success" in self.last_env_info:
+            return bool(self.last_env_info["success"])
+        return super().assign_episode_correctness(episode)
+
+    # ---- the loop -------------------------------------------------------------------------------------------
+
+    async def _start(self, task: dict) -> None:
+        self.agent = _agent_call(self.agent_class, **self.agent_args)
+        self.commit(agent=self.agent)
+        self.phase = "env"
+        self.env = await self.call_env(self.env_class.from_dict, {**self.env_args, **task})
+        observation, info = await self.call_env(self.env.reset)
+        self.phase = "agent"
+        _agent_call(self.agent.reset)
+        _agent_call(self.agent.update_from_env, observation, 0.0, False, info)
+
+    async def _timed_step(self, timeout: float) -> bool:
+        try:
+            async with asyncio.timeout(timeout) as deadline:
+                return await self._step()
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # a TimeoutError raised by user code: classified by where it came from
+            message = f"step timed out after {timeout}s (in {self.phase} code)"
+            raise TerminationEvent(_Reason.TIMEOUT, message) from None
+
+    async def _step(self) -> bool:
+        agent = self.agent
+        self.phase = "agent"
+        messages = _agent_call(lambda: agent.chat_completions)
+        n_messages = len(messages)
+        self.phase = "model"
+        output = await self.generate(messages)
+        self.phase = "agent"
+        n_steps = len(agent.trajectory.steps)
+        try:
+            action = agent.update_from_model(output)
+        except Exception as exc:
+            # Keep the sampled reply even when the agent rejects it: a policy error's reward needs its tokens.
+            tag_site(exc, "agent")
+            self._own_step(n_steps, messages, n_messages, output, None)
+            raise
+        action = action.action if isinstance(action, Action) else action
+        step = self._own_step(n_steps, messages, n_messages, output, action)
+        if self.thread().row_full and output.finish_reason == "length":
+            raise TerminationEvent(_Reason.MAX_RESPONSE_LENGTH)
+
+        self.phase = "env"
+        observation, reward, done, info = await self.call_env(self.env.step, action)
+        self.last_env_info = info
+        self.phase = "agent"
+        _agent_call(agent.update_from_env, observation, reward, done, info)
+        step.reward, step.done = float(reward), bool(done)
+        if info:
+            step.info.update(info)
+        if step.observation is None:
+            step.observation = observation
+        return bool(done)
+
+    def _own_step(self, n_steps: int, messages: list[dict], n_messages: int, output: ModelOutput, action: Any) -> Step:
+        """The step this model call made, with what the agent left out filled in (a custom agent may record less,
+        or no step at all). The messages the model saw are the first `n_messages` of the list the agent handed
+        out (it may have appended its reply since); they are copied only when the agent did not record them."""
+        steps = self.agent.trajectory.steps
+        if len(steps) == n_steps:
+            steps.append(Step(chat_completions=messages[:n_messages], model_output=output, action=action))
+            return steps[-1]
+        step = steps[-1]
+        if step.model_output is None:
+            step.model_output = output
+        if not step.chat_completions:
+            step.chat_completions = messages[:n_messages]
+        return step
+
+
+def _agent_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call agent code, marking where an exception came from."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        tag_site(exc, "agent")
+        raise

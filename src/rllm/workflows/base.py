@@ -1,0 +1,279 @@
+"""`Workflow`: free async Python that calls the model, steps environments and commits named trajectories.
+
+    class Guess(Workflow):
+        async def run(self, task, uid):
+            messages = [{"role": "user", "content": task["question"]}]
+            output = await self.generate(messages)
+            reward = await self.call_reward(my_reward_fn, task, output.text)
+            self.commit(Trajectory(name="solver", steps=[Step(chat_completions=messages, model_output=output,
+                                                              reward=reward)]))
+
+`AgentWorkflowEngine` runs many of these concurrently and turns each run into an `Episode`. Inside `run`:
+
+- `await self.generate(messages, thread=...)` calls the model. Each independent conversation is a *thread* (a name):
+  its prompts render so that each extends the last (token exactness), it has its own length budget, and its calls
+  get seeds derived from (sampling seed, episode id, thread, call number), so samples do not depend on scheduling.
+  Concurrent conversations (k solvers at once) must use different threads.
+- `await self.call_env(fn, *args)` runs blocking env code on the engine's thread pool; `await self.call_reward(fn,
+  *args)` runs a reward function there. Both are timed, and an exception is classified by where it came from
+  (`rllm.workflows.runtime`).
+- `self.commit(trajectory, name=...)` or `self.commit(agent=agent)` adds a trajectory to the episode. An agent's
+  trajectory is read when the episode is built, so committing an agent before its `reset()` is fine.
+- `raise TerminationEvent(reason)` ends the episode with that reason. Returning normally means `ENV_DONE`.
+
+Post-processing, in this order, overridable: `compute_trajectory_reward` (default: the sum of step rewards, for each
+trajectory whose `reward` is unset), `adjust_step_rewards` (default: with `gamma` set, each step's reward becomes its
+discounted return; the raw reward is kept in `step.info["raw_reward"]`), `assign_episode_correctness` (default: every
+trajectory succeeded: `is_correct` where set, else a positive reward) and `collect_metrics` (default: per role, mean reward, success rate and count).
+An infra error is never correct. Discounting here changes the stored step rewards; the trainer's stepwise mode
+(`algorithm.gamma`) discounts on its own, so use one or the other.
+
+The engine keeps a pool of instances and reuses them: per-episode state belongs in `reset(task, uid)`, which runs
+before every attempt, and resources in `cleanup()`, which runs after every attempt, whatever happened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+from rllm.models.base import ModelClient, SamplingParams
+from rllm.types import Episode, ModelOutput, TerminationReason, Trajectory
+from rllm.workflows.runtime import EnvRunner, ModelThread, TerminationEvent, classify_error, error_site, tag_site
+
+__all__ = ["Workflow", "WorkflowServices", "discounted_step_rewards"]
+
+_Reason = TerminationReason
+
+
+@dataclass(frozen=True)
+class WorkflowServices:
+    """What the engine hands every workflow for one `execute_tasks` call."""
+
+    model: ModelClient
+    sampling: SamplingParams
+    runner: EnvRunner
+    max_prompt_length: int
+    max_response_length: int
+
+
+class Workflow:
+    """Subclass and write `async def run(self, task, uid)`. See the module docstring."""
+
+    gamma: float | None = None  # discount of `adjust_step_rewards`; None keeps the step rewards as they are
+
+    # ---- overridable --------------------------------------------------------------------------------------
+
+    @classmethod
+    def env_policy(cls, workflow_args: dict[str, Any]) -> tuple[bool, bool]:
+        """(is env code blocking, is it multithread safe) for the engine's thread pool; see `BaseEnv`."""
+        return True, True
+
+    def reset(self, task: dict, uid: str) -> None:
+        """Per-episode state of a subclass; called before every attempt."""
+
+    async def run(self, task: dict, uid: str) -> Episode | None:
+        raise NotImplementedError(f"{type(self).__name__} must define `async def run(self, task, uid)`")
+
+    async def cleanup(self) -> None:
+        """Release what `run` opened (envs, sessions); called after every attempt, also after failures."""
+
+    def compute_trajectory_reward(self, trajectory: Trajectory) -> float:
+        return trajectory.total_step_reward()
+
+    def adjust_step_rewards(self, trajectory: Trajectory) -> None:
+        if self.gamma is not None:
+            discounted_step_rewards(trajectory, self.gamma)
+
+    def assign_episode_correctness(self, episode: Episode) -> bool:
+        return bool(episode.trajectories) and all(t.succeeded() for t in episode.trajectories)
+
+    def collect_metrics(self, episode: Episode) -> dict[str, float]:
+        roles: dict[str, list[Trajectory]] = {}
+        for trajectory in episode.trajectories:
+            roles.setdefault(trajectory.name, []).append(trajectory)
+        metrics: dict[str, float] = {}
+        for role, trajectories in roles.items():
+            n = len(trajectories)
+            metrics[f"{role}/reward"] = sum(t.final_reward() for t in trajectories) / n
+            metrics[f"{role}/success"] = sum(t.succeeded() for t in trajectories) / n
+            metrics[f"{role}/count"] = n
+        return metrics
+
+    # ---- helpers for `run` ------------------------------------------------------------------------------------
+
+    @property
+    def model(self) -> ModelClient:
+        return self._services.model
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return self._services.sampling
+
+    def thread(self, name: str = "main") -> ModelThread:
+        """The conversation called `name` (created on first use)."""
+        thread = self._threads.get(name)
+        if thread is None:
+            services = self._services
+            tokenizer = getattr(services.model, "tokenizer", None)
+            thread = ModelThread(tokenizer, services.max_prompt_length, services.max_response_length)
+            self._threads[name] = thread
+        return thread
+
+    async def generate(self, messages: list[dict], *, thread: str = "main", **sampling: Any) -> ModelOutput:
+        """One model call in conversation `thread`; keyword arguments override sampling fields (max_tokens, ...)."""
+        conversation = self.thread(thread)
+        try:
+            prompt, remaining = conversation.prompt(messages)
+        except TerminationEvent:
+            raise
+        except Exception as exc:
+            tag_site(exc, "render")
+            raise
+        params = self._call_sampling(thread, conversation.calls, sampling)
+        if remaining is not None and remaining < params.max_tokens:
+            params = params.model_copy(update={"max_tokens": remaining})
+        started = perf_counter()
+        try:
+            output = await self._services.model.generate(prompt, params)
+        except Exception as exc:
+            tag_site(exc, "model")
+            raise
+        finally:
+            self._times["model"] += perf_counter() - started
+        try:
+            conversation.record(prompt, output)
+        except Exception as exc:
+            tag_site(exc, "render")
+            raise
+        return output
+
+    async def call_env(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run blocking env code off the event loop (inline for non-blocking envs); its exceptions are infra errors."""
+        return await self._timed_call("env", fn, args, serialize=True)
+
+    async def call_reward(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a reward function off the event loop; its exceptions are errors (bugs) unless they are InfraError."""
+        return await self._timed_call("reward", fn, args, serialize=False)
+
+    def commit(self, trajectory: Trajectory | None = None, *, name: str | None = None, agent: Any = None) -> None:
+        """Add a trajectory (or an agent, whose `trajectory` is read at the end) to the episode."""
+        if (trajectory is None) == (agent is None):
+            raise TypeError("commit() takes a trajectory or agent=..., exactly one")
+        if trajectory is not None and name is not None:
+            trajectory.name = name
+        self._committed.append(trajectory if trajectory is not None else _AgentRef(agent, name))
+
+    # ---- engine side ------------------------------------------------------------------------------------------
+
+    def start_episode(self, services: WorkflowServices, task: dict, uid: str) -> None:
+        self._services = services
+        self._uid = uid
+        self._threads: dict[str, ModelThread] = {}
+        self._committed: list[Any] = []
+        self._times = {"model": 0.0, "env": 0.0, "reward": 0.0}
+        self.episode_info: dict[str, Any] = {}  # free-form notes of this attempt, merged into `episode.info`
+        self.reset(task, uid)
+
+    async def run_episode(self, task: dict, uid: str) -> tuple[TerminationReason, Episode | None, dict]:
+        """Run, turning every way it can end into (reason, the episode `run` returned, error info)."""
+        try:
+            returned = await self.run(task, uid)
+            return _Reason.ENV_DONE, returned, {}
+        except TerminationEvent as event:
+            return event.reason, None, _termination_info(event)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a termination reason, none is dropped
+            site = error_site(exc)
+            info = {"error": f"{type(exc).__name__}: {exc}", "error_site": site,
+                    "traceback": "".join(traceback.format_exception(exc))}  # fmt: skip
+            return classify_error(exc, site), None, info
+
+    def build_episode(
+        self, task: dict, uid: str, reason: TerminationReason, returned: Episode | None, info: dict, time_total: float
+    ) -> Episode:
+        trajectories = self._trajectories(returned)
+        for trajectory in trajectories:
+            if trajectory.reward is None:
+                trajectory.reward = self.compute_trajectory_reward(trajectory)
+            self.adjust_step_rewards(trajectory)
+        episode = Episode(id=uid, task=task, trajectories=trajectories, termination_reason=reason,
+                          info={**(returned.info if returned else {}), **self.episode_info, **info})  # fmt: skip
+        episode.is_correct = reason is not _Reason.INFRA_ERROR and bool(self.assign_episode_correctness(episode))
+        threads = self._threads.values()
+        episode.metrics = {
+            "steps": sum(len(t.steps) for t in trajectories),
+            "token_mismatch": sum(t.mismatches for t in threads),
+            "prompt_tokens": sum(t.first_prompt_length for t in threads),
+            "completion_tokens": sum(t.completion_tokens for t in threads),
+            "response_tokens": sum(t.response_tokens for t in threads),
+            **{f"time_{k}": v for k, v in self._times.items()},
+            "time_total": time_total,
+            **(returned.metrics if returned else {}),
+            **self.collect_metrics(episode),
+        }
+        return episode
+
+    # ---- internals ----------------------------------------------------------------------------------------
+
+    def _trajectories(self, returned: Episode | None) -> list[Trajectory]:
+        out: list[Trajectory] = []
+        for item in self._committed:
+            out.append(item.trajectory() if isinstance(item, _AgentRef) else item)
+        out.extend(returned.trajectories if returned is not None else [])
+        unique = {id(t): t for t in out}  # a trajectory both committed and returned counts once
+        return list(unique.values())
+
+    def _call_sampling(self, thread: str, call: int, overrides: dict[str, Any]) -> SamplingParams:
+        """With a seed set, each call gets its own seed derived from (seed, episode id, thread, call number):
+        samples are reproducible whatever order concurrent rollouts reach the model in, and the n rollouts of one
+        task (and the turns of one rollout) still differ. A retry of the episode replays the same seeds."""
+        sampling = self._services.sampling
+        if overrides:
+            sampling = sampling.model_copy(update=overrides)
+        if sampling.seed is None:
+            return sampling
+        scope = self._uid if thread == "main" else f"{self._uid}:{thread}"
+        key = f"{sampling.seed}:{scope}:{call}".encode()
+        derived = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") & 0x7FFF_FFFF_FFFF_FFFF
+        return sampling.model_copy(update={"seed": derived})
+
+    async def _timed_call(self, site: str, fn: Callable[..., Any], args: tuple, *, serialize: bool) -> Any:
+        started = perf_counter()
+        try:
+            return await self._services.runner.call(fn, *args, serialize=serialize)
+        except Exception as exc:
+            tag_site(exc, site)
+            raise
+        finally:
+            self._times[site] += perf_counter() - started
+
+
+@dataclass
+class _AgentRef:
+    agent: Any
+    name: str | None
+
+    def trajectory(self) -> Trajectory:
+        trajectory = self.agent.trajectory
+        if self.name is not None:
+            trajectory.name = self.name
+        return trajectory
+
+
+def _termination_info(event: TerminationEvent) -> dict[str, Any]:
+    if event.reason is _Reason.TIMEOUT:
+        return {"error": event.message or "timed out", "error_site": "timeout"}
+    return {"termination_message": event.message} if event.message else {}
+
+
+def discounted_step_rewards(trajectory: Trajectory, gamma: float) -> None:
+    """Replace each step's reward by its discounted return `r_t + gamma * G_{t+1}`; keep the raw one in info."""
+    future = 0.0
+    for step in reversed(trajectory.steps):
+        step.info.setdefault("raw_reward", step.reward)
+        future = step.reward + gamma * future
+        step.reward = future
