@@ -10,11 +10,14 @@ from typing import Any
 from rllm.runs import write_json, write_jsonl
 from rllm.types import Episode
 
-__all__ = ["completion_tokens", "evaluate", "summarize_episodes"]
+__all__ = ["completion_tokens", "evaluate", "summarize_episodes", "summarize_roles"]
+
+_TIMES = ("time_model", "time_env", "time_reward", "time_total")
 
 
 def summarize_episodes(episodes: list[Episode], wall_time: float) -> dict[str, Any]:
-    """Success rate, mean reward, mean turns, tokens/s and termination reasons of a batch of episodes."""
+    """Success rate, mean reward, mean turns, tokens/s, termination reasons, mean time in model / env / reward code,
+    and per role (trajectory name) the trajectory count, mean reward and success rate."""
     n = len(episodes)
     if n == 0:
         raise ValueError("no episodes to summarise: the task list was empty")
@@ -32,6 +35,23 @@ def summarize_episodes(episodes: list[Episode], wall_time: float) -> dict[str, A
         "tokens_per_s": sampled / wall_time if wall_time > 0 else 0.0,
         "token_mismatch": sum(int(ep.metrics.get("token_mismatch", 0)) for ep in episodes),
         "termination_reasons": dict(sorted(reasons.items())),
+        **{f"mean_{key}_s": sum(float(ep.metrics.get(key, 0.0)) for ep in episodes) / n for key in _TIMES},
+        "roles": summarize_roles(episodes),
+    }
+
+
+def summarize_roles(episodes: list[Episode]) -> dict[str, dict[str, float]]:
+    """Per role: how many trajectories, their mean reward, and the fraction that succeeded (`Trajectory.succeeded`)."""
+    roles: dict[str, list] = {}
+    for trajectory in (t for ep in episodes for t in ep.trajectories):
+        roles.setdefault(trajectory.name, []).append(trajectory)
+    return {
+        role: {
+            "trajectories": len(ts),
+            "mean_reward": sum(t.final_reward() for t in ts) / len(ts),
+            "success_rate": sum(t.succeeded() for t in ts) / len(ts),
+        }
+        for role, ts in sorted(roles.items())
     }
 
 

@@ -1,6 +1,7 @@
-"""Registry of built-in tasks: which agent and environment play a task, and how its dataset rows are made.
+"""Registry of built-in tasks: how a task's dataset rows are made and what plays it: an agent and an environment
+(the `agent_env` workflow) and/or a prompt and a reward function (the `single_turn` and `solver_judge` workflows).
 
-Entries name their classes by import path so that looking one up imports only what that task needs.
+Entries name their classes and functions by import path so that looking one up imports only what that task needs.
 """
 
 from __future__ import annotations
@@ -22,17 +23,32 @@ class UnknownTaskError(RllmError, ValueError):
 class BuiltinTask:
     name: str
     description: str
-    agent_path: str  # "module:Class"
-    env_path: str
     make_tasks_path: str  # "module:function(n, *, seed) -> list[dict]"
+    agent_path: str | None = None  # "module:Class"
+    env_path: str | None = None
+    prompt_fn_path: str | None = None  # "module:function(task) -> str"
+    reward_fn_path: str | None = None  # "module:function(task, response) -> float | RewardOutput"
+    default_workflow: str = "agent_env"
 
     @property
     def agent_class(self) -> type:
-        return _load(self.agent_path)
+        return _load(self._need("agent_path", "an agent"))
 
     @property
     def env_class(self) -> type:
-        return _load(self.env_path)
+        return _load(self._need("env_path", "an environment"))
+
+    def workflow_inputs(self) -> dict[str, Any]:
+        """The prompt and reward functions that prompt/reward workflows (single_turn, solver_judge) take."""
+        inputs = {"prompt_fn": self.prompt_fn_path, "reward_fn": self.reward_fn_path}
+        return {key: _load(path) for key, path in inputs.items() if path is not None}
+
+    def _need(self, field: str, what: str) -> str:
+        path = getattr(self, field)
+        if path is None:
+            raise UnknownTaskError(f"task {self.name!r} has no {what}; play it with a workflow "
+                                   f"(e.g. workflow: {self.default_workflow})")  # fmt: skip
+        return path
 
     def make_tasks(self, n: int, *, seed: int = 0, **kwargs: Any) -> list[dict]:
         return _load(self.make_tasks_path)(n, seed=seed, **kwargs)
@@ -45,6 +61,14 @@ BUILTIN_TASKS: dict[str, BuiltinTask] = {
         agent_path="rllm.agents.arithmetic:ArithmeticAgent",
         env_path="rllm.envs.arithmetic:ArithmeticEnv",
         make_tasks_path="rllm.envs.arithmetic:make_arithmetic_tasks",
+    ),
+    "countdown": BuiltinTask(
+        name="countdown",
+        description="Combine 3 generated numbers with + - * / to hit a target (single-turn or solver-judge).",
+        make_tasks_path="rllm.data.countdown:make_countdown_tasks",
+        prompt_fn_path="rllm.data.countdown:countdown_prompt",
+        reward_fn_path="rllm.data.countdown:countdown_reward",
+        default_workflow="single_turn",
     ),
     "frozenlake": BuiltinTask(
         name="frozenlake",

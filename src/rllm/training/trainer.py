@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rllm.config import TrainConfig, dump_config
-from rllm.engine import AgentExecutionEngine
+from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.evaluation import summarize_episodes
 from rllm.runs import write_json
 from rllm.training.batch import build_rows
@@ -38,6 +38,7 @@ from rllm.training.checkpoint import latest_checkpoint, load_checkpoint, save_ch
 from rllm.training.grouping import group_and_score, group_key, trajectory_reward
 from rllm.training.run_log import MetricsLog, TaskSampler
 from rllm.types import Episode
+from rllm.workflows.resolve import resolve_workflow
 
 __all__ = ["AgentTrainer"]
 
@@ -62,17 +63,22 @@ class AgentTrainer:
         tokenizer: Any = None,
         progress: bool = True,
     ) -> None:
-        if workflow_class is not None or workflow_args is not None:
-            raise NotImplementedError("workflow_class training needs the AgentWorkflowEngine (not built yet); "
-                                      "train an agent_class/env_class pair for now")  # fmt: skip
         if backend != "torch":
             raise ValueError(f"backend={backend!r}: only the embedded 'torch' backend exists so far")
-        self.config = config or TrainConfig()
-        self.agent_class, self.env_class, self.train_dataset, self.val_dataset = _resolve_task(
-            self.config, agent_class, env_class, train_dataset, val_dataset
+        self.config = cfg = config or TrainConfig()
+        self.train_dataset, self.val_dataset = _resolve_datasets(cfg, train_dataset, val_dataset)
+        spec = None if _explicit(agent_class, env_class, workflow_class) else _task_spec(cfg)
+        self.workflow_class, self.workflow_args = resolve_workflow(
+            spec,
+            workflow=workflow_class or cfg.workflow,
+            workflow_args={**cfg.workflow_args, **(workflow_args or {})},
+            agent_class=agent_class,
+            env_class=env_class,
+            agent_args={**cfg.agent_args, **(agent_args or {})},
+            env_args={**cfg.env_args, **(env_args or {})},
+            max_steps=cfg.rollout.max_steps,
+            step_timeout=cfg.rollout.step_timeout,
         )
-        self.agent_args = {**self.config.agent_args, **(agent_args or {})}
-        self.env_args = {**self.config.env_args, **(env_args or {})}
         self._model, self._tokenizer, self.progress = model, tokenizer, progress
         self.run_dir: Path | None = None
 
@@ -129,7 +135,7 @@ class AgentTrainer:
         started = time.perf_counter()
         self.engine.sampling = cfg.rollout.to_sampling(seed=_step_seed(cfg.trainer.seed, step))
         episodes = await self.engine.execute_tasks_async(tasks, n_rollouts=cfg.rollout.n)
-        greedy = await self._greedy_baselines(tasks) if cfg.algorithm.advantage == "remax" else None
+        greedy = await self._greedy_baselines(tasks) if cfg.algorithm.uses_advantage("remax") else None
         time_rollout = time.perf_counter() - started
 
         batch = group_and_score(episodes, cfg.algorithm, greedy)
@@ -165,7 +171,7 @@ class AgentTrainer:
         episodes = await self.val_engine.execute_tasks_async(self.val_dataset)
         summary = summarize_episodes(episodes, time.perf_counter() - started)
         result = {k: summary[k] for k in ("success_rate", "mean_reward", "mean_turns", "episodes")}
-        log.log(step, {f"val/{k}": v for k, v in result.items()})
+        log.log(step, {f"val/{k}": v for k, v in {**result, **role_metrics(summary)}.items()})
         if self.config.trainer.log_episodes:
             log.log_episodes(step, episodes, "val")
         return result
@@ -186,12 +192,17 @@ class AgentTrainer:
                                     seed=cfg.trainer.seed, model=self._model, tokenizer=self._tokenizer)  # fmt: skip
         self.rollout_model = self.backend.make_rollout_model(max_batch_size=cfg.rollout.n_parallel,
                                                              seed=cfg.trainer.seed)  # fmt: skip
-        common = dict(agent_class=self.agent_class, env_class=self.env_class, agent_args=self.agent_args,
-                      env_args=self.env_args, model=self.rollout_model, **cfg.rollout.engine_kwargs())  # fmt: skip
-        self.engine = AgentExecutionEngine(**common)
-        self.val_engine = AgentExecutionEngine(**common)
+        self.engine, self.val_engine = self._make_engine(), self._make_engine()
         self.sampler = TaskSampler(self.train_dataset, cfg.trainer.seed)
         self.step, self.val_history = 0, []
+
+    def _make_engine(self) -> AgentWorkflowEngine:
+        kwargs = self.config.rollout.engine_kwargs()
+        for key in ("max_steps", "step_timeout"):  # the agent/env workflow's, already in workflow_args
+            kwargs.pop(key)
+        return AgentWorkflowEngine(workflow_class=self.workflow_class, workflow_args=self.workflow_args,
+                                   model=self.rollout_model, n_parallel_tasks=kwargs.pop("n_parallel_agents"),
+                                   **kwargs)  # fmt: skip
 
     def _resume_or_start(self) -> int:
         cfg = self.config.trainer
@@ -205,7 +216,10 @@ class AgentTrainer:
             _set_rng_state(state["rng"])
             self.rollout_model.weight_version = state["weight_version"]
             return step
-        name = cfg.name or f"train-{self.config.data.task}-{self.config.algorithm.advantage}-{time.strftime('%Y%m%d-%H%M%S')}"
+        name = (
+            cfg.name
+            or f"train-{self.config.data.task}-{self.config.algorithm.advantage}-{time.strftime('%Y%m%d-%H%M%S')}"
+        )
         self.run_dir = Path(cfg.run_dir) / name
         self.run_dir.mkdir(parents=True, exist_ok=False)
         (self.run_dir / "config.yaml").write_text(dump_config(self.config), encoding="utf-8")
@@ -225,18 +239,27 @@ class AgentTrainer:
 # ---- helpers --------------------------------------------------------------------------------------------------
 
 
-def _resolve_task(cfg: TrainConfig, agent_class, env_class, train, val):
-    """Explicit classes and datasets win; what is missing comes from the built-in task named by `data.task`."""
-    if agent_class is not None and env_class is not None and train is not None:
-        return agent_class, env_class, train, val if val is not None else []
+def _explicit(agent_class, env_class, workflow_class) -> bool:
+    """Whether the caller said what plays the task, so the built-in task is needed only for data."""
+    return workflow_class is not None or (agent_class is not None and env_class is not None)
+
+
+def _task_spec(cfg: TrainConfig):
     from rllm.data import get_builtin_task
 
-    spec = get_builtin_task(cfg.data.task)
+    return get_builtin_task(cfg.data.task)
+
+
+def _resolve_datasets(cfg: TrainConfig, train, val) -> tuple[list[dict], list[dict]]:
+    """Explicit datasets win; what is missing comes from the generator of the built-in task `data.task`."""
+    if train is not None and val is not None:
+        return train, val
     args = cfg.data.task_args
-    train = train if train is not None else spec.make_tasks(cfg.data.train_size, seed=cfg.data.seed, **args)
+    if train is None:
+        train = _task_spec(cfg).make_tasks(cfg.data.train_size, seed=cfg.data.seed, **args)
     if val is None:
-        val = spec.make_tasks(cfg.data.val_size, seed=cfg.data.val_seed, **args) if cfg.data.val_size else []
-    return agent_class or spec.agent_class, env_class or spec.env_class, train, val
+        val = _task_spec(cfg).make_tasks(cfg.data.val_size, seed=cfg.data.val_seed, **args) if cfg.data.val_size else []
+    return train, val
 
 
 def _rollout_metrics(episodes: list[Episode], time_rollout: float) -> dict[str, Any]:
@@ -254,7 +277,17 @@ def _rollout_metrics(episodes: list[Episode], time_rollout: float) -> dict[str, 
         "time_rollout_s": time_rollout,
         "rollout_tokens_per_s": summary["tokens_per_s"],
         **{f"termination/{reason}": count / n for reason, count in summary["termination_reasons"].items()},
+        **role_metrics(summary),
     }
+
+
+def role_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    """`role/<name>/reward_mean` and `role/<name>/success_rate` from an episode summary."""
+    out = {}
+    for role, stats in summary["roles"].items():
+        out[f"role/{role}/reward_mean"] = stats["mean_reward"]
+        out[f"role/{role}/success_rate"] = stats["success_rate"]
+    return out
 
 
 def _step_seed(seed: int, step: int) -> int:

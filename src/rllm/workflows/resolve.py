@@ -1,0 +1,55 @@
+"""Which workflow plays a task, with which arguments: one rule for `rllm train`, `rllm eval` and `AgentTrainer`.
+
+- An explicit workflow (a class, a built-in name, or `"package.module:Class"`) wins; otherwise explicit agent and
+  env classes mean the agent/env loop; otherwise the built-in task's own default workflow.
+- `agent_env` takes the agent and env classes given, else the task's.
+- Any other workflow gets the task's `prompt_fn` / `reward_fn` for the parameters its `__init__` declares (so a
+  custom workflow that takes `reward_fn` is handed the task's), then the explicit `workflow_args`, which win.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from rllm.workflows import get_workflow
+from rllm.workflows.agent_env import AgentEnvWorkflow
+from rllm.workflows.base import Workflow
+
+__all__ = ["resolve_workflow"]
+
+
+def resolve_workflow(
+    task_spec: Any = None,
+    *,
+    workflow: str | type[Workflow] | None = None,
+    workflow_args: dict[str, Any] | None = None,
+    agent_class: type | None = None,
+    env_class: type | None = None,
+    agent_args: dict[str, Any] | None = None,
+    env_args: dict[str, Any] | None = None,
+    max_steps: int = 10,
+    step_timeout: float | None = None,
+) -> tuple[type[Workflow], dict[str, Any]]:
+    """(workflow class, its keyword arguments); `task_spec` is a `BuiltinTask` or None."""
+    if workflow is None:
+        if agent_class is not None and env_class is not None:
+            workflow = "agent_env"
+        elif task_spec is not None:
+            workflow = task_spec.default_workflow
+        else:
+            raise ValueError("nothing plays the task: give workflow_class, agent_class + env_class, or a built-in task")
+    workflow_class = get_workflow(workflow) if isinstance(workflow, str) else workflow
+    if workflow_class is AgentEnvWorkflow:
+        args = {
+            "agent_class": agent_class or task_spec.agent_class,
+            "env_class": env_class or task_spec.env_class,
+            "agent_args": dict(agent_args or {}),
+            "env_args": dict(env_args or {}),
+            "max_steps": max_steps,
+            "step_timeout": step_timeout,
+        }
+        return workflow_class, {**args, **(workflow_args or {})}
+    inputs = task_spec.workflow_inputs() if task_spec is not None else {}
+    accepted = inspect.signature(workflow_class.__init__).parameters
+    return workflow_class, {**{k: v for k, v in inputs.items() if k in accepted}, **(workflow_args or {})}
