@@ -261,6 +261,9 @@ class DataConfig(_Section):
     seed: int = Field(0, description="Seed of the training task generator.")
     val_seed: int = Field(1, description="Seed of the validation task generator (differs from seed so they differ).")
     task_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the task generator.")
+    reward_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments bound to the task's "
+                                        "reward function (e.g. countdown's format_reward); prompt/reward workflows "
+                                        "only.")  # fmt: skip
 
     @field_validator("task")
     @classmethod

@@ -92,3 +92,32 @@ def test_resume_after_step_2_of_4_equals_an_uninterrupted_run_bitwise(tmp_path, 
         return [{k: v for k, v in m.items() if not is_time_metric(k)} for m in load_metrics(tmp_path / run)]
 
     assert comparable("straight") == comparable("resumed")
+
+
+def _parity_reward(task: dict, response: str) -> float:
+    """A reward a random model earns about half the time, so both roles' groups have variance."""
+    return float(len(response) % 2)
+
+
+def test_solver_judge_workflow_trains_both_roles_with_their_own_estimators(tmp_path, tiny_model_dir):
+    from rllm.data.countdown import countdown_prompt
+    from rllm.workflows.solver_judge import SolverJudgeWorkflow
+
+    overrides = [*TINY, f"model.name={tiny_model_dir}", "trainer.total_steps=2", "rollout.n=2", "rollout.n_parallel=4",
+                 "rollout.max_prompt_length=256", f"trainer.run_dir={tmp_path}", "trainer.name=sj"]  # fmt: skip
+    config = load_config("configs/countdown_solver_judge.yaml", overrides)
+    assert config.algorithm.for_role("judge").advantage == "reinforce"
+    assert config.algorithm.for_role("solver").advantage == "grpo"
+    trainer = AgentTrainer(workflow_class=SolverJudgeWorkflow, config=config, progress=False,
+                           workflow_args={"prompt_fn": countdown_prompt, "reward_fn": _parity_reward})  # fmt: skip
+    result = trainer.train()
+    steps = [m for m in load_metrics(tmp_path / "sj") if "reward_mean" in m]
+    assert [m["step"] for m in steps] == [1, 2]
+    for m in steps:
+        # 2 tasks x 2 episodes: 2 solver attempts each (n_solutions in the config) and one judge
+        assert m["batch/solver/trajectories"] == 8 and m["batch/judge/trajectories"] == 4
+        assert 0 <= m["role/solver/reward_mean"] <= 1 and 0 <= m["role/judge/success_rate"] <= 1
+        assert m["skipped_update"] == 0 and m["token_mismatch"] == 0
+    assert any(m["grad_norm"] > 0 for m in steps)
+    assert "val/role/judge/success_rate" in load_metrics(tmp_path / "sj")[0]
+    assert result["steps"] == 2

@@ -3,6 +3,7 @@ import pytest
 from rllm.data.countdown import (
     check_expression,
     countdown_prompt,
+    countdown_reward,
     extract_answer,
     make_countdown_tasks,
     score_countdown,
@@ -115,3 +116,29 @@ def test_prompt_states_numbers_target_and_answer_tag():
     prompt = countdown_prompt(TASK)
     assert "3, 7, 9" in prompt and "30" in prompt and "<answer>" in prompt and "exactly once" in prompt
     assert len(prompt) < 250  # every prompt token is paid for once per sample
+
+
+def test_numbers_reward_is_partial_credit_only_for_the_right_numbers_and_never_correct():
+    task = {"numbers": [3, 5, 7], "target": 22}
+    assert score_countdown(task, "<answer>3 + 5 + 7</answer>", numbers_reward=0.2) == 0.2  # right numbers, = 15
+    assert score_countdown(task, "<answer>3 + 5</answer>", numbers_reward=0.2, format_reward=0.1) == 0.1
+    assert score_countdown(task, "<answer>3 * 5 + 7</answer>", numbers_reward=0.2) == 1.0
+    assert score_countdown(task, "no tag", numbers_reward=0.2) == 0.0
+    partial = countdown_reward(task, "<answer>3 + 5 + 7</answer>", numbers_reward=0.2)
+    assert partial.reward == 0.2 and partial.is_correct is False and partial.info["answer"] == "3 + 5 + 7"
+
+
+def test_the_builtin_task_binds_reward_args_from_the_config():
+    from rllm.config import load_config
+    from rllm.data import get_builtin_task
+    from rllm.workflows.resolve import resolve_workflow
+
+    config = load_config("configs/countdown_solver_judge.yaml", ["data.reward_args.format_reward=0.05"])
+    assert config.data.reward_args == {"numbers_reward": 0.2, "format_reward": 0.05}
+    _, args = resolve_workflow(get_builtin_task("countdown"), workflow=config.workflow,
+                               reward_args=config.data.reward_args)  # fmt: skip
+    task = {"numbers": [3, 5, 7], "target": 22}
+    assert args["reward_fn"](task, "<answer>3 + 5 + 7</answer>").reward == 0.2
+    assert args["reward_fn"](task, "<answer>3 + 5</answer>").reward == 0.05
+    with pytest.raises(ValueError, match="no reward function"):
+        get_builtin_task("frozenlake").workflow_inputs({"format_reward": 1})

@@ -51,3 +51,18 @@ def test_readme_env_passes_the_checker():
     exec(compile(code, str(README), "exec"), namespace)
     report = check_env(namespace["GuessEnv"], {"secret": 3}, actions=[1, 5, 3])
     assert report.steps > 0
+
+
+def test_readme_workflow_example_runs_and_scores_both_roles(capsys):
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
+    code = next(b for b in blocks if "class DraftAndCheck" in b).replace("LocalModel.from_pretrained()", "MODEL")
+
+    def script(messages, sampling=None) -> str:
+        return "yes" if "Is '" in messages[0]["content"] else "4"
+
+    namespace = {"MODEL": FakeModel(script)}
+    exec(compile(code, str(README), "exec"), namespace)
+    episodes = namespace["episodes"]
+    assert [[t.name for t in ep.trajectories] for ep in episodes] == [["writer", "checker"]] * 2
+    assert all(ep.is_correct and [t.reward for t in ep.trajectories] == [1.0, 1.0] for ep in episodes)
+    assert "'writer': {'trajectories': 2, 'mean_reward': 1.0, 'success_rate': 1.0}" in capsys.readouterr().out

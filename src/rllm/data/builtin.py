@@ -6,6 +6,7 @@ Entries name their classes and functions by import path so that looking one up i
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
 from typing import Any
@@ -32,16 +33,24 @@ class BuiltinTask:
 
     @property
     def agent_class(self) -> type:
-        return _load(self._need("agent_path", "an agent"))
+        return _load(self._need("agent_path", "agent class"))
 
     @property
     def env_class(self) -> type:
-        return _load(self._need("env_path", "an environment"))
+        return _load(self._need("env_path", "environment class"))
 
-    def workflow_inputs(self) -> dict[str, Any]:
-        """The prompt and reward functions that prompt/reward workflows (single_turn, solver_judge) take."""
-        inputs = {"prompt_fn": self.prompt_fn_path, "reward_fn": self.reward_fn_path}
-        return {key: _load(path) for key, path in inputs.items() if path is not None}
+    def workflow_inputs(self, reward_args: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The prompt and reward functions that prompt/reward workflows (single_turn, solver_judge) take;
+        `reward_args` are keyword arguments bound to the reward function (e.g. a format reward)."""
+        inputs = {}
+        if self.prompt_fn_path is not None:
+            inputs["prompt_fn"] = _load(self.prompt_fn_path)
+        if self.reward_fn_path is not None:
+            reward_fn = _load(self.reward_fn_path)
+            inputs["reward_fn"] = functools.partial(reward_fn, **reward_args) if reward_args else reward_fn
+        elif reward_args:
+            raise ValueError(f"task {self.name!r} has no reward function to take reward_args {sorted(reward_args)}")
+        return inputs
 
     def _need(self, field: str, what: str) -> str:
         path = getattr(self, field)

@@ -16,7 +16,9 @@ Choices:
   policy writes is ever executed, and a reply over 200 characters is refused before parsing.
 - `format_reward` (for a well-formed but wrong expression) defaults to 0 so the reward is exactly success and its
   mean reads as accuracy. A small bonus (TinyZero used 0.1) helps a model that rarely closes the tag at first, but
-  it is a shaped reward a policy can collect forever without solving anything, so it is opt-in.
+  it is a shaped reward a policy can collect forever without solving anything, so it is opt-in. The same holds
+  for `numbers_reward` (partial credit for using exactly the given numbers but missing the target): it teaches a
+  small model the rule (the embedded 0.5B model almost never follows it unprompted), and it is opt-in too.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ __all__ = [
 ]
 
 MAX_EXPRESSION_CHARS = 200
+_MISSES_TARGET = "equals "  # the reason's prefix when the numbers are right and the value is not
 _OPERATORS = {
     ast.Add: lambda a, b: a + b,
     ast.Sub: lambda a, b: a - b,
@@ -112,8 +115,7 @@ def countdown_prompt(task: dict) -> str:
     numbers = ", ".join(str(x) for x in task["numbers"])
     return (
         f"Using the numbers {numbers}, make {task['target']}. Use each number exactly once, with + - * / and "
-        "parentheses. Reply with the expression only, inside <answer></answer>, for example "
-        "<answer>(1 + 2) * 3</answer>."
+        "parentheses. Reply with only the expression, inside <answer></answer> tags."
     )
 
 
@@ -135,9 +137,12 @@ def check_expression(expression: str, numbers: list[int], target: int) -> tuple[
     return _check_parsed(tree, numbers, target)
 
 
-def score_countdown(task: dict, response: str, *, format_reward: float = 0.0) -> float:
-    """1.0 for a right expression in the last answer tag; `format_reward` for one that is well-formed but wrong
-    (wrong numbers, wrong value, division by zero); 0.0 for no tag or disallowed syntax. Never raises."""
+def score_countdown(
+    task: dict, response: str, *, format_reward: float = 0.0, numbers_reward: float | None = None
+) -> float:
+    """1.0 for a right expression in the last answer tag; `numbers_reward` (default: `format_reward`) for one that
+    uses exactly the given numbers but misses the target; `format_reward` for another well-formed wrong one (wrong
+    numbers, division by zero); 0.0 for no tag or disallowed syntax. Never raises."""
     try:
         expression = extract_answer(response)
         if expression is None:
@@ -146,16 +151,22 @@ def score_countdown(task: dict, response: str, *, format_reward: float = 0.0) ->
             tree = _parse(expression)
         except _Disallowed:
             return 0.0
-        ok, _ = _check_parsed(tree, task["numbers"], task["target"])
-        return 1.0 if ok else float(format_reward)
+        ok, reason = _check_parsed(tree, task["numbers"], task["target"])
+        if ok:
+            return 1.0
+        if reason.startswith(_MISSES_TARGET) and numbers_reward is not None:
+            return float(numbers_reward)
+        return float(format_reward)
     except (RecursionError, MemoryError, SyntaxError, ValueError, TypeError):
         return 0.0
 
 
-def countdown_reward(task: dict, response: str, *, format_reward: float = 0.0) -> RewardOutput:
-    """`score_countdown` as a reward function for workflows: correct only for a right expression, so a format bonus
-    never counts as a success."""
-    reward = score_countdown(task, response, format_reward=format_reward)
+def countdown_reward(
+    task: dict, response: str, *, format_reward: float = 0.0, numbers_reward: float | None = None
+) -> RewardOutput:
+    """`score_countdown` as a reward function for workflows: correct only for a right expression, so partial
+    credit never counts as a success."""
+    reward = score_countdown(task, response, format_reward=format_reward, numbers_reward=numbers_reward)
     return RewardOutput(reward, is_correct=reward == 1.0, info={"answer": extract_answer(response)})
 
 
@@ -201,7 +212,7 @@ def _check_parsed(tree: ast.expr, numbers: list[int], target: int) -> tuple[bool
     except ZeroDivisionError:
         return False, "division by zero"
     if value != target:
-        return False, f"equals {value} but the target is {target}"
+        return False, f"{_MISSES_TARGET}{value} but the target is {target}"
     return True, "ok"
 
 

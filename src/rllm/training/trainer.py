@@ -78,6 +78,7 @@ class AgentTrainer:
             env_args={**cfg.env_args, **(env_args or {})},
             max_steps=cfg.rollout.max_steps,
             step_timeout=cfg.rollout.step_timeout,
+            reward_args=cfg.data.reward_args,
         )
         self._model, self._tokenizer, self.progress = model, tokenizer, progress
         self.run_dir: Path | None = None

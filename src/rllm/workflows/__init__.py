@@ -25,7 +25,10 @@ def get_workflow(name: str) -> type[Workflow]:
     if not attr:
         known = ", ".join(sorted(BUILTIN_WORKFLOWS))
         raise ValueError(f"unknown workflow {name!r}; built-in: {known}, or give 'package.module:Class'")
-    workflow = getattr(importlib.import_module(module), attr)
+    try:
+        workflow = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"workflow {name!r}: cannot import {attr} from {module} ({exc})") from exc
     if not (isinstance(workflow, type) and issubclass(workflow, Workflow)):
         raise TypeError(f"{name!r} is not a subclass of rllm.workflows.Workflow")
     return workflow

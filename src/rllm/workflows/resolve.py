@@ -4,7 +4,8 @@
   env classes mean the agent/env loop; otherwise the built-in task's own default workflow.
 - `agent_env` takes the agent and env classes given, else the task's.
 - Any other workflow gets the task's `prompt_fn` / `reward_fn` for the parameters its `__init__` declares (so a
-  custom workflow that takes `reward_fn` is handed the task's), then the explicit `workflow_args`, which win.
+  custom workflow that takes `reward_fn` is handed the task's, with `reward_args` bound to it), then the explicit
+  `workflow_args`, which win.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def resolve_workflow(
     env_args: dict[str, Any] | None = None,
     max_steps: int = 10,
     step_timeout: float | None = None,
+    reward_args: dict[str, Any] | None = None,
 ) -> tuple[type[Workflow], dict[str, Any]]:
     """(workflow class, its keyword arguments); `task_spec` is a `BuiltinTask` or None."""
     if workflow is None:
@@ -50,6 +52,6 @@ def resolve_workflow(
             "step_timeout": step_timeout,
         }
         return workflow_class, {**args, **(workflow_args or {})}
-    inputs = task_spec.workflow_inputs() if task_spec is not None else {}
+    inputs = task_spec.workflow_inputs(reward_args) if task_spec is not None else {}
     accepted = inspect.signature(workflow_class.__init__).parameters
     return workflow_class, {**{k: v for k, v in inputs.items() if k in accepted}, **(workflow_args or {})}

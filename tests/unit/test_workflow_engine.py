@@ -1,0 +1,252 @@
+"""AgentWorkflowEngine + Workflow: ordering, grouping, retries, every termination reason, post-processing hooks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from rllm.engine.workflow_engine import AgentWorkflowEngine
+from rllm.errors import InfraError, PolicyError
+from rllm.models.base import SamplingParams
+from rllm.models.fake import FakeModel, FakeTokenizer
+from rllm.types import Episode, Step, TerminationReason, Trajectory
+from rllm.workflows import TerminationEvent, Workflow
+
+R = TerminationReason
+
+
+class EchoWorkflow(Workflow):
+    """One model call per task; the step reward is `task["reward"]` (default 1). `task["delay"]` sleeps first, so
+    tests can make rollouts finish out of order; `task["raise"]` raises it after the call."""
+
+    instances = 0
+
+    def __init__(self, role: str = "agent") -> None:
+        type(self).instances += 1
+        self.role = role
+
+    def reset(self, task, uid):
+        self.resets = getattr(self, "resets", 0) + 1
+
+    async def run(self, task, uid):
+        await asyncio.sleep(task.get("delay", 0.0))
+        messages = [{"role": "user", "content": f"task {task.get('id')}"}]
+        trajectory = Trajectory(name=self.role)
+        self.commit(trajectory)
+        output = await self.generate(messages)
+        trajectory.steps.append(Step(chat_completions=messages, model_output=output, reward=task.get("reward", 1.0)))
+        if "raise" in task:
+            raise task["raise"]
+
+
+def engine_for(workflow_class=EchoWorkflow, model=None, **kwargs) -> AgentWorkflowEngine:
+    kwargs.setdefault("retry_backoff", 0.0)
+    return AgentWorkflowEngine(workflow_class=workflow_class, model=model or FakeModel("ok"), **kwargs)
+
+
+def only(episodes: list[Episode]) -> Episode:
+    assert len(episodes) == 1
+    return episodes[0]
+
+
+# ---- ordering, grouping, pool ---------------------------------------------------------------------------------
+
+
+def test_episodes_come_back_in_task_order_grouped_by_task_whatever_order_they_finish():
+    tasks = [{"id": "slow", "delay": 0.05}, {"id": "fast"}, {"uid": "u7", "delay": 0.02}, {}]
+    episodes = engine_for().execute_tasks(tasks, n_rollouts=2)
+    assert [ep.id for ep in episodes] == ["slow:0", "slow:1", "fast:0", "fast:1", "u7:0", "u7:1", "3:0", "3:1"]
+    assert [ep.task_id for ep in episodes[::2]] == ["slow", "fast", "u7", "3"]
+    assert all(ep.termination_reason is R.ENV_DONE and ep.is_correct for ep in episodes)
+
+
+def test_pool_bounds_concurrency_and_reuses_instances():
+    in_flight, peak = 0, 0
+
+    def delay(prompt, sampling):
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        return 0.01
+
+    class Counting(EchoWorkflow):
+        async def run(self, task, uid):
+            try:
+                await super().run(task, uid)
+            finally:
+                nonlocal in_flight
+                in_flight -= 1
+
+    Counting.instances = 0
+    engine = engine_for(Counting, FakeModel("ok", delay=delay), n_parallel_tasks=3)
+    episodes = engine.execute_tasks([{"id": i} for i in range(5)], n_rollouts=2)
+    assert len(episodes) == 10 and peak == 3
+    assert Counting.instances == 3  # a pool of n_parallel_tasks instances, each reused (reset per episode)
+
+
+def test_workflow_class_must_be_a_workflow():
+    with pytest.raises(ValueError, match="subclass of rllm.workflows.Workflow"):
+        AgentWorkflowEngine(workflow_class=dict, model=FakeModel("x"))
+    with pytest.raises(ValueError, match="n_parallel_tasks"):
+        engine_for(n_parallel_tasks=0)
+
+
+def test_engine_metrics_summarise_roles_terminations_and_times():
+    class TwoRoles(Workflow):
+        async def run(self, task, uid):
+            for role, reward in (("solver", 1.0), ("solver", 0.0), ("judge", task["judge"])):
+                output = await self.generate([{"role": "user", "content": role}], thread=f"{role}{reward}")
+                self.commit(Trajectory(name=role, steps=[Step(model_output=output, reward=reward)]))
+            if task["judge"] < 0:
+                raise TerminationEvent(R.MAX_TURNS)
+
+    engine = engine_for(TwoRoles)
+    episodes = engine.execute_tasks([{"id": "a", "judge": 1.0}, {"id": "b", "judge": -1.0}])
+    assert episodes[0].metrics["solver/reward"] == 0.5 and episodes[0].metrics["solver/success"] == 0.5
+    assert episodes[0].metrics["solver/count"] == 2 and episodes[1].metrics["judge/reward"] == -1.0
+    roles = engine.metrics["roles"]
+    assert roles["solver"] == {"trajectories": 4, "mean_reward": 0.5, "success_rate": 0.5}
+    assert roles["judge"] == {"trajectories": 2, "mean_reward": 0.0, "success_rate": 0.5}
+    assert engine.metrics["termination_reasons"] == {"env_done": 1, "max_turns": 1}
+    assert engine.metrics["mean_time_model_s"] >= 0 and "mean_time_reward_s" in engine.metrics
+
+
+# ---- termination reasons ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reason", [r for r in R if r is not R.INFRA_ERROR])
+def test_a_termination_event_ends_the_episode_with_its_reason_and_keeps_the_steps(reason):
+    episode = only(engine_for().execute_tasks([{"id": "t", "raise": TerminationEvent(reason, "why")}]))
+    assert episode.termination_reason is reason
+    assert len(episode.trajectories[0].steps) == 1  # committed before the event: kept
+    if reason is R.TIMEOUT:
+        assert episode.info["error"] == "why" and episode.info["error_site"] == "timeout"
+    else:
+        assert episode.info["termination_message"] == "why" and "traceback" not in episode.info
+
+
+def test_infra_error_is_retried_then_kept_with_every_attempt_counted():
+    model = FakeModel([InfraError("503"), "ok"])
+    episode = only(engine_for(model=model, retry_limit=2).execute_tasks([{"id": "t"}]))
+    assert episode.termination_reason is R.ENV_DONE and episode.metrics["retries"] == 1
+    assert episode.info["retry_errors"] == ["InfraError: 503"]
+
+    down = FakeModel(lambda prompt, sampling: InfraError("down"))
+    episode = only(engine_for(model=down, retry_limit=2).execute_tasks([{"id": "t"}]))
+    assert episode.termination_reason is R.INFRA_ERROR and not episode.is_correct
+    assert len(down.calls) == 3 and episode.metrics["infra_errors"] == 3 and episode.info["error_site"] == "model"
+
+
+def test_unexpected_exception_is_error_with_traceback_and_not_retried():
+    episode = only(engine_for(retry_limit=3).execute_tasks([{"id": "t", "raise": KeyError("oops")}]))
+    assert episode.termination_reason is R.ERROR and episode.metrics["retries"] == 0
+    assert episode.info["error_site"] == "workflow" and "KeyError" in episode.info["traceback"]
+    assert "in run" in episode.info["traceback"]
+
+
+def test_policy_error_is_the_models_fault_and_not_retried():
+    episode = only(engine_for(retry_limit=3).execute_tasks([{"id": "t", "raise": PolicyError("bad format")}]))
+    assert episode.termination_reason is R.POLICY_ERROR and episode.metrics["retries"] == 0
+
+
+def test_env_crash_is_infra_and_reward_crash_is_error():
+    class Calls(Workflow):
+        async def run(self, task, uid):
+            await (self.call_env if task["site"] == "env" else self.call_reward)(_crash)
+
+    engine = engine_for(Calls, retry_limit=1)
+    env, reward = engine.execute_tasks([{"site": "env"}, {"site": "reward"}])
+    assert env.termination_reason is R.INFRA_ERROR and env.info["error_site"] == "env" and env.metrics["retries"] == 1
+    assert reward.termination_reason is R.ERROR and reward.info["error_site"] == "reward"
+
+
+def _crash():
+    raise RuntimeError("crashed")
+
+
+def test_trajectory_timeout_keeps_what_was_committed():
+    class Slow(Workflow):
+        async def run(self, task, uid):
+            trajectory = Trajectory()
+            self.commit(trajectory)
+            for _ in range(100):
+                trajectory.steps.append(Step(model_output=await self.generate([{"role": "user", "content": "x"}])))
+
+    model = FakeModel("ok", delay=0.02)
+    episode = only(engine_for(Slow, model, trajectory_timeout=0.15).execute_tasks([{}]))
+    assert episode.termination_reason is R.TIMEOUT and "trajectory timed out" in episode.info["error"]
+    assert 1 <= len(episode.trajectories[0].steps) < 100
+
+
+def test_the_length_budget_ends_a_thread_with_max_prompt_length():
+    model = FakeModel("ok", tokenizer=FakeTokenizer())
+    episode = only(engine_for(model=model, max_prompt_length=3).execute_tasks([{"id": "a long task name"}]))
+    assert episode.termination_reason is R.MAX_PROMPT_LENGTH and model.calls == []
+
+
+def test_cleanup_runs_after_every_attempt_and_its_error_is_reported():
+    closed = []
+
+    class Leaky(EchoWorkflow):
+        async def cleanup(self):
+            closed.append(True)
+            raise OSError("socket already closed")
+
+    episodes = engine_for(Leaky, model=FakeModel([InfraError("x"), "ok"]), retry_limit=1).execute_tasks([{}])
+    assert len(closed) == 2 and only(episodes).info["cleanup_error"] == "OSError: socket already closed"
+
+
+# ---- post-processing -------------------------------------------------------------------------------------------
+
+
+def test_default_trajectory_reward_is_the_sum_of_step_rewards_and_gamma_discounts_steps():
+    class ThreeSteps(Workflow):
+        gamma = 0.5
+
+        async def run(self, task, uid):
+            self.commit(Trajectory(steps=[Step(reward=r) for r in (1.0, 0.0, 2.0)]))
+
+    trajectory = only(engine_for(ThreeSteps).execute_tasks([{}])).trajectories[0]
+    assert trajectory.reward == 3.0  # computed from the raw rewards, before discounting
+    # returns: 2.0; 0 + 0.5 * 2 = 1.0; 1 + 0.5 * 1 = 1.5
+    assert [s.reward for s in trajectory.steps] == [1.5, 1.0, 2.0]
+    assert [s.info["raw_reward"] for s in trajectory.steps] == [1.0, 0.0, 2.0]
+
+
+def test_hooks_override_reward_correctness_and_metrics_and_a_returned_episode_is_merged():
+    class Custom(Workflow):
+        async def run(self, task, uid):
+            kept = Trajectory(name="a", steps=[Step(reward=1.0)])
+            self.commit(kept)
+            return Episode(id=uid, trajectories=[kept, Trajectory(name="b", steps=[Step(reward=4.0)])],
+                           metrics={"mine": 7}, info={"note": "x"})  # fmt: skip
+
+        def compute_trajectory_reward(self, trajectory):
+            return 10 * trajectory.total_step_reward()
+
+        def assign_episode_correctness(self, episode):
+            return len(episode.trajectories) == 2
+
+        def collect_metrics(self, episode):
+            return {"total": sum(t.reward for t in episode.trajectories)}
+
+    episode = only(engine_for(Custom).execute_tasks([{}]))
+    assert [t.name for t in episode.trajectories] == ["a", "b"]  # the trajectory both committed and returned: once
+    assert [t.reward for t in episode.trajectories] == [10.0, 40.0] and episode.is_correct
+    assert episode.metrics["total"] == 50.0 and episode.metrics["mine"] == 7 and episode.info["note"] == "x"
+
+
+def test_each_thread_gets_its_own_reproducible_seeds():
+    class Threads(Workflow):
+        async def run(self, task, uid):
+            for thread in ("main", "main", "other"):
+                await self.generate([{"role": "user", "content": thread}], thread=thread)
+
+    def seeds():
+        model = FakeModel("ok")
+        engine_for(Threads, model, sampling=SamplingParams(seed=9)).execute_tasks([{"id": "x"}], n_rollouts=2)
+        return [call.sampling.seed for call in model.calls]
+
+    first = seeds()
+    assert first == seeds() and len(set(first)) == 6  # 2 rollouts x 3 calls, no two alike
