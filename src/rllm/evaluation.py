@@ -35,6 +35,7 @@ def summarize_episodes(episodes: list[Episode], wall_time: float) -> dict[str, A
         "tokens_per_s": sampled / wall_time if wall_time > 0 else 0.0,
         "token_mismatch": sum(int(ep.metrics.get("token_mismatch", 0)) for ep in episodes),
         "termination_reasons": dict(sorted(reasons.items())),
+        "termination_fractions": {reason: count / n for reason, count in sorted(reasons.items())},
         **{f"mean_{key}_s": sum(float(ep.metrics.get(key, 0.0)) for ep in episodes) / n for key in _TIMES},
         "roles": summarize_roles(episodes),
     }

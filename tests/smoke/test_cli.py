@@ -44,3 +44,26 @@ def test_unknown_task_is_a_clear_error(tmp_path):
     assert out.returncode != 0
     assert "error: unknown task 'nosuchtask'; built-in tasks: arithmetic, countdown, frozenlake" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_eval_countdown_with_the_solver_judge_workflow_against_an_endpoint(tmp_path):
+    from rllm.data.countdown import make_countdown_tasks
+
+    solution = make_countdown_tasks(1, seed=1234)[0]["solution"]  # the task `--n 1` generates with the default seed
+    with run_fake_server() as server:
+        # one episode: two solver calls (a right and a wrong answer), then the judge, who picks candidate 2
+        server.queue_replies(FakeReply(f"<answer>{solution}</answer>"), FakeReply("<answer>1 + 1</answer>"),
+                             FakeReply("<answer>2</answer>"))  # fmt: skip
+        out = _rllm("eval", "countdown", "--workflow", "solver_judge", "--n", "1", "--n-parallel", "1",
+                    "--base-url", server.base_url, "--model", server.model, "--out", str(tmp_path / "runs"),
+                    cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["roles"]["solver"] == {"trajectories": 2, "mean_reward": 0.5, "success_rate": 0.5}
+    # The two solvers run concurrently, so which one got the right answer depends on arrival order; the judge's
+    # pick of candidate 2 is right exactly when the second solver trajectory holds the right answer.
+    (episode,) = read_episodes(run_dir / "episodes.jsonl")
+    second_right = episode.trajectories[1].is_correct
+    assert summary["roles"]["judge"]["success_rate"] == float(second_right) == float(episode.is_correct)
+    assert "role solver" in out.stdout and "role judge" in out.stdout

@@ -174,7 +174,7 @@ class Scripted:
         if "candidate" in text:
             self.judge_prompts.append(text)
             return self.judge(text) if callable(self.judge) else self.judge
-        assert "Using the numbers" in text
+        assert "using each of the numbers" in text
         reply = self.solver_replies[self.solver_calls % len(self.solver_replies)]
         self.solver_calls += 1
         return reply

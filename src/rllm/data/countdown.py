@@ -112,10 +112,13 @@ def _random_expression(rng: random.Random, numbers: list[int]) -> tuple[str, Fra
 
 
 def countdown_prompt(task: dict) -> str:
+    """The user message. Measured on the embedded 0.5B model (32 puzzles, 3 numbers up to 10): this wording gets
+    16% right greedy and the right numbers 29/32 times; an earlier one with a worked example got 0% (the model
+    copied the example) and "Using the numbers ..., make N" 3%."""
     numbers = ", ".join(str(x) for x in task["numbers"])
     return (
-        f"Using the numbers {numbers}, make {task['target']}. Use each number exactly once, with + - * / and "
-        "parentheses. Reply with only the expression, inside <answer></answer> tags."
+        f"Write an arithmetic expression that equals {task['target']} using each of the numbers {numbers} exactly "
+        "once. You may use + - * / and parentheses. Put the expression inside <answer></answer> tags."
     )
 
 

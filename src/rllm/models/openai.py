@@ -33,7 +33,7 @@ import os
 import random
 import time
 import warnings
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 try:
     import aiohttp
@@ -151,7 +151,7 @@ class OpenAIClient:
         if session is not None and not session.closed:
             await session.close()
 
-    async def __aenter__(self) -> OpenAIClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -3,6 +3,7 @@
     trainer = AgentTrainer(agent_class=FrozenLakeAgent, env_class=FrozenLakeEnv, config=load_config(path),
                            train_dataset=rows, val_dataset=val_rows)
     trainer.train()
+    AgentTrainer(workflow_class=SolverJudgeWorkflow, workflow_args={...}, config=...)  # every role, one model
 
 One step: take tasks → roll each out `rollout.n` times with the current weights → group trajectories by
 `task_id:role` → filter → advantages → training rows (exact sampled tokens, prefix-merged turns) → policy update
@@ -15,6 +16,10 @@ Choices:
   reproducible whatever order concurrent rollouts reach the model in. Resume is bitwise on CPU when the rollout
   batches are formed the same way (one rollout at a time, `rollout.n_parallel=1`, is always so; with concurrency
   the batch composition can differ in float rounding).
+- What plays the tasks is resolved once (`rllm.workflows.resolve`): an explicit workflow class, else explicit agent
+  and env classes, else `config.workflow` / the built-in task's default. Everything runs through the
+  `AgentWorkflowEngine`; all roles of a workflow train the same model, each role with its own estimator
+  (`algorithm.roles`). ReMax's greedy baseline for a role with several trajectories is their mean reward.
 - A step with nothing to train on (every group dropped or filtered) skips the update and says so in its metrics
   (`skipped_update=1`); nothing is dropped silently.
 """
@@ -181,7 +186,11 @@ class AgentTrainer:
         """ReMax: one greedy rollout per task; its reward is the baseline of the task's group (per role)."""
         self.val_engine.sampling = self.config.rollout.to_sampling(validation=True, seed=self.config.trainer.seed)
         episodes = await self.val_engine.execute_tasks_async(tasks)
-        return {group_key(ep, t): trajectory_reward(ep, t) for ep in episodes for t in ep.trajectories}
+        rewards: dict[str, list[float]] = {}
+        for episode in episodes:  # a role with several trajectories (k solvers): the mean of their rewards
+            for trajectory in episode.trajectories:
+                rewards.setdefault(group_key(episode, trajectory), []).append(trajectory_reward(episode, trajectory))
+        return {key: sum(values) / len(values) for key, values in rewards.items()}
 
     # ---- set-up, checkpoints ------------------------------------------------------------------------------
 
@@ -268,7 +277,6 @@ def _rollout_metrics(episodes: list[Episode], time_rollout: float) -> dict[str, 
     summary = summarize_episodes(episodes, time_rollout)
     trajectories = [t for ep in episodes for t in ep.trajectories]
     response = [sum(s.model_output.completion_length for s in t.steps if s.model_output) for t in trajectories]
-    n = summary["episodes"]
     return {
         "reward_mean": sum(t.final_reward() for t in trajectories) / max(len(trajectories), 1),
         "success_rate": summary["success_rate"],
@@ -277,7 +285,7 @@ def _rollout_metrics(episodes: list[Episode], time_rollout: float) -> dict[str, 
         "token_mismatch": summary["token_mismatch"],
         "time_rollout_s": time_rollout,
         "rollout_tokens_per_s": summary["tokens_per_s"],
-        **{f"termination/{reason}": count / n for reason, count in summary["termination_reasons"].items()},
+        **{f"termination/{reason}": fraction for reason, fraction in summary["termination_fractions"].items()},
         **role_metrics(summary),
     }
 
