@@ -6,9 +6,11 @@ Measures, for a trivial Python program (`print(1)`):
 - serial runs/s: one `Sandbox.run` after another (issue target: >= 25 runs/s);
 - parallel runs/s: `run_async` with 2 workers (the default pool bound);
 - added latency: mean ms of a serial sandboxed run minus the mean of a bare
-  `subprocess.run([sys.executable, "-c", "print(1)"])`, plus how that splits: the same program under bwrap alone
-  (namespaces + mounts, no cgroup or gate), and the interpreter's own start with the flags the sandbox uses.
-Needs what the sandbox needs (bubblewrap, a writable cgroup): run it where the tests run.
+  `subprocess.run([sys.executable, "-c", "print(1)"])`;
+- where a sandboxed run's time goes: the base interpreter started on the host with and without its site-packages
+  (the sandbox hides them: their .pth files cost more than all the rest), the program under bwrap alone
+  (namespaces, mounts, setpriv), and what remains (cgroup, the bash launcher with its rlimits, the output pump).
+It needs what the sandbox needs (bubblewrap, a writable cgroup): run it where the tests run.
 """
 
 from __future__ import annotations
@@ -34,7 +36,11 @@ def mean_ms(fn, n: int) -> float:
     return statistics.mean(times) * 1000
 
 
-def serial(sandbox: Sandbox, argv: list[str], n: int) -> float:
+def quiet(argv: list[str], **kwargs) -> None:
+    subprocess.run(argv, capture_output=True, check=True, **kwargs)
+
+
+def serial_ms(sandbox: Sandbox, argv: list[str], n: int) -> float:
     def one():
         result = sandbox.run(argv)
         assert result.ok and result.stdout == b"1\n", result
@@ -53,14 +59,16 @@ def parallel_runs_per_s(sandbox: Sandbox, argv: list[str], n: int) -> float:
     return n / elapsed
 
 
-def bwrap_only_ms(sandbox: Sandbox, argv: list[str], n: int) -> float:
-    """bwrap with the sandbox's namespaces and mounts, but no cgroup, gate, rlimits or output pump."""
+def bwrap_only_ms(argv: list[str], n: int) -> float:
+    """bwrap with the sandbox's namespaces and mounts, but no cgroup, launcher, rlimits or output pump."""
     tools = sandbox_module._find_tools(as_root=os.geteuid() == 0)
     read_end, write_end = (sandbox_module._above_stdio(fd) for fd in os.pipe())
-    command = [*sandbox_module._bwrap_argv(tools, SandboxLimits(), [], write_end), *argv]
+    command = [*sandbox_module._bwrap_argv(tools, SandboxLimits(), {}, write_end), *argv]
     shared = [sandbox_module._root_user_namespace()] if tools.setpriv else []
+    userns = f"4<&{shared[0]}" if shared else ""  # as root, bwrap finds its user namespace on fd 4
+    command = [tools.bash, "-c", f'exec 3>/dev/null {userns}; exec "$@"', "bwrap-only", *command]  # 3: result
     try:
-        return mean_ms(lambda: subprocess.run(command, env={}, pass_fds=(write_end, *shared), capture_output=True), n)
+        return mean_ms(lambda: quiet(command, env={}, pass_fds=(write_end, *shared)), n)
     finally:
         os.close(read_end)
         os.close(write_end)
@@ -69,25 +77,28 @@ def bwrap_only_ms(sandbox: Sandbox, argv: list[str], n: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=100, help="runs per measurement")
-    args = parser.parse_args()
+    n = parser.parse_args().n
     Sandbox.check()
     sandbox = Sandbox(max_workers=2)
     argv = sandbox.python_argv("-c", "print(1)")
-    serial(sandbox, argv, 5)  # warm up: the readiness probe and the root user namespace are made once
+    serial_ms(sandbox, argv, 5)  # warm up: the readiness probe and the root user namespace are made once
 
-    bare = mean_ms(lambda: subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True), args.n)
-    interpreter = mean_ms(lambda: subprocess.run(argv, capture_output=True, env={}), args.n)
-    bwrap = bwrap_only_ms(sandbox, argv, args.n)
-    sandboxed = serial(sandbox, argv, args.n)
-    parallel = parallel_runs_per_s(sandbox, argv, args.n)
+    bare = mean_ms(lambda: quiet([sys.executable, "-c", "print(1)"]), n)
+    with_site = mean_ms(lambda: quiet(argv, env={}), n)
+    without_site = mean_ms(lambda: quiet([argv[0], "-S", *argv[1:]], env={}), n)
+    bwrap = bwrap_only_ms(argv, n)
+    sandboxed = serial_ms(sandbox, argv, n)
+    parallel = parallel_runs_per_s(sandbox, argv, n)
 
-    print(f"sandboxed print(1), serial   : {1000 / sandboxed:6.1f} runs/s ({sandboxed:.1f} ms/run, target >= 25 runs/s)")
-    print(f"sandboxed print(1), 2 workers: {parallel:6.1f} runs/s")
-    print(f"bare subprocess.run          : {bare:6.1f} ms/run  (sys.executable -c 'print(1)', site and all)")
-    print(f"added latency over bare      : {sandboxed - bare:+6.1f} ms/run")
-    print(f"  the sandbox's interpreter  : {interpreter:6.1f} ms/run  ({' '.join(argv[1:3])}, hidden site-packages)")
-    print(f"  ... under bwrap alone      : {bwrap:6.1f} ms/run  (namespaces and mounts)")
-    print(f"  cgroup, gate, rlimits, pump: {sandboxed - bwrap:6.1f} ms/run")
+    print(f"sandboxed print(1), serial    : {1000 / sandboxed:6.1f} runs/s ({sandboxed:.1f} ms/run; target >= 25/s)")
+    print(f"sandboxed print(1), 2 workers : {parallel:6.1f} runs/s")
+    print(f"bare subprocess.run           : {bare:6.1f} ms/run  ({sys.executable} -c 'print(1)')")
+    print(f"added latency over bare       : {sandboxed - bare:+6.1f} ms/run")
+    print("where a sandboxed run's time goes:")
+    print(f"  base interpreter, host site : {with_site:6.1f} ms/run  (on the host, its site-packages' .pth files run)")
+    print(f"  base interpreter, -S        : {without_site:6.1f} ms/run  (about what starting it costs inside)")
+    print(f"  the same under bwrap alone  : {bwrap:6.1f} ms/run  (namespaces, mounts, setpriv as root)")
+    print(f"  cgroup, launcher, pump      : {sandboxed - bwrap:6.1f} ms/run  (the rest of Sandbox.run)")
 
 
 if __name__ == "__main__":

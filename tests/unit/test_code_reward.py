@@ -142,8 +142,9 @@ def test_float_tolerance_is_token_wise_and_integers_stay_exact(sandbox):
 
 
 def test_output_limit(sandbox):
-    result = _run(sandbox, "print('x' * (3 << 20))", ADD)
-    assert result.details[0]["status"] == "output_limit"
+    assert _run(sandbox, "print('x' * (3 << 20))", ADD).details[0]["status"] == "output_limit"
+    huge = _run(sandbox, "def double(x):\n    return list(range(400_000))\n", DOUBLE)  # a report over the cap
+    assert huge.details[0]["status"] == "output_limit" and "JSON" in huge.first_failure
 
 
 # ----------------------------------------------------------------------------------------------------- call style
@@ -164,6 +165,20 @@ def test_call_format_accepts_leetcode_solution_class_and_apps_wrapped_outputs(sa
     assert _run(sandbox, code, tests).passed  # the APPS shorthand: outputs wrapped in a one-element list
     missing = _run(sandbox, "def other():\n    pass\n", DOUBLE)
     assert missing.details[0]["status"] == "missing_function" and "double" in missing.first_failure
+
+
+def test_solution_module_is_a_real_module(sandbox):
+    dataclass_code = "from __future__ import annotations\nfrom dataclasses import dataclass\n@dataclass\nclass P:\n" \
+                     "    x: int\ndef double(x):\n    return P(2 * x).x\n"  # fmt: skip
+    assert _run(sandbox, dataclass_code, DOUBLE).passed  # dataclasses look the class's module up in sys.modules
+
+
+def test_an_exception_that_cannot_be_printed_is_still_a_plain_failure(sandbox):
+    code = (
+        "class E(Exception):\n    def __str__(self):\n        raise RuntimeError\n    __repr__ = __str__\nraise E()\n"
+    )
+    result = _run(sandbox, code, ADD, stop_at_first_failure=False)
+    assert [d["status"] for d in result.details] == ["runtime_error"] * 2 and result.error is None
 
 
 def test_tuples_read_as_lists_and_floats_within_tolerance(sandbox):
@@ -211,13 +226,24 @@ def test_printing_a_success_verdict_earns_nothing(sandbox, humaneval):
 def test_writing_to_the_result_channel_is_impossible(sandbox):
     forged = b'{"runner": "rllm-code-runner/1", "passed": true, "tests": [{"passed": true}]}'
     code = (
-        "import os\nfor path in (3, '/proc/%d/fd/3' % os.getppid(), '/proc/1/fd/3'):\n    try:\n"
-        f"        fd = path if isinstance(path, int) else os.open(path, os.O_WRONLY)\n        os.write(fd, {forged!r})\n"
-        "        print('wrote', path)\n    except OSError as exc:\n        print('refused', path, exc.errno)\n"
+        "import os\nfor path in (3, '/proc/%d/fd/3' % os.getppid(), '/proc/1/fd/3', '/proc/%d/mem' % os.getppid()):\n"
+        "    try:\n        fd = path if isinstance(path, int) else os.open(path, os.O_RDWR)\n"
+        f"        os.write(fd, {forged!r})\n        print('wrote', path)\n"
+        "    except OSError as exc:\n        print('refused', exc.errno)\n"
     )
     result = _run(sandbox, code, ADD)
     assert not result.passed and result.details[0]["status"] == "wrong_answer" and result.error is None
-    assert "wrote" not in result.details[0]["got"]
+    assert result.details[0]["got"] == "refused 9\nrefused 13\nrefused 13\nrefused 13\n"  # EBADF, then EACCES
+
+
+def test_a_forged_report_without_the_nonce_is_rejected(sandbox):
+    code = (
+        "import os\nfor fd in range(3, 64):\n    try:\n"
+        '        os.write(fd, b\'{"status": "ok", "value": 4}\\n\')\n    except OSError:\n        pass\n'
+        "os._exit(0)\n"
+    )
+    result = _run(sandbox, code, DOUBLE)
+    assert not result.passed and result.details[0]["status"] == "bad_report"
 
 
 def test_expected_outputs_are_out_of_reach(sandbox):

@@ -56,7 +56,8 @@ def assert_host_fine(sandbox: Sandbox, marker: str | None = None) -> None:
     """A trivial run still works, no cgroup of ours is left, and no process of the attack survives."""
     follow_up = run_python(sandbox, "print('still fine')")
     assert follow_up.ok and follow_up.stdout == b"still fine\n", follow_up
-    _, parents = sandbox_module._cgroup_parents()
+    v1 = (sandbox_module.CGROUP_ROOT / "memory" / "cgroup.procs").exists()
+    parents = sandbox_module._v1_parents() if v1 else [sandbox_module._v2_parent()]
     assert not [d for p in parents for d in p.glob(f"rllm-sandbox-{os.getpid()}-*")]
     if marker:
         assert processes_with(marker) == []
@@ -72,6 +73,25 @@ def test_runs_as_nobody_in_a_fresh_workdir(sandbox):
 def test_result_channel_is_separate_from_stdout(sandbox):
     res = run_python(sandbox, "import os\nprint('to stdout')\nos.write(3, b'to result')")
     assert res.ok and res.stdout == b"to stdout\n" and res.result == b"to result"
+
+
+def test_only_stdio_and_the_result_pipe_are_open_inside(sandbox):
+    """No fd of the host (the root user namespace, file copies, status pipe) leaks in, and the sandbox's PID 1 keeps
+    no copy of the result pipe that the program could reach through /proc/1/fd (as root, PID 1 is not even the
+    program's user)."""
+    code = """
+import os
+print(sorted(int(fd) for fd in os.listdir("/proc/self/fd")))
+try:
+    print(sorted(int(fd) for fd in os.listdir("/proc/1/fd")))
+except PermissionError:
+    print("out of reach")
+"""
+    res = run_python(sandbox, code, files={"data.txt": "x"})
+    assert res.ok, res
+    mine, pid1 = res.stdout.decode().splitlines()
+    assert mine == "[0, 1, 2, 3, 4]"  # 4: listdir's own
+    assert pid1 == ("out of reach" if os.geteuid() == 0 else "[0]")  # 0: /dev/null
 
 
 def test_stdin_and_files_reach_the_program(sandbox):
@@ -97,11 +117,11 @@ def test_memory_hog_is_oom_killed(sandbox):
     assert_host_fine(sandbox)
 
 
-def test_disk_filler_hits_the_tmpfs_cap(sandbox):
+def test_disk_filler_hits_the_tmpfs_caps(sandbox):
     name = f"fill-{uuid.uuid4()}"
     code = f"""
 import errno
-for where in ("/work", "/tmp"):
+for where in ("/work", "/tmp", "/dev/shm"):
     try:
         with open(f"{{where}}/{name}", "wb") as f:
             while True:
@@ -114,7 +134,7 @@ for where in ("/work", "/tmp"):
     res = run_python(sandbox, code)
     assert res.ok, res
     lines = res.stdout.decode().split("\n")
-    assert [line.split()[0] for line in lines if line] == ["/work", "/tmp"]
+    assert [line.split()[0] for line in lines if line] == ["/work", "/tmp", "/dev/shm"]
     assert all(line.split()[1] in ("ENOSPC", "EFBIG") for line in lines if line), res.stdout
     assert not Path("/tmp", name).exists() and not Path("/work", name).exists()
     assert free_before - shutil.disk_usage("/").free < 16 << 20  # other jobs may write a little meanwhile
@@ -180,6 +200,7 @@ for pid in sorted(os.listdir("/proc"), key=lambda p: p == str(os.getpid())):
 """
         res = run_python(sandbox, code)
         assert res.killed_reason == "signal:SIGKILL" and res.exit_code == -9, res
+        assert res.stderr == b"", res  # nothing but the program writes there
         assert bystander.poll() is None
         os.kill(os.getpid(), 0)
         assert_host_fine(sandbox)
@@ -190,7 +211,9 @@ for pid in sorted(os.listdir("/proc"), key=lambda p: p == str(os.getpid())):
 
 def test_writes_outside_the_sandbox_fail(sandbox):
     name = f"rllm_pwned_{uuid.uuid4().hex}"
-    targets = ["/etc", "/work/main", str(Path.home()), os.path.realpath(sys.base_prefix), "/usr", "/"]
+    prefix = os.path.realpath(sys.base_prefix)
+    site = f"{prefix}/lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+    targets = ["/etc", "/work/main", str(Path.home()), prefix, site, "/usr", "/", "/dev", "/proc"]
     code = f"""
 import sys
 for directory in sys.argv[1:]:
@@ -242,6 +265,29 @@ def test_a_daemon_left_behind_dies_with_the_program(sandbox):
     assert_host_fine(sandbox, marker)
 
 
+def test_killed_runs_leave_no_orphans_to_pid_1():
+    """A killed run must not hand bwrap's init to PID 1: a trainer that is a container's PID 1 would never reap it.
+    A child subreaper stands in for that PID 1 and collects whatever is orphaned to it."""
+    script = """
+import ctypes, os
+from rllm.rewards.sandbox import Sandbox, SandboxLimits
+ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+sandbox = Sandbox(SandboxLimits(wall_s=0.5))
+codes = ["while True: pass", "import sys\\nwhile True: sys.stdout.write('x' * 65536)"] * 3
+reasons = sorted({sandbox.run(sandbox.python_argv("-c", code)).killed_reason for code in codes})
+orphans = []
+try:
+    while pid := os.waitpid(-1, os.WNOHANG)[0]:
+        orphans.append(pid)
+except ChildProcessError:
+    pass
+print(reasons, orphans)
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip() == "['output_limit', 'timeout'] []"
+
+
 def test_fails_closed_without_bubblewrap(monkeypatch):
     monkeypatch.setattr(sandbox_module, "BWRAP", "/nonexistent/bwrap")
     with pytest.raises(SandboxUnavailableError, match="apt-get install bubblewrap"):
@@ -255,6 +301,8 @@ def test_fails_closed_without_bubblewrap(monkeypatch):
     assert res.ok and res.stdout == b"1\n"
     monkeypatch.setenv("RLLM_SANDBOX_UNSAFE", "1")
     assert Sandbox().unsafe
+    with pytest.raises(SandboxUnavailableError, match="apt-get install bubblewrap"):
+        Sandbox.check()  # the opt-in relaxes runs, never the check
 
 
 def test_fails_closed_without_a_cgroup_unless_allowed(monkeypatch, tmp_path):

@@ -13,7 +13,8 @@ Choices:
   released private tests are also base64(zlib(pickle(json))) — unpickled with an unpickler that refuses every global,
   so only plain strings can come out) and `metadata.func_name` for "functional" tests, whose input holds one JSON
   value per line (the arguments) and whose output is one JSON value.
-- `make_code_tasks` draws from a dozen one-line function templates (list and string manipulation) with five call tests
+- `make_code_tasks` draws from 22 small function templates (list and string manipulation, half of them a step
+  harder: an edge case, an exact rule, a structure to build) with five call tests
   each, deterministic in the seed; each row keeps a reference `solution` (tested to pass). They are small enough for a
   0.5B coder model to solve some of the time, so GRPO has a signal on a CPU.
 - `make_humaneval_tasks(n, seed)` is a seeded shuffle of the 164 problems, so n < 164 is a representative subset;
@@ -28,8 +29,9 @@ import json
 import pickle
 import random
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rllm.rewards.code import normalise_tests
 
@@ -201,7 +203,9 @@ def _lcb_cases(value: Any) -> list[dict]:
             try:
                 value = json.loads(_unpickle_str(zlib.decompress(base64.b64decode(value))))
             except (pickle.UnpicklingError, zlib.error, EOFError) as exc:
-                raise MalformedCodeRowError(f"test cases are neither JSON nor LiveCodeBench-compressed: {exc}") from None
+                raise MalformedCodeRowError(
+                    f"test cases are neither JSON nor LiveCodeBench-compressed: {exc}"
+                ) from None
     if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
         raise MalformedCodeRowError("LiveCodeBench test cases must be a list of objects")
     return value
@@ -237,36 +241,73 @@ def _maybe_palindrome(rng: random.Random) -> str:
     return half + rng.choice(["", "z"]) + half[::-1] if rng.random() < 0.5 else half + "q" + half
 
 
-# (name, parameters, what it returns, reference body, argument generator)
+class _Template(NamedTuple):
+    name: str
+    params: str
+    returns: str  # completes "Write a Python function name(params) that returns ..."
+    body: str  # the reference solution's body
+    args: Callable[[random.Random], list]  # one test's arguments
+
+
+_T = _Template
 _TEMPLATES = [
-    ("add_k", "xs, k", "a new list with k added to every number in xs", "return [x + k for x in xs]",
-     lambda r: [_ints(r), r.randint(-5, 9)]),
-    ("count_even", "xs", "how many numbers in xs are even", "return sum(1 for x in xs if x % 2 == 0)",
-     lambda r: [_ints(r)]),
-    ("max_minus_min", "xs", "the largest number in the non-empty list xs minus the smallest",
-     "return max(xs) - min(xs)", lambda r: [_ints(r, 1)]),
-    ("reverse_words", "s", "the words of s in reverse order, joined by single spaces",
-     "return ' '.join(s.split()[::-1])", lambda r: [_text(r)]),
-    ("sum_digits", "n", "the sum of the decimal digits of the non-negative integer n",
-     "return sum(int(d) for d in str(n))", lambda r: [r.randint(0, 10**6)]),
-    ("count_vowels", "s", "how many characters of s are vowels (a, e, i, o, u, in either case)",
-     "return sum(1 for c in s.lower() if c in 'aeiou')", lambda r: [_text(r)]),
-    ("is_palindrome", "s", "True if s reads the same forwards and backwards, else False", "return s == s[::-1]",
-     lambda r: [_maybe_palindrome(r)]),
-    ("running_sum", "xs", "the running totals of xs: item i is xs[0] + ... + xs[i]",
-     "out, total = [], 0\n    for x in xs:\n        total += x\n        out.append(total)\n    return out",
-     lambda r: [_ints(r)]),
-    ("greater_than", "xs, k", "the numbers in xs that are greater than k, in their original order",
-     "return [x for x in xs if x > k]", lambda r: [_ints(r), r.randint(-3, 12)]),
-    ("count_char", "s, c", "how many times the character c occurs in s", "return s.count(c)",
-     lambda r: [_text(r), r.choice("aeiorst")]),
-    ("square_all", "xs", "a new list with the square of every number in xs", "return [x * x for x in xs]",
-     lambda r: [_ints(r)]),
-    ("longest_word", "s", "the longest word in s (the first one when several are equally long)",
-     "return max(s.split(), key=len)", lambda r: [_text(r)]),
-    ("dedupe", "xs", "xs without repeats, keeping the first occurrence of each number in order",
-     "out = []\n    for x in xs:\n        if x not in out:\n            out.append(x)\n    return out",
-     lambda r: [[r.randint(0, 5) for _ in range(r.randint(0, 8))]]),
+    _T("add_k", "xs, k", "a new list with k added to every number in xs", "return [x + k for x in xs]",
+       lambda r: [_ints(r), r.randint(-5, 9)]),
+    _T("count_even", "xs", "how many numbers in xs are even", "return sum(1 for x in xs if x % 2 == 0)",
+       lambda r: [_ints(r)]),
+    _T("max_minus_min", "xs", "the largest number in the non-empty list xs minus the smallest",
+       "return max(xs) - min(xs)", lambda r: [_ints(r, 1)]),
+    _T("reverse_words", "s", "the words of s in reverse order, joined by single spaces",
+       "return ' '.join(s.split()[::-1])", lambda r: [_text(r)]),
+    _T("sum_digits", "n", "the sum of the decimal digits of the non-negative integer n",
+       "return sum(int(d) for d in str(n))", lambda r: [r.randint(0, 10**6)]),
+    _T("count_vowels", "s", "how many characters of s are vowels (a, e, i, o, u, in either case)",
+       "return sum(1 for c in s.lower() if c in 'aeiou')", lambda r: [_text(r)]),
+    _T("is_palindrome", "s", "True if s reads the same forwards and backwards, else False", "return s == s[::-1]",
+       lambda r: [_maybe_palindrome(r)]),
+    _T("running_sum", "xs", "the running totals of xs: item i is xs[0] + ... + xs[i]",
+       "out, total = [], 0\n    for x in xs:\n        total += x\n        out.append(total)\n    return out",
+       lambda r: [_ints(r)]),
+    _T("greater_than", "xs, k", "the numbers in xs that are greater than k, in their original order",
+       "return [x for x in xs if x > k]", lambda r: [_ints(r), r.randint(-3, 12)]),
+    _T("count_char", "s, c", "how many times the character c occurs in s", "return s.count(c)",
+       lambda r: [_text(r), r.choice("aeiorst")]),
+    _T("square_all", "xs", "a new list with the square of every number in xs", "return [x * x for x in xs]",
+       lambda r: [_ints(r)]),
+    _T("longest_word", "s", "the longest word in s (the first one when several are equally long)",
+       "return max(s.split(), key=len)", lambda r: [_text(r)]),
+    _T("dedupe", "xs", "xs without repeats, keeping the first occurrence of each number in order",
+       "out = []\n    for x in xs:\n        if x not in out:\n            out.append(x)\n    return out",
+       lambda r: [[r.randint(0, 5) for _ in range(r.randint(0, 8))]]),
+    # a step harder: an edge case, a rule to follow exactly, or a structure to build
+    _T("second_largest", "xs", "the second largest distinct number in xs (xs has at least two distinct numbers)",
+       "return sorted(set(xs))[-2]", lambda r: [_ints(r, 1) + [21, 22]]),
+    _T("rotate_left", "xs, k", "xs rotated left by k positions (k may be larger than len(xs); xs is not empty)",
+       "k %= len(xs)\n    return xs[k:] + xs[:k]", lambda r: [_ints(r, 1), r.randint(0, 12)]),
+    _T("chunks", "xs, n", "xs split into consecutive lists of n items (the last one may be shorter)",
+       "return [xs[i:i + n] for i in range(0, len(xs), n)]", lambda r: [_ints(r), r.randint(1, 4)]),
+    _T("run_lengths", "s",
+       "the run-length encoding of s as a list of [character, count] pairs, e.g. 'aab' gives [['a', 2], ['b', 1]]",
+       ("out = []\n    for c in s:\n        if out and out[-1][0] == c:\n            out[-1][1] += 1\n"
+        "        else:\n            out.append([c, 1])\n    return out"),
+       lambda r: ["".join(r.choice("aab") * r.randint(1, 3) for _ in range(r.randint(0, 4)))]),
+    _T("caesar", "s, k",
+       "s with every lowercase letter shifted k places forward in the alphabet (z wraps to a); others stay",
+       "return ''.join(chr((ord(c) - 97 + k) % 26 + 97) if 'a' <= c <= 'z' else c for c in s)",
+       lambda r: [_text(r), r.randint(1, 30)]),
+    _T("word_counts", "s", "a dict mapping each word of s to how many times it occurs",
+       "out = {}\n    for w in s.split():\n        out[w] = out.get(w, 0) + 1\n    return out",
+       lambda r: [_text(r, 0)]),
+    _T("pair_count", "xs, t", "how many pairs of positions i < j have xs[i] + xs[j] == t",
+       "return sum(1 for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[i] + xs[j] == t)",
+       lambda r: [[r.randint(0, 6) for _ in range(r.randint(0, 7))], r.randint(2, 9)]),
+    _T("most_common", "xs", "the number occurring most often in the non-empty list xs (the smallest on a tie)",
+       "return min(set(xs), key=lambda x: (-xs.count(x), x))",
+       lambda r: [[r.randint(0, 5) for _ in range(r.randint(1, 8))]]),
+    _T("collatz_steps", "n",
+       "how many steps the rule n -> n // 2 (n even) or 3 * n + 1 (n odd) takes to reach 1 from the positive n",
+       "steps = 0\n    while n != 1:\n        n = n // 2 if n % 2 == 0 else 3 * n + 1\n        steps += 1\n    return steps",
+       lambda r: [r.randint(1, 60)]),
 ]  # fmt: skip
 
 

@@ -30,12 +30,13 @@ Reward hacking (the runner's docstring has the full threat model):
 - stdio and call verdicts are computed by the runner parent from the child's output / JSON return value: an object
   whose `__eq__` always returns True cannot be serialised and fails. HumanEval's `candidate` returns are rebuilt from
   exact builtin types before any assert sees them, and `check` runs with a pristine copy of the builtins.
-- Expected outputs never reach the children: the job file is unlinked before the first fork and each child empties
+- Expected outputs never reach the children: the job goes in over stdin (no file holds it) and each child empties
   its copy of them; the runner parent is non-dumpable, so /proc/<parent>/mem and /proc/<parent>/fd/3 are closed to
   the children; the verdict must carry a host-chosen token the children never see.
 - Out of scope: the HumanEval format runs `check` in the solution's interpreter, so a solution that manipulates the
-  interpreter (frame inspection to read the nonce and forge a report, trace functions that skip asserts,
-  monkeypatching a module `check` uses) can defeat it. Prefer stdio/call tests where the reward is adversarial.
+  interpreter (frame or `gc` inspection to read the nonce and forge a report or rewrite `check`, trace functions
+  that skip asserts, monkeypatching a module `check` uses, forking to try both answers to an assert) can defeat it.
+  Prefer stdio/call tests where the reward is adversarial.
 """
 
 from __future__ import annotations
@@ -89,6 +90,9 @@ _STATUS_TEXT = {
 
 class MalformedTestsError(ValueError):
     """A task's `tests` are not in a format this module runs (a dataset bug, not a zero reward)."""
+
+
+_KILLED_STATUS = {"memory": "killed", "timeout": "timeout", "output_limit": "output_limit", "pids": "runtime_error"}
 
 
 @dataclass(frozen=True)
@@ -219,8 +223,8 @@ def run_code_tests(
 ) -> CodeTestResult:
     """Run `code` against the first `max_tests` cases of `tests` in the sandbox. With `stop_at_first_failure` (what
     an all-or-nothing reward needs) the cases after a failure are not run and `passed_tests` counts those before it.
-    Raises ValueError for malformed tests and SandboxUnavailableError when the sandbox cannot run (not the policy's
-    fault); anything the code does is a failed result, never an exception."""
+    Raises MalformedTestsError (a ValueError) for malformed tests, and SandboxUnavailableError or InfraError when the
+    sandbox cannot run (not the policy's fault); anything the code does is a failed result, never an exception."""
     spec = normalise_tests(tests)
     if per_test_timeout_s <= 0 or total_timeout_s <= 0:
         raise ValueError("per_test_timeout_s and total_timeout_s must be > 0")
@@ -294,7 +298,8 @@ def _limits(sandbox: Any, n_tests: int, total_timeout_s: float) -> Any:
 def _verdict(result: Any, token: str) -> dict:
     """The runner's verdict, or {"error": ...} when there is none to trust (a killed run fails every test)."""
     if result.killed_reason is not None and not result.result:
-        return {"error": f"the sandbox stopped the run ({result.killed_reason})"}
+        status = _KILLED_STATUS.get(result.killed_reason, "harness_error")
+        return {"error": f"the sandbox stopped the run ({result.killed_reason})", "status": status}
     try:
         verdict = json.loads(result.result)
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -306,13 +311,21 @@ def _verdict(result: Any, token: str) -> dict:
         return {"error": f"test runner: {verdict['error']}"}
     if verdict.get("token") != token or not isinstance(verdict.get("tests"), list):
         return {"error": "the verdict does not carry this run's token"}
+    if (verdict.get("hardening") or {}).get("non_dumpable") is not True:
+        # without it a child could open /proc/<runner>/fd/3 and /proc/<runner>/mem: fail closed
+        return {"error": "the test runner could not make itself non-dumpable (prctl); its verdict is not trusted"}
     return verdict
 
 
 def _result(spec: dict, cases: list[dict], verdict: dict) -> CodeTestResult:
     total = len(cases)
     if "error" in verdict:
-        detail = {"index": 0, "passed": False, "status": "harness_error", "error": verdict["error"]}
+        detail = {
+            "index": 0,
+            "passed": False,
+            "status": verdict.get("status", "harness_error"),
+            "error": verdict["error"],
+        }
         return CodeTestResult(False, 0, total, f"error: {verdict['error']}", [detail], verdict["error"])
     details = [_detail(spec, cases, t) for t in verdict["tests"]]
     if verdict.get("stopped") == "total_timeout":
@@ -365,7 +378,7 @@ def feedback_text(result: CodeTestResult) -> str:
     """What a multi-turn code agent is shown: the first failing test (input, expected, got / the failed assert /
     the traceback's tail), at most `FEEDBACK_CHARS` characters."""
     if result.passed:
-        return f"All {result.total_tests} tests passed."
+        return "The test passed." if result.total_tests == 1 else f"All {result.total_tests} tests passed."
     failed = next((d for d in result.details if not d["passed"]), None)
     if failed is None:
         return f"Passed {result.passed_tests} of {result.total_tests} tests."

@@ -1,39 +1,36 @@
 """The trusted test runner that `rllm.rewards.code` copies, fresh, into the sandbox for every run.
 
-It is a standalone script (standard library only, Python 3.8+, no rllm import): `python -I code_runner.py` in the
-sandbox's working directory, which holds `job.json` (the program, the tests, the limits). It writes exactly one JSON
-verdict to fd 3, the sandbox's result channel; stdout, stderr and the exit code carry nothing the host reads.
+A standalone script (standard library only, Python 3.8+, no rllm import), run in the sandbox's working directory. It
+reads the job (program, tests, limits) from stdin and writes exactly one JSON verdict to fd 3, the sandbox's result
+channel; stdout, stderr and the exit code carry nothing the host reads.
 
-Process structure (the runner parent never executes solution code):
-- The parent reads `job.json`, unlinks it (so the solution cannot read the expected outputs from disk), marks itself
-  non-dumpable (so a same-uid child cannot open /proc/<parent>/mem or /proc/<parent>/fd/3), and keeps the expected
-  outputs in one container, `_SECRETS`.
-- For each test it forks a child. The child FIRST closes fd 3 and every descriptor it must not hold, empties its
-  copy of `_SECRETS` (the fork copied the parent's memory; the expected outputs become unreachable objects), then
-  sets per-test rlimits and runs the solution: stdin is an in-memory file with the test input, stdout/stderr are
-  in-memory files the parent reads after the test, and it reports over a private pipe as one JSON line carrying a
-  per-test random nonce.
-- The parent waits for the report until the per-test deadline (wall clock; it kills the child's process group
-  then), and decides pass/fail itself:
-  * stdio: the child's stdout compared with the expected output (a report is still required, so a program that
-    dies before finishing, e.g. `os._exit(0)`, fails);
-  * call: the function's return value, which the child must serialise as plain JSON data (an object with a custom
-    `__eq__` cannot be), compared by the parent with the expected value;
-  * humaneval: the trusted prompt and `check` are executed BEFORE the solution, in a namespace with a pristine copy of
-    the builtins; `candidate` is wrapped so that every return value is rebuilt from exact builtin types (int, float,
-    str, bool, None, bytes, complex, list, tuple, dict, set, frozenset) before any assert sees it; `check` returning
-    normally is the child's claim that the test passed.
-- One fresh fork per test: one test's monkeypatching cannot reach the next; the parent already holds the tests in
-  memory and never re-reads a file, so changes to the working directory change nothing.
+The runner parent never executes solution code:
+- It reads the whole job from stdin before anything else (the expected outputs are never in a file the solution
+  could open), drops its own directory from sys.path (the solution can write files there; a later import must not
+  find them), keeps the expected outputs and the host's verdict token in one container, `_SECRETS`, and marks
+  itself non-dumpable (a same-uid child can then open neither /proc/<parent>/mem nor /proc/<parent>/fd/3).
+- Per test it forks a child that FIRST closes fd 3 and every descriptor it must not hold and empties its copy of
+  `_SECRETS` (the fork copied the parent's memory), then sets per-test rlimits and runs the solution: stdin is an
+  in-memory file holding the test input, stdout/stderr are in-memory files the parent reads afterwards, and the
+  child reports over a private pipe, as one JSON line carrying a per-test random nonce.
+- The parent waits for that report until the per-test deadline (wall clock; then it kills the child's process
+  group) and decides pass/fail itself. stdio: the child's stdout against the expected output (a report is still
+  required, so a program that dies early, e.g. `os._exit(0)`, fails). call: the return value, which the child must
+  serialise as plain JSON data (an object with a custom `__eq__` cannot be), against the expected value.
+  humaneval: the trusted prompt and `check` run BEFORE the solution, with a pristine copy of the builtins; every
+  value `candidate` returns is rebuilt from exact builtin types before an assert sees it; `check` returning is the
+  child's claim that the test passed.
+- One fresh fork per test, so one test's monkeypatching cannot reach the next; the parent holds everything in memory
+  and never re-reads a file, so what the solution writes to the working directory changes nothing.
 
-Threat model and what is out of scope: the solution is adversarial Python running as the child. The stdio and call
-verdicts are computed by the parent from data (output text, JSON value), so the child can only forge a report saying
-"finished", which gains nothing. The humaneval verdict is a claim made by code running in the same interpreter as the
-solution: a solution that inspects the interpreter (stack frames, `gc`, `ctypes`, a trace function that jumps over
-asserts, monkeypatching a module that `check` uses such as `math`) can read the nonce and forge a passing report or
-defeat an assert. The nonce and the plain-data wrapper stop the simple hacks, not a determined interpreter-level
-attack; prefer stdio or call tests where reward hacking matters. Bytes freed from the child's copy of the expected
-outputs may linger in freed memory until reused (reading them needs raw memory access through ctypes).
+Threat model: the solution is adversarial Python running as the child. stdio and call verdicts are computed by the
+parent from data, so a forged report can only claim "finished", which gains nothing. The humaneval verdict is a
+claim made inside the solution's interpreter: a solution that manipulates the interpreter (reads the nonce from
+stack frames or `gc` and forges the report, rewrites `check` found through `gc`, a trace function that jumps over
+asserts, monkeypatching a module such as `math` that `check` uses, forking to try both answers to each assert) can
+defeat it. The nonce and the plain-data wrapper stop the simple hacks, not a determined
+interpreter-level attack; prefer stdio/call tests where that matters. Bytes of the expected outputs freed in the
+child may linger in freed memory until reused (reading them needs raw memory access, e.g. through ctypes).
 """
 
 from __future__ import annotations
@@ -51,10 +48,10 @@ import signal
 import sys
 import time
 import traceback
+import types
 
 RUNNER_VERSION = "rllm-code-runner/1"
 RESULT_FD = 3
-_MAX_FD = 1024
 _ERROR_TAIL = 1500  # characters of a traceback / stderr kept for feedback
 _SECRETS: dict = {}  # expected outputs and the verdict token; emptied in every child
 _PRISTINE_BUILTINS = dict(builtins.__dict__)  # taken before any solution code exists
@@ -108,7 +105,10 @@ def _run_all(job: dict, started: float) -> tuple[list, str | None]:
         if time.monotonic() >= total_deadline:
             stopped = "total_timeout"
             break
-        result = _run_one(job, index, total_deadline)
+        try:
+            result = _run_one(job, index, total_deadline)
+        except OSError as exc:  # e.g. fork() refused: processes the solution left behind hold every pid
+            result = {"index": index, **_fail("harness_error", f"cannot run the test: {exc}")}
         results.append(result)
         if result["status"] == "syntax_error":
             stopped = "syntax_error"  # every other test would fail the same way
@@ -128,7 +128,12 @@ def _run_one(job: dict, index: int, total_deadline: float) -> dict:
     start = time.monotonic()
     per_test_deadline = start + float(job["per_test_timeout_s"])
     deadline = min(per_test_deadline, total_deadline)
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        for fd in (report_r, report_w, out_fd, err_fd):
+            os.close(fd)
+        raise
     if pid == 0:  # pragma: no cover - the child never returns
         _child(job, index, nonce, report_w, out_fd, err_fd)
     os.close(report_w)
@@ -136,7 +141,7 @@ def _run_one(job: dict, index: int, total_deadline: float) -> dict:
         os.setpgid(pid, pid)  # also done in the child; whichever runs first wins the race
     except OSError:
         pass
-    line, timed_out, status = _read_report(report_r, pid, deadline, limit + 4096)
+    line, outcome, status = _read_report(report_r, pid, deadline, limit + 4096)
     _kill_group(pid, reaped=status is not None)
     if status is None:
         status = os.waitpid(pid, 0)[1]
@@ -145,8 +150,8 @@ def _run_one(job: dict, index: int, total_deadline: float) -> dict:
     stdout, stderr = _read_anon(out_fd, limit), _read_anon(err_fd, limit)
     result = {"index": index, "duration_s": round(time.monotonic() - start, 4)}
     try:
-        result.update(_judge(job, index, nonce, line, timed_out, status, stdout, stderr, limit))
-        if timed_out and deadline < per_test_deadline:
+        result.update(_judge(job, index, nonce, line, outcome, status, stdout, stderr, limit))
+        if outcome == "timeout" and deadline < per_test_deadline:
             result["error"] = f"stopped by the total time limit of {job['total_timeout_s']} s for all tests"
     except Exception as exc:  # noqa: BLE001 - a hostile report (JSON nested too deep) fails the test, not the run
         result.update(passed=False, status="bad_report", error=f"the test's report could not be judged: {exc!r}")
@@ -155,41 +160,47 @@ def _run_one(job: dict, index: int, total_deadline: float) -> dict:
 
 def _anon_file(name: str) -> int:
     """An in-memory file the child writes and the parent reads after the test: no size-limited pipe to drain."""
-    try:
-        return os.memfd_create(name)
-    except (AttributeError, OSError):
-        import tempfile
-
-        return os.dup(tempfile.TemporaryFile(dir=".").fileno())
+    return os.memfd_create(name)
 
 
-def _read_report(fd: int, pid: int, deadline: float, cap: int) -> tuple[bytes | None, bool, int | None]:
-    """(the child's report line or None, whether the deadline passed first, its wait status if it was reaped).
-    A child that exits is noticed within 50 ms even when a grandchild it left behind keeps the pipe open."""
-    buf = b""
+def _read_report(fd: int, pid: int, deadline: float, cap: int) -> tuple[bytes | None, str, int | None]:
+    """(the child's report line or None, what happened: "report", "died", "timeout" or "overflow", the child's wait
+    status when it was reaped here). A child that exits is noticed within 50 ms even when a grandchild it left
+    behind keeps the pipe open; one that closes the pipe without a report is given until the deadline to exit."""
+    buf, eof = b"", False
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return None, True, None
-        ready, _, _ = select.select([fd], [], [], min(remaining, 0.05))
-        if ready:
+            return None, "timeout", None
+        if eof:
+            time.sleep(min(remaining, 0.01))
+        elif select.select([fd], [], [], min(remaining, 0.05))[0]:
             chunk = os.read(fd, 65536)
-            buf += chunk
-            if not chunk or b"\n" in buf or len(buf) > cap:
-                return _first_line(buf), False, None
+            buf, eof = buf + chunk, not chunk
+            if b"\n" in buf:
+                return _first_line(buf), "report", None
+            if len(buf) > cap:
+                return None, "overflow", None
             continue
         done, status = os.waitpid(pid, os.WNOHANG)
         if done == pid:
-            os.set_blocking(fd, False)
-            try:
-                while len(buf) <= cap:
-                    chunk = os.read(fd, 65536)
-                    if not chunk:
-                        break
-                    buf += chunk
-            except BlockingIOError:
-                pass
-            return _first_line(buf), False, status
+            buf += _drain(fd, cap)
+            line = _first_line(buf)
+            return line, "report" if line is not None else "died", status
+
+
+def _drain(fd: int, cap: int) -> bytes:
+    os.set_blocking(fd, False)
+    data = b""
+    try:
+        while len(data) <= cap:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            data += chunk
+    except BlockingIOError:
+        pass
+    return data
 
 
 def _first_line(buf: bytes) -> bytes | None:
@@ -230,11 +241,13 @@ def _read_anon(fd: int, limit: int) -> bytes:
         os.close(fd)
 
 
-def _judge(job, index, nonce, line, timed_out, status, stdout, stderr, limit) -> dict:
-    if timed_out:
+def _judge(job, index, nonce, line, outcome, status, stdout, stderr, limit) -> dict:
+    if outcome == "timeout":
         return _fail("timeout", f"timed out after {job['per_test_timeout_s']} s (wall clock)", stderr)
     if len(stdout) > limit or len(stderr) > limit or _signal_of(status) == signal.SIGXFSZ:
         return _fail("output_limit", f"wrote more than {limit} bytes of output")
+    if outcome == "overflow":
+        return _fail("output_limit", f"returned a value whose JSON is longer than {limit} bytes")
     if line is None:
         return _fail(*_death(status, stderr))
     report = json.loads(line.decode("utf-8"))
@@ -361,21 +374,23 @@ def values_equal(got, expected, float_tol: float | None) -> bool:
 
 
 def _child(job, index, nonce, report_w, out_fd, err_fd) -> None:  # pragma: no cover - runs in the forked child
-    """Never returns. Order matters: drop the result channel and the secrets before any solution code exists."""
+    """Never returns (whatever is raised, even while reporting, ends in os._exit: the child must never run on into
+    the parent's code). Order matters: drop the result channel and the secrets before any solution code exists."""
     try:
-        os.close(RESULT_FD)
-        _keep_only_fds(report_w, out_fd, err_fd)
-        _SECRETS.clear()
-        os.setpgid(0, 0)
-        report = _child_run(job, index, report_w, out_fd, err_fd)
-    except BaseException as exc:  # noqa: BLE001 - anything escaping is reported, never propagated
-        report = {"status": "harness_error", "error": f"{type(exc).__name__}: {exc}"}
-    report["nonce"] = nonce
-    try:
-        data = (json.dumps(report) + "\n").encode("utf-8")
-    except Exception as exc:  # noqa: BLE001 - e.g. a str with lone surrogates
-        data = (json.dumps({"status": "unserializable", "error": repr(exc), "nonce": nonce}) + "\n").encode()
-    try:
+        try:
+            os.close(RESULT_FD)
+            _keep_only_fds(report_w, out_fd, err_fd)
+            _SECRETS.clear()
+            os.setpgid(0, 0)
+            report = _child_run(job, index)
+        except BaseException:  # noqa: BLE001 - not even str(exc): the solution may have made it raise
+            report = {"status": "harness_error", "error": "the test harness failed in the child"}
+        report["nonce"] = nonce
+        try:
+            data = (json.dumps(report) + "\n").encode("utf-8")
+        except BaseException:  # noqa: BLE001 - e.g. a str with lone surrogates in an error message
+            data = json.dumps({"status": "unserializable", "error": "unencodable report", "nonce": nonce}) + "\n"
+            data = data.encode()
         while data:
             data = data[os.write(report_w, data) :]
     finally:
@@ -392,10 +407,10 @@ def _keep_only_fds(report_w: int, out_fd: int, err_fd: int) -> None:
         if fd >= low:
             os.closerange(low, fd)
             low = fd + 1
-    os.closerange(low, _MAX_FD)
+    os.closerange(low, max(os.sysconf("SC_OPEN_MAX"), 1024))
 
 
-def _child_run(job, index, report_w, out_fd, err_fd) -> dict:
+def _child_run(job: dict, index: int) -> dict:
     fmt = job["format"]
     test_input = job["inputs"][index] if fmt == "stdio" else ""
     _set_stdin(test_input)
@@ -411,7 +426,7 @@ def _child_run(job, index, report_w, out_fd, err_fd) -> dict:
     code = _compile(job["code"], "<solution>")
     if isinstance(code, dict):
         return code
-    namespace = {"__name__": "__main__" if fmt == "stdio" else "__solution__", "__builtins__": builtins}
+    namespace = _module_namespace("__main__" if fmt == "stdio" else "__solution__")
     try:
         if fmt == "call" and job.get("prelude"):
             exec(job["prelude"], namespace)  # noqa: S102 - running the code under test is this script's job
@@ -432,6 +447,15 @@ def _child_run(job, index, report_w, out_fd, err_fd) -> dict:
 
 
 _STDOUT = [None]  # the child's own stdout wrapper, flushed at the end even if the solution rebinds sys.stdout
+
+
+def _module_namespace(name: str) -> dict:
+    """A real module in sys.modules (replacing the runner as `__main__` in this child): `import __main__`, pickle
+    and dataclasses (which look classes' modules up there) see the solution's module."""
+    module = types.ModuleType(name)
+    module.__builtins__ = builtins
+    sys.modules[name] = module
+    return module.__dict__
 
 
 class NotPlainError(TypeError):
