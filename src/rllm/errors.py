@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-__all__ = ["InfraError", "ModelNotAvailableError", "PolicyError", "RllmError"]
+__all__ = ["InfraError", "ModelNotAvailableError", "PolicyError", "RllmError", "SandboxUnavailableError"]
 
 
 class RllmError(Exception):
@@ -24,3 +24,7 @@ class PolicyError(RllmError):
 
 class ModelNotAvailableError(RllmError):
     """A model's weights are not on this machine; the message names the command or package that fetches them."""
+
+
+class SandboxUnavailableError(RllmError):
+    """This machine cannot sandbox code; the message names what is missing and how to fix it."""

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from rllm.errors import RllmError
+from rllm.rewards import _cgroup as cgroup_module
 from rllm.rewards import sandbox as sandbox_module
 from rllm.rewards.sandbox import Sandbox, SandboxLimits, SandboxResult, SandboxUnavailableError
 
@@ -56,8 +57,8 @@ def assert_host_fine(sandbox: Sandbox, marker: str | None = None) -> None:
     """A trivial run still works, no cgroup of ours is left, and no process of the attack survives."""
     follow_up = run_python(sandbox, "print('still fine')")
     assert follow_up.ok and follow_up.stdout == b"still fine\n", follow_up
-    v1 = (sandbox_module.CGROUP_ROOT / "memory" / "cgroup.procs").exists()
-    parents = sandbox_module._v1_parents() if v1 else [sandbox_module._v2_parent()]
+    v1 = (cgroup_module.CGROUP_ROOT / "memory" / "cgroup.procs").exists()
+    parents = cgroup_module._v1_parents() if v1 else [cgroup_module._v2_parent()]
     assert not [d for p in parents for d in p.glob(f"rllm-sandbox-{os.getpid()}-*")]
     if marker:
         assert processes_with(marker) == []
@@ -306,7 +307,7 @@ def test_fails_closed_without_bubblewrap(monkeypatch):
 
 
 def test_fails_closed_without_a_cgroup_unless_allowed(monkeypatch, tmp_path):
-    monkeypatch.setattr(sandbox_module, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(cgroup_module, "CGROUP_ROOT", tmp_path)
     with pytest.raises(SandboxUnavailableError, match="no writable cgroup"):
         Sandbox().run(["true"])
     degraded = Sandbox(LIMITS, require_cgroup=False)

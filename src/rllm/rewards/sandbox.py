@@ -37,10 +37,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import fcntl
 import functools
-import itertools
 import json
 import os
 import select
@@ -58,12 +56,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from rllm.errors import InfraError, RllmError
+from rllm.errors import InfraError, SandboxUnavailableError
+from rllm.rewards._cgroup import NO_CGROUP, Cgroup, write_file
 
 __all__ = ["Sandbox", "SandboxLimits", "SandboxResult", "SandboxUnavailableError", "default_sandbox"]
 
 BWRAP = "bwrap"  # resolved on PATH when checked
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 WORKDIR = "/work"
 RESULT_FD = 3
 NOBODY = 65534
@@ -81,11 +79,6 @@ _SANDBOX_ENV = {
     "PYTHONDONTWRITEBYTECODE": "1",
     "PYTHONHASHSEED": "0",  # the same set/dict order every run: rewards stay reproducible
 }
-_NO_CGROUP = (
-    "no writable cgroup (v1 pids+memory or v2 memory+pids) for per-run limits: run as root, or delegate a cgroup v2 "
-    "subtree (systemd-run --user -p Delegate=yes ...) and set RLLM_SANDBOX_CGROUP to it, or pass "
-    "Sandbox(require_cgroup=False) to rely on rlimits only"
-)
 _NO_USERNS = (
     "user namespaces are disabled: sysctl -w kernel.unprivileged_userns_clone=1 (Debian), "
     "sysctl -w user.max_user_namespaces=15000, or on Ubuntu 24.04+ "
@@ -122,144 +115,6 @@ class SandboxResult:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and self.killed_reason is None
-
-
-class SandboxUnavailableError(RllmError):
-    """This machine cannot sandbox code; the message names what is missing and how to fix it."""
-
-
-# ---- cgroups: one per run; v1 has a directory per controller (pids, memory), v2 one directory ----
-
-
-def _write(path: Path, value: object) -> None:
-    path.write_text(str(value))
-
-
-def _counter(path: Path, key: str) -> int:
-    """A `key value` line of a cgroup stats file; 0 when the file or the key is missing."""
-    with contextlib.suppress(OSError):
-        for line in path.read_text().splitlines():
-            name, _, value = line.partition(" ")
-            if name == key:
-                return int(value)
-    return 0
-
-
-def _v1_parents() -> list[Path]:
-    """v1 nests under this process's own cgroups, so limits set on us still bind (the mount root if that path is
-    not visible, as in a container without a cgroup namespace)."""
-    own = {}
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        own.update(dict.fromkeys(controllers.split(","), path))
-    parents = [CGROUP_ROOT / c / own.get(c, "/").lstrip("/") for c in ("pids", "memory")]
-    return [p if p.is_dir() else CGROUP_ROOT / c for p, c in zip(parents, ("pids", "memory"))]
-
-
-@functools.cache
-def _v2_parent() -> Path:
-    """v2 forbids processes in a cgroup whose children have controllers, so runs go under a parent of their own:
-    `rllm-sandbox` at the root, or the delegated directory RLLM_SANDBOX_CGROUP names. memory and pids are enabled
-    at every level down to it."""
-    parent = Path(os.environ.get("RLLM_SANDBOX_CGROUP") or CGROUP_ROOT / "rllm-sandbox")
-    parent.mkdir(exist_ok=True)
-    for level in [*reversed(parent.parents), parent]:
-        if level == CGROUP_ROOT or CGROUP_ROOT in level.parents:
-            missing = {"memory", "pids"} - set((level / "cgroup.subtree_control").read_text().split())
-            if missing:
-                _write(level / "cgroup.subtree_control", " ".join(f"+{c}" for c in sorted(missing)))
-    return parent
-
-
-@functools.cache
-def _sweep_once(parent: Path) -> None:
-    """Remove empty run cgroups that a process killed mid-run (SIGKILL, power loss) left behind."""
-    for stale in parent.glob("rllm-sandbox-*-*"):
-        with contextlib.suppress(OSError, ValueError):
-            if not Path(f"/proc/{int(stale.name.split('-')[2])}").exists():
-                stale.rmdir()
-
-
-class _Cgroup:
-    _serial = itertools.count()
-
-    def __init__(self, dirs: list[Path], v2: bool) -> None:
-        self.dirs, self.v2 = dirs, v2
-
-    @classmethod
-    def create(cls, limits: SandboxLimits) -> _Cgroup:
-        cgroup = cls([], v2=not (CGROUP_ROOT / "memory" / "cgroup.procs").exists())
-        try:
-            if not cgroup.v2:
-                parents = _v1_parents()
-            elif (CGROUP_ROOT / "cgroup.controllers").exists():
-                parents = [_v2_parent()]
-            else:
-                raise SandboxUnavailableError(f"{_NO_CGROUP} (no cgroup filesystem at {CGROUP_ROOT})")
-            name = f"rllm-sandbox-{os.getpid()}-{next(cls._serial)}"
-            for parent in parents:
-                _sweep_once(parent)
-                (parent / name).mkdir()
-                cgroup.dirs.append(parent / name)
-            cgroup._limit(limits)
-        except OSError as e:
-            cgroup.remove()
-            raise SandboxUnavailableError(f"{_NO_CGROUP} ({e})") from e
-        return cgroup
-
-    def _limit(self, limits: SandboxLimits) -> None:
-        memory, pids = limits.memory_mb << 20, limits.pids + _BWRAP_PIDS
-        pids_dir, memory_dir = self.dirs * 2 if self.v2 else self.dirs
-        _write(pids_dir / "pids.max", pids)
-        _write(memory_dir / ("memory.max" if self.v2 else "memory.limit_in_bytes"), memory)
-        # No swap. Not memory.oom.group: killing bwrap with its init would orphan the init (see _kill).
-        swap = memory_dir / ("memory.swap.max" if self.v2 else "memory.memsw.limit_in_bytes")
-        if swap.exists():
-            _write(swap, 0 if self.v2 else memory)
-
-    def join_files(self) -> list[Path]:
-        """Where the launcher writes "0" to move itself in: v1's per-thread `tasks` (no global lock), v2's procs."""
-        return [group / ("cgroup.procs" if self.v2 else "tasks") for group in self.dirs]
-
-    def oom_killed(self) -> bool:
-        if self.v2:
-            return _counter(self.dirs[0] / "memory.events", "oom_kill") > 0
-        control = self.dirs[1] / "memory.oom_control"
-        return _counter(control, "oom_kill") > 0 or _counter(control, "under_oom") > 0
-
-    def pids_exhausted(self) -> bool:
-        return _counter(self.dirs[0] / "pids.events", "max") > 0
-
-    def kill(self) -> None:
-        if self.v2 and (self.dirs[0] / "cgroup.kill").exists():
-            _write(self.dirs[0] / "cgroup.kill", 1)
-            return
-        for _ in range(1000):  # v1: processes may fork while we kill them; pids.max bounds how many
-            pids = set()
-            for group in self.dirs:
-                with contextlib.suppress(OSError):
-                    pids.update(int(pid) for pid in (group / "cgroup.procs").read_text().split())
-            if not pids:
-                return
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-
-    def remove(self) -> None:
-        """Remove the directories; killed processes leave asynchronously, so kill and retry for up to 2 s."""
-        for group in self.dirs:
-            for attempt in range(400):
-                try:
-                    group.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError as e:
-                    if e.errno != errno.EBUSY or attempt == 399:
-                        warnings.warn(f"rllm sandbox: cannot remove cgroup {group}: {e}", stacklevel=2)
-                        break
-                    self.kill()
-                    time.sleep(0.005)
 
 
 # ---- what runs: tools, the Python inside, the user namespace used as root, bwrap's arguments ----
@@ -316,7 +171,7 @@ def _root_user_namespace() -> int:
         if holder.stdout.read(1) != b"1":
             raise SandboxUnavailableError(f"cannot create a user namespace; {_NO_USERNS}")
         for name in ("uid_map", "gid_map"):
-            _write(Path(f"/proc/{holder.pid}/{name}"), f"0 0 1\n{NOBODY} {NOBODY} 1\n")
+            write_file(Path(f"/proc/{holder.pid}/{name}"), f"0 0 1\n{NOBODY} {NOBODY} 1\n")
         holder.stdin.write(b"x")
         holder.stdin.flush()
         if holder.stdout.read(1) != b"2":
@@ -403,7 +258,7 @@ def _bwrap_argv(tools: _Tools, limits: SandboxLimits, files: dict[str, int], sta
 # ---- one run: the launcher, the I/O pump, the outcome ----
 
 
-def _launcher(limits: SandboxLimits, cgroup: _Cgroup | None, result_w: int, userns: int | None) -> str:
+def _launcher(limits: SandboxLimits, cgroup: Cgroup | None, result_w: int, userns: int | None) -> str:
     """The bash script that starts a run: join the cgroup, set rlimits, put the result pipe on fd 3, exec argv. If
     any step fails it exits 125 and nothing of the run starts."""
     # With a cgroup, the address-space limit is only a backstop: threads reserve far more than they touch, and a
@@ -478,7 +333,7 @@ def _pump(proc: subprocess.Popen, pidfd: int, sinks: dict[int, _Capped], stdin: 
     return None
 
 
-def _kill(proc: subprocess.Popen, pidfd: int, cgroup: _Cgroup | None, init_pid: int | None) -> None:
+def _kill(proc: subprocess.Popen, pidfd: int, cgroup: Cgroup | None, init_pid: int | None) -> None:
     """SIGKILL the run and reap the launcher. bwrap's init goes first: its pid namespace dies with it and bwrap, still
     alive, reaps it and exits. Killing bwrap first would hand the init to PID 1, which may never reap it (a container
     whose PID 1 is the trainer). Then the launcher's process group and whatever is left in the cgroup."""
@@ -606,7 +461,7 @@ class Sandbox:
                 self.check(require_cgroup=True)
                 self._use_cgroup = True
             except SandboxUnavailableError as e:
-                if self.require_cgroup or not str(e).startswith(_NO_CGROUP):
+                if self.require_cgroup or not str(e).startswith(NO_CGROUP):
                     raise
                 self.check(require_cgroup=False)
             self._tools = _find_tools(as_root=os.geteuid() == 0)
@@ -614,7 +469,7 @@ class Sandbox:
     def _run(self, argv: list[str], files: dict[str, bytes], stdin: bytes, limits: SandboxLimits) -> SandboxResult:
         start = time.monotonic()
         with contextlib.ExitStack() as stack:
-            cgroup = _Cgroup.create(limits) if self._use_cgroup else None
+            cgroup = Cgroup.create(limits.memory_mb, limits.pids + _BWRAP_PIDS) if self._use_cgroup else None
             if cgroup:
                 stack.callback(cgroup.remove)
             make = self._unsafe_launch if self.unsafe else self._bwrap_launch
