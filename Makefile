@@ -35,9 +35,10 @@ sandbox:
 	@command -v bwrap >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap; \
 	  else echo "code rewards need bubblewrap: sudo apt-get install bubblewrap"; exit 1; fi; }
 
-bench: models
+bench: models sandbox
 	$(PY) benchmarks/engine_concurrency.py
 	$(PY) benchmarks/local_generation.py
+	$(PY) benchmarks/sandbox_throughput.py
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/grpo_vs_trl.py
 

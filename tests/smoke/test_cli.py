@@ -84,3 +84,22 @@ def test_eval_math_against_an_endpoint_scores_by_verified_equivalence(tmp_path):
     episodes = read_episodes(run_dir / "episodes.jsonl")
     assert [ep.is_correct for ep in episodes] == [True, False]
     assert json.loads((run_dir / "summary.json").read_text())["success_rate"] == 0.5
+
+
+def test_eval_humaneval_against_an_endpoint_runs_the_tests_in_the_sandbox(tmp_path):
+    from rllm.data.code import make_humaneval_tasks
+
+    first, second = make_humaneval_tasks(2, seed=1234)  # what `--n 2` picks with the default seed
+    right = f"```python\n{first['prompt']}{first['canonical_solution']}\n```"
+    wrong = f"```python\n{second['prompt']}    return None\n```"
+    with run_fake_server() as server:
+        server.queue_replies(FakeReply(right), FakeReply(wrong))
+        out = _rllm("eval", "humaneval", "--n", "2", "--n-parallel", "1", "--base-url", server.base_url,
+                    "--model", server.model, "--out", str(tmp_path / "runs"), cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    episodes = read_episodes(run_dir / "episodes.jsonl")
+    assert [ep.task["id"] for ep in episodes] == [first["id"], second["id"]]
+    assert [ep.is_correct for ep in episodes] == [True, False]
+    info = episodes[1].trajectories[0].steps[0].info
+    assert info["passed_tests"] == 0 and "AssertionError" in info["feedback"]  # what a multi-turn agent would see

@@ -84,3 +84,32 @@ def test_passes_the_env_checker():
     report = check_env(GuessEnv, {"question": "q", "answer": "7"}, actions=["3", "7"])
     assert report.problems == [] and report.warnings == []
     assert report.episodes_done == report.episodes and report.mean_return == 1.0  # "3" then "7": solved
+
+
+def test_multi_turn_code_agent_repairs_its_code_after_seeing_the_failing_test():
+    from rllm.agents.code import CodeAgent
+    from rllm.data.code import make_code_tasks
+    from rllm.envs.code import CodeEnv
+
+    task = make_code_tasks(1, seed=0)[0]  # dedupe(xs): keep the first occurrence of each number, in order
+    wrong = "```python\ndef dedupe(xs):\n    return sorted(set(xs))\n```"
+    right = f"```python\n{task['solution']}```"
+    engine = AgentExecutionEngine(agent_class=CodeAgent, env_class=CodeEnv, model=FakeModel([wrong, right]),
+                                  max_steps=3)  # fmt: skip
+    (episode,) = engine.execute_tasks([task])
+    steps = episode.trajectories[0].steps
+    assert episode.is_correct and len(steps) == 2 and episode.trajectories[0].reward == 1.0
+    feedback = steps[1].chat_completions[-1]["content"]  # what the model saw before its second attempt
+    assert "dedupe" in feedback and "[0, 2, 4, 3]" in feedback  # the failing call and the expected value
+
+
+def test_multi_turn_math_agent_gets_a_second_try():
+    from rllm.agents.math import MathAgent
+    from rllm.envs.math import MathEnv
+
+    task = {"id": "m", "question": "What is 1/2 + 1/4?", "answer": "\\frac{3}{4}"}
+    engine = AgentExecutionEngine(agent_class=MathAgent, env_class=MathEnv, model=FakeModel(["\\boxed{0.5}",
+                                  "So \\boxed{0.75}"]), max_steps=2)  # fmt: skip
+    (episode,) = engine.execute_tasks([task])
+    assert [s.info["attempt_reward"] for s in episode.trajectories[0].steps] == [0.0, 1.0]  # 0.75 = 3/4, verified
+    assert episode.is_correct and episode.trajectories[0].steps[0].chat_completions[0]["role"] == "system"
