@@ -8,7 +8,9 @@ from rllm.agents.base import BaseAgent
 
 __all__ = ["MATH_SYSTEM_PROMPT", "MathAgent"]
 
-MATH_SYSTEM_PROMPT = "You are a careful math solver. Reason step by step, then put the final answer in \\boxed{}."
+# Brevity matters on a CPU: asked to "reason step by step" the embedded 0.5B model ran past 200 tokens on 13 of 16
+# problems before writing its answer; this prompt got 3/16 right against 0/16 (greedy, same 16 problems).
+MATH_SYSTEM_PROMPT = "You are a concise math solver. Show only the key calculation, then the final answer in \\boxed{}."
 
 
 class MathAgent(BaseAgent):
