@@ -42,7 +42,7 @@ def test_eval_against_an_openai_compatible_endpoint_in_chat_mode(tmp_path):
 def test_unknown_task_is_a_clear_error(tmp_path):
     out = _rllm("eval", "nosuchtask", "--n", "1", cwd=tmp_path)
     assert out.returncode != 0
-    assert "error: unknown task 'nosuchtask'; built-in tasks: arithmetic, code, countdown, frozenlake, humaneval, math" in out.stderr
+    assert "error: unknown task 'nosuchtask'; built-in tasks: arithmetic, code, countdown, frozenlake, humaneval, math, mcp_kb" in out.stderr
     assert "Traceback" not in out.stderr
 
 

@@ -99,6 +99,13 @@ BUILTIN_TASKS: dict[str, BuiltinTask] = {
         reward_fn_path="rllm.rewards.code:code_reward",
         default_workflow="single_turn",
     ),
+    "mcp_kb": BuiltinTask(
+        name="mcp_kb",
+        description="Answer questions about fictional facts with the tools of an example MCP server (multi-turn).",
+        make_tasks_path="rllm.data.mcp_kb:make_mcp_kb_tasks",
+        agent_path="rllm.agents.tool:ToolAgent",
+        env_path="rllm.envs.mcp_kb:MCPKnowledgeBaseEnv",
+    ),
     "math": BuiltinTask(
         name="math",
         description="Generated word problems and linear equations; reward by verified equivalence of the boxed answer.",

@@ -30,6 +30,10 @@ class SamplingParams(BaseModel):
     max_tokens: int = Field(256, ge=1, description="Most new tokens to sample.")
     stop: list[str] = Field(default_factory=list, description="Stop strings; the stop string is kept in the output.")
     seed: int | None = Field(None, description="Per-request seed; same seed and prompt give the same sample.")
+    # Not sampling, but it travels with every request the same way: the tools (OpenAI function schemas) offered to
+    # the model. A client that renders messages itself passes them to the chat template; a chat-mode client sends
+    # them to the server, which renders them and parses the calls. A prompt of token ids already holds them.
+    tools: list[dict] | None = Field(None, description="Tool schemas offered to the model (chat template tools=).")
 
     @property
     def greedy(self) -> bool:

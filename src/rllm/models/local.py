@@ -139,7 +139,7 @@ class LocalModel:
 
     async def generate(self, prompt: Prompt, sampling: SamplingParams | None = None) -> ModelOutput:
         sampling = sampling or SamplingParams()
-        prompt_ids = self._prompt_ids(prompt)
+        prompt_ids = self._prompt_ids(prompt, sampling.tools)
         request = self._new_request(prompt_ids, sampling)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[ModelOutput] = loop.create_future()
@@ -151,11 +151,11 @@ class LocalModel:
             request.cancelled = True  # the worker drops it at the next step boundary
             raise
 
-    def _prompt_ids(self, prompt: Prompt) -> list[int]:
+    def _prompt_ids(self, prompt: Prompt, tools: list[dict] | None = None) -> list[int]:
         if not isinstance(prompt, list) or not prompt:
             raise ValueError("prompt must be a non-empty list of token ids or of chat messages")
         if isinstance(prompt[0], dict):
-            ids = _render_messages(self.tokenizer, prompt)
+            ids = _render_messages(self.tokenizer, prompt, tools)
         elif all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             ids = list(prompt)
         else:
@@ -384,10 +384,10 @@ def _as_dtype(dtype: str | torch.dtype) -> torch.dtype:
     raise ValueError(f"unknown dtype {dtype!r}; use e.g. 'float32' or 'bfloat16'")
 
 
-def _render_messages(tokenizer: Any, messages: list[dict]) -> list[int]:
+def _render_messages(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
     from rllm.models.chat import render_messages
 
-    return render_messages(tokenizer, messages)
+    return render_messages(tokenizer, messages, tools=tools)
 
 
 def _read_state(source: Mapping[str, torch.Tensor] | str | Path) -> dict[str, torch.Tensor]:

@@ -144,7 +144,7 @@ class OpenAIClient:
             return await self._generate_chat(prompt, sampling)
         from rllm.models.chat import render_messages
 
-        return await self._generate_from_ids(render_messages(tokenizer, prompt), sampling)
+        return await self._generate_from_ids(render_messages(tokenizer, prompt, tools=sampling.tools), sampling)
 
     async def aclose(self) -> None:
         session, self._session, self._session_loop = self._session, None, None
@@ -227,6 +227,8 @@ class OpenAIClient:
         }
         if self.chat_logprobs:
             body["logprobs"] = True
+        if sampling.tools:
+            body["tools"] = sampling.tools  # the server renders them and parses the calls (ModelOutput.tool_calls)
         _add_optional_sampling(body, sampling)
         if self.extra_body:
             body.update(self.extra_body)

@@ -113,7 +113,7 @@ class AgentEnvWorkflow(Workflow):
         messages = _agent_call(lambda: agent.chat_completions)
         n_messages = len(messages)
         self.phase = "model"
-        output = await self.generate(messages)
+        output = await self.generate(messages, tools=getattr(agent, "tools", None))
         self.phase = "agent"
         n_steps = len(agent.trajectory.steps)
         try:

@@ -114,19 +114,25 @@ class Workflow:
     def sampling(self) -> SamplingParams:
         return self._services.sampling
 
-    def thread(self, name: str = "main") -> ModelThread:
-        """The conversation called `name` (created on first use)."""
+    def thread(self, name: str = "main", tools: list[dict] | None = None) -> ModelThread:
+        """The conversation called `name`, created on first use with the tool schemas its prompts render."""
         thread = self._threads.get(name)
         if thread is None:
             services = self._services
             tokenizer = getattr(services.model, "tokenizer", None)
-            thread = ModelThread(tokenizer, services.max_prompt_length, services.max_response_length)
+            thread = ModelThread(tokenizer, services.max_prompt_length, services.max_response_length, tools)
             self._threads[name] = thread
         return thread
 
-    async def generate(self, messages: list[dict], *, thread: str = "main", **sampling: Any) -> ModelOutput:
-        """One model call in conversation `thread`; keyword arguments override sampling fields (max_tokens, ...)."""
-        conversation = self.thread(thread)
+    async def generate(
+        self, messages: list[dict], *, thread: str = "main", tools: list[dict] | None = None, **sampling: Any
+    ) -> ModelOutput:
+        """One model call in conversation `thread`; keyword arguments override sampling fields (max_tokens, ...).
+        `tools` (OpenAI function schemas) are rendered into the conversation's prompts by the chat template, or sent
+        to a chat-mode server; give them from the first call of the thread on."""
+        conversation = self.thread(thread, tools)
+        if tools:
+            sampling["tools"] = tools
         try:
             prompt, remaining = conversation.prompt(messages)
         except TerminationEvent:

@@ -100,8 +100,10 @@ class ModelThread:
     """One conversation with the model: its prompts render so that each extends the last (ChatRenderer), and its
     length budget is kept (module docstring). A workflow has one per independent conversation ("thread")."""
 
-    def __init__(self, tokenizer: Any, max_prompt_length: int, max_response_length: int) -> None:
-        self.renderer = ChatRenderer(tokenizer) if tokenizer is not None else None
+    def __init__(
+        self, tokenizer: Any, max_prompt_length: int, max_response_length: int, tools: list[dict] | None = None
+    ) -> None:
+        self.renderer = ChatRenderer(tokenizer, tools=tools) if tokenizer is not None else None
         self.max_prompt_length = max_prompt_length
         self.max_response_length = max_response_length
         self.calls = 0

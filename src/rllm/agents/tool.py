@@ -1,0 +1,67 @@
+"""`ToolAgent`: a multi-turn agent that calls tools and ends with a final answer.
+
+The env's first observation is the question, and its info carries the tools' JSON schemas (`info["tools"]`), which
+the engine renders into the prompt with the model's own chat template (`tools=` of `apply_chat_template`). Each reply
+is parsed for tool calls: the calls an OpenAI-compatible server already parsed (`ModelOutput.tool_calls`) are used as
+they are; otherwise they are parsed from the text for the template's family (`rllm.tools.parsing`, Qwen/Hermes
+`<tool_call>` JSON). The action handed to the env is `{"tool_calls": [...], "content": str, "errors": [...]}`; a
+reply without calls is the final answer. Tool results come back as `role: "tool"` messages.
+
+The assistant message keeps the reply's exact text (tool-call blocks included), so every turn's prompt extends the
+previous one token for token (DESIGN.md, token exactness).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rllm.agents.base import BaseAgent
+from rllm.types import Action, ModelOutput, Step
+
+__all__ = ["TOOL_SYSTEM_PROMPT", "ToolAgent"]
+
+TOOL_SYSTEM_PROMPT = (
+    "You answer questions using the tools. Call a tool when you need a fact or a calculation. When you know the "
+    "answer, reply with just the answer, without a tool call."
+)
+
+
+class ToolAgent(BaseAgent):
+    system_prompt = TOOL_SYSTEM_PROMPT
+    family = "hermes"  # how tool calls are written in the text (Qwen2.5 and Hermes templates)
+
+    def reset(self) -> None:
+        super().reset()
+        self.tools: list[dict] | None = None
+
+    def update_from_env(self, observation: Any, reward: float, done: bool, info: dict) -> None:
+        if info.get("tools") is not None:
+            self.tools = info["tools"]
+        if self._trajectory.steps:
+            step = self._trajectory.steps[-1]
+            step.observation, step.reward, step.done, step.info = observation, float(reward), done, dict(info)
+        if done:
+            return
+        if isinstance(observation, list):  # tool results (or error notes) for the calls of the last reply
+            self.messages.extend(observation)
+        else:
+            self.messages.append({"role": "user", "content": str(observation)})
+
+    def update_from_model(self, output: ModelOutput) -> Action:
+        action = self.parse_action(output)
+        self._trajectory.steps.append(Step(chat_completions=list(self.messages), model_output=output, action=action))
+        self.messages.append({"role": "assistant", "content": output.text})
+        return Action(action=action)
+
+    def parse_action(self, output: ModelOutput) -> dict:
+        if output.tool_calls:  # parsed by the server
+            calls = [call.model_dump() for call in output.tool_calls]
+            return {"tool_calls": calls, "content": output.content or "", "errors": []}
+        from rllm.tools.parsing import parse_tool_calls
+
+        parsed = parse_tool_calls(output.text, family=self.family)
+        return {
+            "tool_calls": [call.model_dump() for call in parsed.calls],
+            "content": parsed.content,
+            "errors": [{"kind": e.kind, "message": e.message} for e in parsed.errors],
+        }
