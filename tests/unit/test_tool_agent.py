@@ -90,7 +90,8 @@ def _kb_processes() -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                cmdline = open(f"/proc/{entry}/cmdline", "rb").read()
+                with open(f"/proc/{entry}/cmdline", "rb") as file:
+                    cmdline = file.read()
             except OSError:
                 continue
             if b"rllm.data.mcp_kb" in cmdline:
@@ -119,3 +120,13 @@ def test_mcp_episodes_against_the_real_example_server_and_no_server_left_after_t
     first = episodes[0].trajectories[0].steps
     assert first[0].action["tool_calls"][0]["name"] == "lookup" and first[1].chat_completions[-1]["role"] == "tool"
     assert _kb_processes() == []  # every episode's server was closed with its env
+
+
+def test_a_bare_json_call_without_tags_counts_as_a_call_but_prose_stays_an_answer():
+    from rllm.tools.parsing import parse_bare_call
+
+    bare = '{"name": "add", "arguments": {"a": 2, "b": 40}}'
+    assert run([bare, "42"]).is_correct  # how the embedded 0.5B model writes calls
+    assert parse_bare_call(f"```json\n{bare}\n```").name == "add"
+    for not_a_call in ("The answer is 42.", '{"a": 1}', f"I will call {bare}", '{"name": 3}', "{", ""):
+        assert parse_bare_call(not_a_call) is None, not_a_call

@@ -4,7 +4,8 @@ The env's first observation is the question, and its info carries the tools' JSO
 the engine renders into the prompt with the model's own chat template (`tools=` of `apply_chat_template`). Each reply
 is parsed for tool calls: the calls an OpenAI-compatible server already parsed (`ModelOutput.tool_calls`) are used as
 they are; otherwise they are parsed from the text for the template's family (`rllm.tools.parsing`, Qwen/Hermes
-`<tool_call>` JSON). The action handed to the env is `{"tool_calls": [...], "content": str, "errors": [...]}`; a
+`<tool_call>` JSON), and a reply that is nothing but one JSON call without the tags counts as that call (small
+models write it so). The action handed to the env is `{"tool_calls": [...], "content": str, "errors": [...]}`; a
 reply without calls is the final answer. Tool results come back as `role: "tool"` messages.
 
 The assistant message keeps the reply's exact text (tool-call blocks included), so every turn's prompt extends the
@@ -57,9 +58,12 @@ class ToolAgent(BaseAgent):
         if output.tool_calls:  # parsed by the server
             calls = [call.model_dump() for call in output.tool_calls]
             return {"tool_calls": calls, "content": output.content or "", "errors": []}
-        from rllm.tools.parsing import parse_tool_calls
+        from rllm.tools.parsing import parse_bare_call, parse_tool_calls
 
         parsed = parse_tool_calls(output.text, family=self.family)
+        bare = None if parsed.calls or parsed.errors else parse_bare_call(output.text)
+        if bare is not None:  # a call written without the tags
+            return {"tool_calls": [bare.model_dump()], "content": "", "errors": []}
         return {
             "tool_calls": [call.model_dump() for call in parsed.calls],
             "content": parsed.content,
