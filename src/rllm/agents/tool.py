@@ -22,8 +22,8 @@ from rllm.types import Action, ModelOutput, Step
 __all__ = ["TOOL_SYSTEM_PROMPT", "ToolAgent"]
 
 TOOL_SYSTEM_PROMPT = (
-    "You answer questions using the tools. Call a tool when you need a fact or a calculation. When you know the "
-    "answer, reply with just the answer, without a tool call."
+    "You answer questions using the tools: you do not know the facts, so look them up. Once a tool result gives "
+    "you what you need, do not call the tool again: reply with the final answer only."
 )
 
 
