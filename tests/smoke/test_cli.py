@@ -42,7 +42,10 @@ def test_eval_against_an_openai_compatible_endpoint_in_chat_mode(tmp_path):
 def test_unknown_task_is_a_clear_error(tmp_path):
     out = _rllm("eval", "nosuchtask", "--n", "1", cwd=tmp_path)
     assert out.returncode != 0
-    assert "error: unknown task 'nosuchtask'; built-in tasks: arithmetic, code, countdown, frozenlake, humaneval, math, mcp_kb" in out.stderr
+    assert (
+        "error: unknown task 'nosuchtask'; built-in tasks: arithmetic, code, countdown, frozenlake, humaneval, math, mcp_kb"
+        in out.stderr
+    )
     assert "Traceback" not in out.stderr
 
 
@@ -103,3 +106,27 @@ def test_eval_humaneval_against_an_endpoint_runs_the_tests_in_the_sandbox(tmp_pa
     assert [ep.is_correct for ep in episodes] == [True, False]
     info = episodes[1].trajectories[0].steps[0].info
     assert info["passed_tests"] == 0 and "AssertionError" in info["feedback"]  # what a multi-turn agent would see
+
+
+def test_eval_mcp_kb_against_an_endpoint_that_parses_tool_calls_itself(tmp_path):
+    from rllm.data.mcp_kb import PLANETS, make_mcp_kb_tasks
+
+    (task,) = make_mcp_kb_tasks(1, seed=1234)  # what `--n 1` generates with the default seed
+    planet = next(name for name in PLANETS if name in task["question"])
+    with run_fake_server() as server:
+        # a chat-mode server parses calls itself: the first reply is a lookup call, the second the answer
+        server.queue_replies(FakeReply("", tool_calls=[{"name": "lookup", "arguments": {"entity": planet,
+                                                                                      "attribute": "moons"}}]),
+                             FakeReply(f"<answer>{task['answer']}</answer>"))  # fmt: skip
+        out = _rllm("eval", "mcp_kb", "--n", "1", "--max-steps", "3", "--base-url", server.base_url,
+                    "--model", server.model, "--out", str(tmp_path / "runs"), cwd=tmp_path)  # fmt: skip
+        bodies = [body for path, body in server.requests if path.endswith("/chat/completions")]
+    assert out.returncode == 0, out.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    (episode,) = read_episodes(run_dir / "episodes.jsonl")
+    assert episode.is_correct and len(episode.trajectories[0].steps) == 2
+    assert {t["function"]["name"] for t in bodies[0]["tools"]} == {"lookup", "convert", "finish"}  # tools were sent
+    assistant, tool_message = bodies[1]["messages"][-2:]  # sent back as an OpenAI server expects them
+    assert assistant["tool_calls"][0]["function"]["name"] == "lookup"
+    assert tool_message["role"] == "tool" and tool_message["content"].startswith(f"{planet} moons = ")
+    assert tool_message["tool_call_id"] == assistant["tool_calls"][0]["id"]

@@ -50,7 +50,7 @@ def test_a_tool_call_then_the_final_answer():
     assert episode.termination_reason is TerminationReason.ENV_DONE and episode.is_correct
     assert steps[0].action["tool_calls"] == [{"id": "call_0", "name": "add", "arguments": {"a": 2, "b": 40}}]
     tool_message = steps[1].chat_completions[-1]
-    assert tool_message == {"role": "tool", "name": "add", "content": "42"}  # the model saw the result
+    assert tool_message == {"role": "tool", "name": "add", "content": "42", "tool_call_id": "call_0"}  # the result
     assert episode.trajectories[0].reward == 1.0 and steps[-1].info["tool_errors"] == 0
 
 
@@ -85,16 +85,18 @@ def test_tools_are_rendered_by_the_template_and_turns_stay_token_exact(qwen_toke
 
 
 def _kb_processes() -> list[int]:
-    """Live processes of the example MCP server (its command line names the module)."""
+    """Live example-MCP-server processes started by this test process (its children; others may run elsewhere)."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as file:
                     cmdline = file.read()
-            except OSError:
+                with open(f"/proc/{entry}/stat") as file:
+                    parent = int(file.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
-            if b"rllm.data.mcp_kb" in cmdline:
+            if b"rllm.data.mcp_kb" in cmdline and parent == os.getpid():
                 found.append(int(entry))
     return found
 
@@ -120,6 +122,16 @@ def test_mcp_episodes_against_the_real_example_server_and_no_server_left_after_t
     first = episodes[0].trajectories[0].steps
     assert first[0].action["tool_calls"][0]["name"] == "lookup" and first[1].chat_completions[-1]["role"] == "tool"
     assert _kb_processes() == []  # every episode's server was closed with its env
+
+
+def test_the_process_scan_sees_a_live_server():
+    from rllm.data.mcp_kb import mcp_kb_server_spec
+    from rllm.tools.mcp import MCPConnection
+
+    with MCPConnection(mcp_kb_server_spec()) as connection:
+        connection.open()
+        assert len(_kb_processes()) == 1
+    assert _kb_processes() == []
 
 
 def test_a_bare_json_call_without_tags_counts_as_a_call_but_prose_stays_an_answer():

@@ -14,6 +14,7 @@ previous one token for token (DESIGN.md, token exactness).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rllm.agents.base import BaseAgent
@@ -51,12 +52,15 @@ class ToolAgent(BaseAgent):
     def update_from_model(self, output: ModelOutput) -> Action:
         action = self.parse_action(output)
         self._trajectory.steps.append(Step(chat_completions=list(self.messages), model_output=output, action=action))
-        self.messages.append({"role": "assistant", "content": output.text})
+        message: dict[str, Any] = {"role": "assistant", "content": output.text}
+        if output.tool_calls:  # a chat-mode server parsed them: it expects them back with the next request
+            message["tool_calls"] = [_openai_call(call, i) for i, call in enumerate(output.tool_calls)]
+        self.messages.append(message)
         return Action(action=action)
 
     def parse_action(self, output: ModelOutput) -> dict:
         if output.tool_calls:  # parsed by the server
-            calls = [call.model_dump() for call in output.tool_calls]
+            calls = [{**call.model_dump(), "id": call.id or f"call_{i}"} for i, call in enumerate(output.tool_calls)]
             return {"tool_calls": calls, "content": output.content or "", "errors": []}
         from rllm.tools.parsing import parse_bare_call, parse_tool_calls
 
@@ -69,3 +73,12 @@ class ToolAgent(BaseAgent):
             "content": parsed.content,
             "errors": [{"kind": e.kind, "message": e.message} for e in parsed.errors],
         }
+
+
+def _openai_call(call: Any, index: int) -> dict:
+    arguments = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
+    return {
+        "id": call.id or f"call_{index}",
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments},
+    }

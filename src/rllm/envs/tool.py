@@ -97,7 +97,10 @@ class ToolEnvironment(BaseEnv):
             raise InfraError(f"tool {name!r}: {result.content}")
         if result.is_error:
             self.errors[result.error_kind or "exception"] += 1
-        return {"role": "tool", "name": name, "content": result.content, "is_error": result.is_error}
+        message = {"role": "tool", "name": name, "content": result.content, "is_error": result.is_error}
+        if call.get("id"):
+            message["tool_call_id"] = call["id"]  # OpenAI-style servers match results to calls by id
+        return message
 
     def _final(self, answer: str) -> tuple[Any, float, bool, dict]:
         reward_fn = type(self).reward_fn
