@@ -66,3 +66,12 @@ def test_readme_workflow_example_runs_and_scores_both_roles(capsys):
     assert [[t.name for t in ep.trajectories] for ep in episodes] == [["writer", "checker"]] * 2
     assert all(ep.is_correct and [t.reward for t in ep.trajectories] == [1.0, 1.0] for ep in episodes)
     assert "'writer': {'trajectories': 2, 'mean_reward': 1.0, 'success_rate': 1.0}" in capsys.readouterr().out
+
+
+def test_readme_tool_example_derives_the_schema_from_signature_and_docstring():
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
+    namespace: dict = {}
+    exec(compile(next(b for b in blocks if "@tool" in b), str(README), "exec"), namespace)
+    parameters = namespace["convert"].parameters
+    assert parameters["required"] == ["value", "from_unit", "to_unit"]
+    assert parameters["properties"]["value"] == {"type": "number", "description": "the amount"}
