@@ -142,3 +142,11 @@ def test_a_bare_json_call_without_tags_counts_as_a_call_but_prose_stays_an_answe
     assert parse_bare_call(f"```json\n{bare}\n```").name == "add"
     for not_a_call in ("The answer is 42.", '{"a": 1}', f"I will call {bare}", '{"name": 3}', "{", ""):
         assert parse_bare_call(not_a_call) is None, not_a_call
+
+
+def test_a_repeated_call_is_answered_from_the_first_result_and_counted():
+    episode = run([call("add", a=2, b=40), call("add", a=2, b=40), "42"])
+    steps = episode.trajectories[0].steps
+    repeated_note = steps[2].chat_completions[-1]["content"]
+    assert repeated_note.startswith("42\n") and "already made this exact call" in repeated_note
+    assert episode.is_correct and steps[-1].info["tool_error_kinds"] == {"repeated_call": 1}

@@ -4,6 +4,8 @@ Per step the action (from `ToolAgent`) holds parsed tool calls, the text outside
 - calls: each runs through the registry (`ToolRegistry.call`: argument checks against the schema, a per-call
   timeout, capped results; never raises) and its result is a `role: "tool"` message in the next observation.
   A call named `finish` ends the episode with its `answer` argument as the final answer.
+- a call repeated with the same arguments is not run again: the model is given the earlier result and told to use
+  it (small models loop on one call); it counts as `repeated_call` in `info["tool_error_kinds"]`.
 - malformed calls (truncated JSON, unknown tool, wrong argument types, huge arguments, ...) never crash anything: each
   becomes an error message the model sees, is counted in `info["tool_errors"]` (and `info["tool_error_kinds"]`), and
   the step gets `malformed_reward` (default 0.0; a small negative value teaches well-formed calls).
@@ -19,6 +21,7 @@ changed is disabled and reported in `info["disabled_tools"]`), and closes the se
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -50,6 +53,7 @@ class ToolEnvironment(BaseEnv):
         self.max_result_chars = max_result_chars
         self.registry: Any = None
         self.errors: Counter[str] = Counter()
+        self.results: dict[str, str] = {}  # call (name + arguments) -> its result, to answer a repeated call
 
     @classmethod
     def from_dict(cls, task: dict) -> ToolEnvironment:
@@ -63,7 +67,7 @@ class ToolEnvironment(BaseEnv):
     def reset(self) -> tuple[Any, dict]:
         from rllm.tools.base import ToolRegistry
 
-        self.registry, self.errors = ToolRegistry(self.make_tools()), Counter()
+        self.registry, self.errors, self.results = ToolRegistry(self.make_tools()), Counter(), {}
         return str(self.task["question"]), {"tools": [*self.registry.schemas(), FINISH_TOOL]}
 
     def step(self, action: Any) -> tuple[Any, float, bool, dict]:
@@ -91,16 +95,20 @@ class ToolEnvironment(BaseEnv):
 
     def _run(self, call: dict) -> dict:
         name = str(call.get("name"))
+        key = json.dumps([name, call.get("arguments")], sort_keys=True, default=str)
+        if key in self.results:  # small models loop on one call: say so instead of running it again
+            self.errors["repeated_call"] += 1
+            content = f"{self.results[key]}\n(You already made this exact call. Use the result: answer now.)"
+            return {"role": "tool", "name": name, "content": content, "is_error": True, **_call_id(call)}
         result = asyncio.run(self.registry.call(name, call.get("arguments") or {}, timeout_s=self.tool_timeout_s,
                                                 max_result_chars=self.max_result_chars))  # fmt: skip
         if result.error_kind == "infra":  # the tool server failed (lost connection, protocol error): ours, retried
             raise InfraError(f"tool {name!r}: {result.content}")
         if result.is_error:
             self.errors[result.error_kind or "exception"] += 1
-        message = {"role": "tool", "name": name, "content": result.content, "is_error": result.is_error}
-        if call.get("id"):
-            message["tool_call_id"] = call["id"]  # OpenAI-style servers match results to calls by id
-        return message
+        if not result.is_error:
+            self.results[key] = result.content
+        return {"role": "tool", "name": name, "content": result.content, "is_error": result.is_error, **_call_id(call)}
 
     def _final(self, answer: str) -> tuple[Any, float, bool, dict]:
         reward_fn = type(self).reward_fn
@@ -109,6 +117,11 @@ class ToolEnvironment(BaseEnv):
 
     def _info(self) -> dict:
         return {"tool_errors": sum(self.errors.values()), "tool_error_kinds": dict(self.errors)}
+
+
+def _call_id(call: dict) -> dict:
+    """OpenAI-style servers match a tool result to its call by id."""
+    return {"tool_call_id": call["id"]} if call.get("id") else {}
 
 
 class MCPEnvironment(ToolEnvironment):
