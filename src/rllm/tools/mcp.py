@@ -281,32 +281,35 @@ class MCPConnection:
         """Call a discovered tool and wait for it; never raises for a tool's or the server's failure."""
         if threading.current_thread() is _loop_thread:
             raise RuntimeError("MCPConnection.call would block the MCP loop; use `await acall(...)` there")
-        refused = self._refuse(name)
-        if refused is not None:
-            return refused
-        timeout = self.spec.call_timeout_s if timeout_s is None else timeout_s
-        future = asyncio.run_coroutine_threadsafe(
-            self._request("call", name, arguments, timeout=timeout), _background_loop()
-        )
+        started = self._start_call(name, arguments, timeout_s)
+        if isinstance(started, ToolResult):
+            return started
+        future, timeout = started
         try:
             return future.result(timeout=timeout + _GRACE_S)
         except concurrent.futures.TimeoutError:
             future.cancel()
-            return ToolResult(f"timeout: {name} took longer than {timeout} s", is_error=True, error_kind="timeout")
+            return _timed_out(name, timeout)
 
     async def acall(self, name: str, arguments: dict[str, Any], timeout_s: float | None = None) -> ToolResult:
         """`call` for async code: awaits from the caller's loop without blocking it."""
+        started = self._start_call(name, arguments, timeout_s)
+        if isinstance(started, ToolResult):
+            return started
+        future, timeout = started
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout + _GRACE_S)
+        except TimeoutError:
+            return _timed_out(name, timeout)
+
+    def _start_call(self, name: str, arguments: dict[str, Any], timeout_s: float | None):
+        """The refusal for a tool that may not be called, or (the request's future on the MCP loop, its timeout)."""
         refused = self._refuse(name)
         if refused is not None:
             return refused
         timeout = self.spec.call_timeout_s if timeout_s is None else timeout_s
-        future = asyncio.run_coroutine_threadsafe(
-            self._request("call", name, arguments, timeout=timeout), _background_loop()
-        )
-        try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), timeout + _GRACE_S)
-        except TimeoutError:
-            return ToolResult(f"timeout: {name} took longer than {timeout} s", is_error=True, error_kind="timeout")
+        request = self._request("call", name, arguments, timeout=timeout)
+        return asyncio.run_coroutine_threadsafe(request, _background_loop()), timeout
 
     def refresh(self) -> list[str]:
         """List the tools again; disable (and return) every discovered tool that changed or vanished."""
@@ -480,3 +483,7 @@ def _server_pid(transport: Any) -> int | None:
     frame = getattr(getattr(transport, "gen", None), "ag_frame", None)
     process = frame.f_locals.get("process") if frame is not None else None
     return getattr(process, "pid", None)
+
+
+def _timed_out(name: str, timeout: float) -> ToolResult:
+    return ToolResult(f"timeout: {name} took longer than {timeout} s", is_error=True, error_kind="timeout")
