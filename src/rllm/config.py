@@ -36,7 +36,7 @@ from rllm.models.base import SamplingParams
 
 __all__ = [
     "AlgorithmConfig", "ConfigError", "DataConfig", "LoraConfig", "ModelConfig", "OptimConfig", "RoleAlgorithmConfig",
-    "RolloutConfig", "TrainConfig", "TrainerConfig", "config_help", "dump_config", "load_config",
+    "RolloutConfig", "TrainConfig", "TrainerConfig", "VLLMConfig", "config_help", "dump_config", "load_config",
 ]  # fmt: skip
 
 # Same string as `rllm.models.registry.DEFAULT_MODEL` (a test pins it); copied so this module imports no registry.
@@ -94,8 +94,30 @@ class ModelConfig(_Section):
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
 
 
+class VLLMConfig(_Section):
+    """The vLLM rollout server of `rollout.backend: vllm` (rllm.models.vllm_server, rllm.models.weight_sync)."""
+
+    base_url: str | None = Field(None, description="Attach to this running server (http://host:port/v1, started "
+                                 "with VLLM_SERVER_DEV_MODE=1); null: rllm starts one for the run.")  # fmt: skip
+    python: str | None = Field(None, description="Python that runs vLLM; null: $RLLM_VLLM_PYTHON, ./.venv-vllm "
+                               "(make vllm), or this one if it has vllm.")  # fmt: skip
+    sync: Literal["reload", "lora", "nccl"] = Field("reload", description="Weight sync: reload (whole model from "
+                                                    "safetensors), lora (hot-load the adapter), nccl (GPU slot).")  # fmt: skip
+    dtype: str = Field("float32", description="Server dtype; float32 matches the CPU trainer's logprobs.")
+    max_model_len: int | None = Field(None, ge=1, description="Context length of the server; null: the model's.")
+    max_lora_rank: int = Field(16, ge=1, description="Largest adapter rank the server accepts (sync: lora).")
+    logprob_tolerance: float = Field(0.02, gt=0, description="Most |server - trainer| logprob difference on the "
+                                     "probe after a sync; more fails the run.")  # fmt: skip
+    startup_timeout: float = Field(600.0, gt=0, description="Seconds to wait for the server to come up.")
+    extra_args: list[str] = Field(default_factory=list, description="More `vllm serve` arguments.")
+
+
 class RolloutConfig(_Section):
     """How episodes are sampled from the policy during training and validation."""
+
+    backend: Literal["local", "vllm"] = Field("local", description="Who samples: local (LocalModel sharing the "
+                                              "trainer's weights) or vllm (a vLLM server, weights synced).")  # fmt: skip
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="The vLLM server (backend: vllm).")
 
     n: int = Field(4, ge=1, description="Samples per task: the group size of grpo/dr_grpo/rloo.")
     temperature: float = Field(1.0, ge=0, description="Sampling temperature for training rollouts.")

@@ -355,9 +355,10 @@ def _tool_call_json(index: int, call: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def run_fake_server(**kwargs: Any) -> Iterator[FakeOpenAIServer]:
-    """Run a `FakeOpenAIServer(**kwargs)` on a background thread with its own event loop; yields it started."""
-    server = FakeOpenAIServer(**kwargs)
+def run_fake_server(server: FakeOpenAIServer | None = None, **kwargs: Any) -> Iterator[FakeOpenAIServer]:
+    """Run `server` (default: a `FakeOpenAIServer(**kwargs)`) on a background thread with its own event loop; yields
+    it started."""
+    server = server if server is not None else FakeOpenAIServer(**kwargs)
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="fake-openai-server", daemon=True)
     thread.start()

@@ -11,7 +11,11 @@ One step: take tasks → roll each out `rollout.n` times with the current weight
 
 Choices:
 - Rollouts run on a `LocalModel` that shares the backend's model object (LoRA adapters live), so "pushing weights"
-  on the embedded path is a version bump: the next rollouts are on-policy with no copy.
+  on the embedded path is a version bump: the next rollouts are on-policy with no copy. With `rollout.backend: vllm`
+  (or `AgentTrainer(rollout="vllm")`) a vLLM server samples instead (`rllm.training.rollout_server`): started from
+  the trainer's own weights or attached (`rollout.vllm.base_url`), synced after every update with the configured
+  strategy (`rllm.models.weight_sync`), and checked against the trainer's logprobs after every sync (metrics
+  `weight_sync_s`, `weight_sync_logprob_max_diff`). Every output carries the weight version it was sampled with.
 - Sampling is seeded per step (`trainer.seed`, step) and per call (episode id, turn; see the engine), so a run is
   reproducible whatever order concurrent rollouts reach the model in. Resume is bitwise on CPU when the rollout
   batches are formed the same way (one rollout at a time, `rollout.n_parallel=1`, is always so; with concurrency
@@ -64,13 +68,19 @@ class AgentTrainer:
         train_dataset: list[dict] | None = None,
         val_dataset: list[dict] | None = None,
         backend: str = "torch",
+        rollout: str | None = None,
         model: Any = None,
         tokenizer: Any = None,
         progress: bool = True,
     ) -> None:
         if backend != "torch":
             raise ValueError(f"backend={backend!r}: only the embedded 'torch' backend exists so far")
-        self.config = cfg = config or TrainConfig()
+        cfg = config or TrainConfig()
+        if rollout is not None:  # AgentTrainer(rollout="vllm") is `rollout.backend: vllm` in the config
+            if rollout not in ("local", "vllm"):
+                raise ValueError(f"rollout={rollout!r}: choose 'local' (LocalModel) or 'vllm' (a vLLM server)")
+            cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"backend": rollout})})
+        self.config = cfg
         self.train_dataset, self.val_dataset = _resolve_datasets(cfg, train_dataset, val_dataset)
         spec = None if _explicit(agent_class, env_class, workflow_class) else _task_spec(cfg)
         self.workflow_class, self.workflow_args = resolve_workflow(
@@ -101,6 +111,7 @@ class AgentTrainer:
         _seed_everything(cfg.trainer.seed)
         self._build()
         start_step = self._resume_or_start()
+        self._start_rollout()
         log = MetricsLog(self.run_dir, tensorboard=cfg.trainer.tensorboard, resume_step=start_step or None)
         result: dict[str, Any] = {"run_dir": str(self.run_dir)}
         try:
@@ -113,7 +124,7 @@ class AgentTrainer:
             self._save()
         finally:
             log.close()
-            self.rollout_model.close()
+            await self._close_rollout()
         result.update(val_before=self.val_history[0], val_after=self.val_history[-1], steps=self.step)
         write_json(self.run_dir / "result.json", result)
         return result
@@ -155,6 +166,7 @@ class AgentTrainer:
         update = {"skipped_update": 1} if not rows else {"skipped_update": 0, **self.backend.update(
             rows, temperature=cfg.rollout.temperature, norm_length=cfg.rollout.max_response_length)}  # fmt: skip
         version = self.backend.push_weights(self.rollout_model)
+        update.update(getattr(self.rollout_model, "sync_metrics", {}))
         time_update = time.perf_counter() - started
 
         metrics = {
@@ -200,11 +212,31 @@ class AgentTrainer:
         cfg = self.config
         self.backend = TorchBackend(cfg.model, cfg.algorithm, cfg.optim, total_steps=cfg.trainer.total_steps,
                                     seed=cfg.trainer.seed, model=self._model, tokenizer=self._tokenizer)  # fmt: skip
-        self.rollout_model = self.backend.make_rollout_model(max_batch_size=cfg.rollout.n_parallel,
-                                                             seed=cfg.trainer.seed)  # fmt: skip
-        self.engine, self.val_engine = self._make_engine(), self._make_engine()
         self.sampler = TaskSampler(self.train_dataset, cfg.trainer.seed)
         self.step, self.val_history = 0, []
+        self._resumed_version: int | None = None
+
+    def _start_rollout(self) -> None:
+        """The model rollouts sample from (after resume, so a server starts from the resumed weights)."""
+        cfg = self.config
+        if cfg.rollout.backend == "vllm":
+            from rllm.training.rollout_server import start_vllm_rollout
+
+            self.rollout_model = start_vllm_rollout(cfg, self.backend, self.run_dir)
+        else:
+            self.rollout_model = self.backend.make_rollout_model(max_batch_size=cfg.rollout.n_parallel,
+                                                                 seed=cfg.trainer.seed)  # fmt: skip
+            if self._resumed_version is not None:
+                self.rollout_model.weight_version = self._resumed_version
+        self.engine, self.val_engine = self._make_engine(), self._make_engine()
+
+    async def _close_rollout(self) -> None:
+        model = getattr(self, "rollout_model", None)
+        if model is None:
+            return
+        if hasattr(model, "aclose"):
+            await model.aclose()
+        model.close()
 
     def _make_engine(self) -> AgentWorkflowEngine:
         kwargs = self.config.rollout.engine_kwargs()
@@ -224,7 +256,7 @@ class AgentTrainer:
             state = parts["trainer"]
             self.sampler.position, self.step, self.val_history = state["sampler_position"], step, state["val_history"]
             _set_rng_state(state["rng"])
-            self.rollout_model.weight_version = state["weight_version"]
+            self._resumed_version = state["weight_version"]
             return step
         name = (
             cfg.name

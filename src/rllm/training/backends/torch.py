@@ -364,8 +364,14 @@ class TorchBackend:
     def push_weights(self, client: Any) -> int:
         """Make `client` sample from the current weights; return its new weight version. A LocalModel sharing
         this model already computes with them: only its version is bumped (`update_weights({})`, applied between
-        two decode steps). Any other client with `update_weights` receives `rollout_state_dict()`."""
-        if getattr(client, "model", None) is self.model:
+        two decode steps). A server-backed client (`sync_weights`, e.g. vLLM) gets this backend as a weight source
+        (`rllm.training.backends.serving`) and pulls what its sync strategy needs. Any other client with
+        `update_weights` receives `rollout_state_dict()`."""
+        if hasattr(client, "sync_weights"):
+            from rllm.training.backends.serving import TorchWeightSource
+
+            version = client.sync_weights(TorchWeightSource(self), self.weight_version + 1)
+        elif getattr(client, "model", None) is self.model:
             version = client.update_weights({})
         else:
             version = client.update_weights(self.rollout_state_dict())

@@ -1,0 +1,52 @@
+"""The trainer's vLLM rollout backend (`rollout.backend: vllm`): start or attach the server, sync the trainer's
+weights into it before the first rollout, and hand back the client the engines sample from.
+
+The server starts from a checkpoint the trainer writes itself (`<run>/vllm/served-model`), not from the model's
+name: whatever the trainer loaded (an embedded model, a local folder, a resumed LoRA run) is exactly what is served.
+The first `sync_weights` runs before any rollout, so a server that does not reproduce the trainer's logprobs stops the
+run at step 0 instead of after hours of off-policy samples.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rllm.config import TrainConfig
+from rllm.models.vllm_rollout import VLLMRolloutClient
+from rllm.models.vllm_server import VLLMServer
+from rllm.training.backends.serving import TorchWeightSource
+
+__all__ = ["start_vllm_rollout"]
+
+
+def start_vllm_rollout(cfg: TrainConfig, backend: Any, run_dir: Path) -> VLLMRolloutClient:
+    settings = cfg.rollout.vllm
+    source = TorchWeightSource(backend)
+    workdir = run_dir / "vllm"
+    if settings.base_url:
+        server, owns = VLLMServer.attach(settings.base_url), False
+    else:
+        # With sync=lora the server holds the base weights and the adapter is hot-loaded on top of them.
+        served = source.save_model(workdir / "served-model", merge_lora=settings.sync != "lora")
+        server = VLLMServer.launch(
+            served,
+            python=settings.python,
+            dtype=settings.dtype,
+            max_model_len=settings.max_model_len,
+            enable_lora=settings.sync == "lora",
+            max_lora_rank=settings.max_lora_rank,
+            extra_args=settings.extra_args,
+            log_path=workdir / "server.log",
+            startup_timeout=settings.startup_timeout,
+        )
+        owns = True
+    client = VLLMRolloutClient(server, backend.tokenizer, sync=settings.sync, workdir=workdir,
+                               logprob_tolerance=settings.logprob_tolerance, owns_server=owns,
+                               max_connections=max(cfg.rollout.n_parallel, 8))  # fmt: skip
+    try:
+        client.sync_weights(source, backend.weight_version)
+    except BaseException:
+        client.close()
+        raise
+    return client
