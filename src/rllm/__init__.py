@@ -28,6 +28,7 @@ _LAZY = {
     "LocalModel": "rllm.models.local",
     "OpenAIClient": "rllm.models.openai",
     "check_env": "rllm.envs.checker",
+    "rollout": "rllm.workflows.rollout_fn",
 }
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "Trajectory",
     "Workflow",
     "check_env",
+    "rollout",
 ]
 
 

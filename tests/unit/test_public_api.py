@@ -7,7 +7,7 @@ PINNED_API = [
     "Action", "AgentExecutionEngine", "AgentWorkflowEngine", "BaseAgent", "BaseEnv", "ChatRenderer", "Episode",
     "FakeModel", "InfraError", "LocalModel", "ModelClient", "ModelNotAvailableError", "ModelOutput", "OpenAIClient",
     "PolicyError", "SamplingParams", "Step", "TerminationEvent", "TerminationReason", "ToolCall", "Trajectory",
-    "Workflow", "check_env",
+    "Workflow", "check_env", "rollout",
 ]
 
 
@@ -26,6 +26,7 @@ def test_import_rllm_is_light():
     code = (
         "import sys, rllm, rllm.engine, rllm.envs, rllm.agents, rllm.models, rllm.data, rllm.cli.main\n"
         "import rllm.engine.workflow_engine, rllm.workflows.resolve, rllm.workflows.solver_judge, rllm.data.countdown\n"
+        "import rllm.gateway, rllm.workflows.rollout_fn, rllm.cli.serve\n"
         f"print([m for m in {heavy!r} if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

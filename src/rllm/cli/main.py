@@ -4,6 +4,7 @@
     rllm eval frozenlake --base-url URL --model NAME # any OpenAI-compatible endpoint
     rllm train configs/frozenlake_grpo.yaml trainer.total_steps=20   # RL on the embedded model
     rllm fetch qwen2.5-coder-0.5b-instruct           # download + verify + convert an embedded model
+    rllm serve gateway --upstream URL --model NAME --tokenizer NAME   # OpenAI-compatible gateway, exact token ids
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 
 from rllm.cli import eval as eval_cmd
 from rllm.cli import fetch as fetch_cmd
+from rllm.cli import serve as serve_cmd
 from rllm.cli import train as train_cmd
 
 __all__ = ["main"]
@@ -23,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     eval_cmd.add_parser(sub)
     fetch_cmd.add_parser(sub)
+    serve_cmd.add_parser(sub)
     train_cmd.add_parser(sub)
     return parser
 

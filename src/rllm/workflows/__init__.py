@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
+import sys
+from pathlib import Path
 
 from rllm.workflows.base import Workflow, WorkflowServices, discounted_step_rewards
 from rllm.workflows.runtime import TerminationEvent
@@ -19,16 +23,39 @@ BUILTIN_WORKFLOWS = {
 
 
 def get_workflow(name: str) -> type[Workflow]:
-    """A built-in workflow by name, or any Workflow subclass by import path `"package.module:Class"`."""
+    """A built-in workflow by name, or any Workflow subclass by import path `"package.module:Class"` or by file
+    `"path/to/file.py:Class"` (relative to the current directory; `@rllm.rollout` functions are such classes)."""
     path = BUILTIN_WORKFLOWS.get(name, name)
-    module, _, attr = path.partition(":")
-    if not attr:
+    module, _, attr = path.rpartition(":")
+    if not attr or not module:
         known = ", ".join(sorted(BUILTIN_WORKFLOWS))
-        raise ValueError(f"unknown workflow {name!r}; built-in: {known}, or give 'package.module:Class'")
+        raise ValueError(f"unknown workflow {name!r}; built-in: {known}, or give 'package.module:Class' "
+                         "or 'path/to/file.py:Class'")  # fmt: skip
     try:
-        workflow = getattr(importlib.import_module(module), attr)
+        loaded = _import_file(module) if module.endswith(".py") else importlib.import_module(module)
+        workflow = getattr(loaded, attr)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"workflow {name!r}: cannot import {attr} from {module} ({exc})") from exc
     if not (isinstance(workflow, type) and issubclass(workflow, Workflow)):
         raise TypeError(f"{name!r} is not a subclass of rllm.workflows.Workflow")
     return workflow
+
+
+def _import_file(path: str):
+    """Import a Python file once per absolute path (so resolving twice gives the same class)."""
+    file = Path(path).resolve()
+    if not file.is_file():
+        raise ImportError(f"no file {path} (relative paths start from the current directory, {Path.cwd()})")
+    digest = hashlib.blake2b(str(file).encode(), digest_size=4).hexdigest()
+    name = f"rllm_user_{file.stem}_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before running it: dataclasses and pickling look their module up there
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module

@@ -1,0 +1,78 @@
+"""`rllm serve gateway`: an OpenAI-compatible gateway that records exact token ids, in front of any
+token-in/token-out server or an embedded model.
+
+    rllm serve gateway --upstream http://localhost:8000/v1 --model Qwen/Qwen2.5-0.5B-Instruct \\
+        --tokenizer Qwen/Qwen2.5-0.5B-Instruct --port 8090
+    rllm serve gateway --embedded smollm2-135m-instruct --port 8090
+
+Agents then use `openai.OpenAI(base_url="http://127.0.0.1:8090/sessions/<id>/v1")`, one id per conversation;
+`GET /sessions/<id>/calls` returns what each call sampled (prompt and completion ids, logprobs, text). Upstream
+calls go to `/v1/completions` with the prompt as token ids (`OpenAIClient`: `return_token_ids`, logprobs), so the
+upstream must be vLLM >= 0.10.2 or an SGLang release that returns token ids. Request temperature/top_p/seed are
+honoured. The first line printed is the gateway's base URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve an OpenAI-compatible gateway that records exact token ids")
+    what = p.add_subparsers(dest="what", required=True)
+    g = what.add_parser("gateway", help="the rllm gateway in front of an upstream server or an embedded model")
+    source = g.add_mutually_exclusive_group(required=True)
+    source.add_argument("--upstream", help="token-in/token-out OpenAI-compatible server, e.g. http://host:8000/v1")
+    source.add_argument("--embedded", help="serve an embedded model (name or local folder) with LocalModel")
+    g.add_argument("--model", default=None, help="with --upstream: the served model's name")
+    g.add_argument("--tokenizer", default=None, help="with --upstream: tokenizer name or folder (renders prompts)")
+    g.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    g.add_argument("--port", type=int, default=8090, help="port (default 8090; 0 picks a free one)")
+    g.add_argument("--max-tokens", type=int, default=1024, help="max_tokens of requests that give none")
+    g.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    model = _make_model(args)
+    asyncio.run(_serve(model, args))
+    return 0
+
+
+def _make_model(args: argparse.Namespace):
+    if args.embedded:
+        from rllm.models.local import LocalModel
+
+        return LocalModel.from_pretrained(args.embedded)
+    if not args.model or not args.tokenizer:
+        raise SystemExit("--upstream needs --model (the served model's name) and --tokenizer (its tokenizer's name "
+                         "or folder: prompts are rendered here and sent as token ids, so the ids are exact)")  # fmt: skip
+    from rllm.models.openai import OpenAIClient
+
+    return OpenAIClient(args.upstream, args.model, tokenizer=args.tokenizer)
+
+
+async def _serve(model, args: argparse.Namespace) -> None:
+    from rllm.gateway import Gateway
+    from rllm.models.base import SamplingParams
+
+    name = args.model or args.embedded
+    gateway = Gateway(model, sampling=SamplingParams(max_tokens=args.max_tokens), model_name=name)
+    await gateway.start(args.host, args.port)
+    print(gateway.base_url, flush=True)
+    print(f"rllm gateway serving {name}: openai.OpenAI(base_url='{gateway.base_url}/sessions/<id>/v1'); "
+          "Ctrl-C stops it", flush=True)  # fmt: skip
+    stop = asyncio.Event()
+    with contextlib.suppress(NotImplementedError):  # not on Windows
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await gateway.stop()
+        closer = getattr(model, "aclose", None)
+        if closer is not None:
+            await closer()
+        elif hasattr(model, "close"):
+            model.close()

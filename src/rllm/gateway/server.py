@@ -1,0 +1,313 @@
+"""`Gateway`: an OpenAI-compatible HTTP server in front of rllm's model clients, so agent code that only knows
+`openai.OpenAI(base_url=...)` can be rolled out and trained token-exactly.
+
+    gateway = await Gateway(model).start()                    # standalone: sessions open on first use
+    client = openai.OpenAI(base_url=gateway.session_url("ep-1"), api_key="none")
+    ...
+    await gateway.stop()
+
+Routes (every rollout gets its own session URL `http://host:port/sessions/{sid}/v1`):
+
+    POST   /sessions/{sid}/v1/chat/completions   the OpenAI API (stream or not)
+    GET    /sessions/{sid}/v1/models             the served model's name
+    GET    /sessions/{sid}/calls                 the recorded calls as JSON (ids, logprobs, text, ...)
+    DELETE /sessions/{sid}                       forget a session
+    GET    /health
+
+Two kinds of sessions, the same serving path (`rllm.gateway.session`):
+
+- Standalone (a `model` given, `auto_sessions`): a session is created on first use, with its own conversation over
+  the gateway's model. It renders, budgets and seeds exactly as a workflow's `generate` does, because it IS a
+  workflow's `generate` (a bare `Workflow` per session, uid "gateway"). Request temperature/top_p/seed are honoured
+  by default; a request seed is combined with the call's position in the session, as workflows derive seeds.
+- Supplied (`open_session(handler)`): the rollout workflow (`rllm.workflows.rollout_fn`) hands its own `generate`,
+  so gateway calls are part of the episode like native ones. Unknown sessions are 404 then.
+
+Failures become OpenAI error objects: a spent length budget is 400 `context_length_exceeded`, a model or
+infrastructure failure 502, a bug 500; the session keeps the first such failure for its rollout to re-raise.
+
+`shared_gateway()` gives the one gateway of the running event loop, started on first use on 127.0.0.1 with a free
+port and stopped when the loop's `asyncio.run` ends (a keeper task that the shutdown cancels), so rollouts never
+leave "Unclosed" servers behind. It serves supplied sessions only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+import weakref
+from typing import Any, Self
+
+from aiohttp import web
+
+from rllm.errors import InfraError
+from rllm.gateway.openai_format import RequestError, completion_body, error_body, parse_request, stream_chunks
+from rllm.gateway.session import GatewaySession, Handler, SessionClosedError
+from rllm.models.base import ModelClient, SamplingParams
+from rllm.types import TerminationReason
+from rllm.workflows.base import Workflow, WorkflowServices
+from rllm.workflows.runtime import EnvRunner, TerminationEvent, error_site
+
+__all__ = ["Gateway", "shared_gateway"]
+
+logger = logging.getLogger(__name__)
+
+_NO_LIMIT = 1 << 30
+_LENGTH_REASONS = {TerminationReason.MAX_PROMPT_LENGTH, TerminationReason.MAX_RESPONSE_LENGTH}
+
+
+class Gateway:
+    """An OpenAI-compatible server over `model` (standalone) and/or sessions supplied by rollouts. See the module
+    docstring. `sampling` is the standalone sessions' base sampling, `honor_sampling` whether a request's
+    temperature/top_p/top_k/seed override it; the length limits bound each standalone conversation as a training
+    row would be (default: no limit but the model's own)."""
+
+    def __init__(
+        self,
+        model: ModelClient | None = None,
+        *,
+        sampling: SamplingParams | None = None,
+        honor_sampling: bool = True,
+        model_name: str | None = None,
+        max_prompt_length: int | None = None,
+        max_response_length: int | None = None,
+        auto_sessions: bool | None = None,
+    ) -> None:
+        self.model = model
+        self.sampling = sampling or SamplingParams()
+        self.honor_sampling = honor_sampling
+        served = getattr(model, "model", None)  # OpenAIClient's served name (LocalModel's is the torch module)
+        self.model_name = model_name or (served if isinstance(served, str) else None) or "rllm"
+        self.max_prompt_length = max_prompt_length or _NO_LIMIT
+        self.max_response_length = max_response_length or _NO_LIMIT
+        self.auto_sessions = model is not None if auto_sessions is None else auto_sessions
+        if self.auto_sessions and model is None:
+            raise ValueError("auto_sessions=True needs a model to serve them: Gateway(model, ...)")
+        self.sessions: dict[str, GatewaySession] = {}
+        self.host, self.port = "127.0.0.1", 0
+        self._runner: web.AppRunner | None = None
+
+    # ---- lifecycle --------------------------------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        if self._runner is None:
+            raise RuntimeError("the gateway is not started: `await gateway.start()` first")
+        return f"http://{self.host}:{self.port}"
+
+    def session_url(self, sid: str) -> str:
+        """The `base_url` an `openai.OpenAI` client of session `sid` uses."""
+        return f"{self.base_url}/sessions/{sid}/v1"
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> Self:
+        """Listen on host:port (0: a free port, read it back from `.port` / `.base_url`)."""
+        app = web.Application(client_max_size=64 * 1024**2)
+        app.router.add_post("/sessions/{sid}/v1/chat/completions", self._chat_completions)
+        app.router.add_get("/sessions/{sid}/v1/models", self._models)
+        app.router.add_get("/sessions/{sid}/calls", self._calls)
+        app.router.add_delete("/sessions/{sid}", self._delete)
+        app.router.add_get("/health", self._health)
+        app.router.add_route("*", "/v1/{tail:.*}", self._no_session)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, backlog=4096, reuse_address=True)
+        await site.start()
+        self.host, self.port = host, site._server.sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        for session in self.sessions.values():
+            session.close()
+        self.sessions.clear()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def __aenter__(self) -> Self:
+        return await self.start() if self._runner is None else self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    # ---- sessions ---------------------------------------------------------------------------------------------
+
+    def open_session(
+        self,
+        handler: Handler | None = None,
+        *,
+        sid: str | None = None,
+        tokenizer: Any = None,
+        sampling: SamplingParams | None = None,
+        honor_sampling: bool | None = None,
+    ) -> GatewaySession:
+        """A new session (id `sid` or a fresh one). Without `handler` it talks to the gateway's model."""
+        sid = sid or uuid.uuid4().hex
+        if sid in self.sessions:
+            raise ValueError(f"session {sid!r} is already open on this gateway")
+        if handler is None:
+            if self.model is None:
+                raise ValueError("open_session() without a handler needs a gateway model: Gateway(model)")
+            handler = self._standalone_handler()
+        if tokenizer is None and self.model is not None:
+            tokenizer = getattr(self.model, "tokenizer", None)
+        session = GatewaySession(sid, handler, tokenizer=tokenizer, sampling=sampling or self.sampling,
+                                 honor_sampling=self.honor_sampling if honor_sampling is None else honor_sampling)  # fmt: skip
+        self.sessions[sid] = session
+        return session
+
+    def close_session(self, sid: str) -> GatewaySession | None:
+        session = self.sessions.pop(sid, None)
+        if session is not None:
+            session.close()
+        return session
+
+    def _standalone_handler(self) -> Handler:
+        """A bare Workflow's `generate`: the rendering, budget and seeding path of every rollout."""
+        workflow = _ConversationWorkflow()
+        services = WorkflowServices(self.model, self.sampling, EnvRunner(None, serialize=False),
+                                    self.max_prompt_length, self.max_response_length)  # fmt: skip
+        workflow.start_episode(services, {}, "gateway")
+
+        async def complete(messages: list[dict], tools: list[dict] | None, overrides: dict[str, Any]):
+            return await workflow.generate(messages, tools=tools, **overrides)
+
+        return complete
+
+    def _session(self, sid: str) -> GatewaySession | None:
+        session = self.sessions.get(sid)
+        if session is None and self.auto_sessions:
+            session = self.open_session(sid=sid)
+        return session
+
+    # ---- routes -----------------------------------------------------------------------------------------------
+
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
+        sid = request.match_info["sid"]
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "the request body is not valid JSON")
+        session = self._session(sid)
+        if session is None:
+            return _unknown_session(sid)
+        try:
+            chat = parse_request(body)
+        except RequestError as exc:
+            return _error(exc.status, str(exc), param=exc.param, code=exc.code)
+        try:
+            reply = await session.complete(chat)
+        except SessionClosedError as exc:
+            return _error(404, str(exc), code="session_closed")
+        except Exception as exc:  # noqa: BLE001 - every failure is answered as an OpenAI error
+            return _failure_response(exc)
+        meta = {"completion_id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()),
+                "model": chat.model or self.model_name, "logprobs": chat.logprobs}  # fmt: skip
+        if not chat.stream:
+            return web.json_response(completion_body(reply, **meta))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        for chunk in stream_chunks(reply, include_usage=chat.include_usage, **meta):
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def _models(self, request: web.Request) -> web.Response:
+        sid = request.match_info["sid"]
+        if sid not in self.sessions and not self.auto_sessions:
+            return _unknown_session(sid)
+        card = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "rllm"}
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def _calls(self, request: web.Request) -> web.Response:
+        session = self.sessions.get(request.match_info["sid"])
+        if session is None:
+            return _unknown_session(request.match_info["sid"])
+        return web.json_response(session.to_json())
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        sid = request.match_info["sid"]
+        if self.close_session(sid) is None:
+            return _unknown_session(sid)
+        return web.json_response({"id": sid, "deleted": True})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "sessions": len(self.sessions)})
+
+    async def _no_session(self, request: web.Request) -> web.Response:
+        where = self.base_url if self._runner is not None else "http://host:port"
+        return _error(404, f"this gateway serves per-session URLs: use base_url={where}/sessions/<any id>/v1 "
+                      "(one id per conversation or rollout)")  # fmt: skip
+
+
+class _ConversationWorkflow(Workflow):
+    """A Workflow used only for `generate` (standalone sessions); it never runs episodes."""
+
+
+def _error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> web.Response:
+    return web.json_response(error_body(message, status=status, param=param, code=code), status=status)
+
+
+def _unknown_session(sid: str) -> web.Response:
+    return _error(404, f"no session {sid!r} on this gateway: rollouts open one per episode and close it when the "
+                  "episode ends; use the base_url your rollout function was given", code="session_not_found")  # fmt: skip
+
+
+def _failure_response(exc: Exception) -> web.Response:
+    """The OpenAI error for a failure while serving a call (module docstring)."""
+    if isinstance(exc, TerminationEvent):
+        if exc.reason in _LENGTH_REASONS:
+            message = f"the conversation is over its token budget ({exc.reason.value}: {exc})"
+            return _error(400, message, param="messages", code="context_length_exceeded")
+        return _error(400, f"the rollout ended: {exc.reason.value} ({exc})", code=exc.reason.value)
+    if type(exc).__name__ == "PromptTooLongError":  # LocalModel's; not imported (it pulls torch)
+        return _error(400, str(exc), param="messages", code="context_length_exceeded")
+    status = getattr(exc, "status", None)
+    if isinstance(status, int) and 400 <= status < 500:  # the upstream server refused the request
+        return _error(status, str(exc))
+    if isinstance(exc, (InfraError, OSError)) or error_site(exc) == "model":
+        return _error(502, f"the model failed: {type(exc).__name__}: {exc}", code="model_error")
+    logger.error("gateway call failed", exc_info=exc)
+    return _error(500, f"{type(exc).__name__}: {exc}", code="internal_error")
+
+
+# ---- one gateway per running event loop -----------------------------------------------------------------------
+
+_SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Future] = weakref.WeakKeyDictionary()
+_KEEPERS: set[asyncio.Task] = set()  # strong references: the loop keeps only weak ones to its tasks
+
+
+async def shared_gateway() -> Gateway:
+    """The running loop's gateway (supplied sessions only), started on first use; see the module docstring."""
+    loop = asyncio.get_running_loop()
+    future = _SHARED.get(loop)
+    if future is None:
+        future = loop.create_future()
+        _SHARED[loop] = future
+        keeper = loop.create_task(_keep(future), name="rllm-gateway")
+        _KEEPERS.add(keeper)
+        keeper.add_done_callback(_KEEPERS.discard)
+    return await asyncio.shield(future)
+
+
+async def _keep(future: asyncio.Future) -> None:
+    """Start the gateway, then hold it until the loop shuts down (asyncio.run cancels leftover tasks)."""
+    gateway = Gateway(auto_sessions=False)
+    try:
+        await gateway.start()
+    except BaseException as exc:
+        _SHARED.pop(asyncio.get_running_loop(), None)
+        if isinstance(exc, Exception):
+            future.set_exception(exc)
+            return
+        future.cancel()
+        raise
+    future.set_result(gateway)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        _SHARED.pop(asyncio.get_running_loop(), None)
+        await gateway.stop()
