@@ -148,3 +148,38 @@ def test_agent_trainer_with_vllm_rollouts(smollm2_tokenizer, tmp_path):
     assert [m["weight_version"] for m in steps] == [1, 2]
     assert all(m["token_mismatch"] == 0 and m["weight_sync_logprob_max_diff"] < 1e-3 for m in steps)
     assert trainer.rollout_model.server.process is None  # the trainer stopped the server it started
+
+
+def test_openai_sdk_agent_trains_through_the_gateway_on_vllm(server, smollm2_tokenizer, tmp_path, monkeypatch):
+    """The acceptance path: an agent that only knows the openai SDK, the gateway in front of the real vLLM server,
+    trained with weight syncs; the training rows are exactly the ids vLLM sampled (both turns, one row)."""
+    import json
+    from pathlib import Path
+
+    from rllm.training.batch import build_rows, episode_trajectories
+    from rllm.training.trainer import AgentTrainer, load_metrics
+    from rllm.types import Episode
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # the config names the agent by a relative path
+    overrides = ["rollout.n=2", "rollout.max_tokens=6", "trainer.tasks_per_step=2", "trainer.total_steps=2",
+                 "data.train_size=4", "data.val_size=0", "optim.micro_batch_size=4", "rollout.n_parallel=4",
+                 "model.lora.rank=4", f"trainer.run_dir={tmp_path}", "trainer.name=gw",
+                 f"rollout.vllm.base_url={server.base_url}", "rollout.backend=vllm"]  # fmt: skip
+    config = load_config("configs/openai_agent_grpo.yaml", overrides)
+    parity = {"reward_fn": lambda task, answer: float(len(answer) % 2)}  # a reward the random model earns
+    # Seed 0: the embedding the server started with (vLLM's reload does not refresh a tied output layer).
+    AgentTrainer(config=config, model=_tiny(smollm2_tokenizer, 0), tokenizer=smollm2_tokenizer, progress=False,
+                 workflow_args=parity).train()  # fmt: skip
+    steps = [m for m in load_metrics(tmp_path / "gw") if "reward_mean" in m]
+    assert [m["weight_version"] for m in steps] == [1, 2] and server.weight_version() == "2"
+    assert all(m["token_mismatch"] == 0 and m["turns_mean"] == 2 for m in steps)
+    lines = [json.loads(line) for line in (tmp_path / "gw" / "episodes.jsonl").read_text().splitlines()]
+    pairs = episode_trajectories([Episode.model_validate(line["episode"]) for line in lines])
+    rows, stats = build_rows(pairs, step_advantages=[[1.0, 1.0]] * len(pairs), max_prompt_length=2048,
+                             max_response_length=2048)  # fmt: skip
+    assert stats["rows_split"] == 0 and len(rows) == len(pairs) == 8
+    for row, (_, trajectory) in zip(rows, pairs, strict=True):
+        first, last = (step.model_output for step in trajectory.steps)
+        assert row.input_ids == last.prompt_ids + last.completion_ids  # vLLM's sampled ids, nothing re-tokenized
+        sampled = [row.input_ids[i] for i, mask in enumerate(row.loss_mask) if mask]
+        assert sampled == first.completion_ids + last.completion_ids

@@ -75,3 +75,11 @@ def test_readme_tool_example_derives_the_schema_from_signature_and_docstring():
     parameters = namespace["convert"].parameters
     assert parameters["required"] == ["value", "from_unit", "to_unit"]
     assert parameters["properties"]["value"] == {"type": "number", "description": "the amount"}
+
+
+def test_readme_openai_sdk_agent_example_runs(capsys):
+    """The `@rllm.rollout` example: an openai-SDK agent through the gateway, with a scripted model."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
+    code = next(b for b in blocks if "@rllm.rollout" in b)
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme_rollout"})  # noqa: S102 - the README's own code
+    assert capsys.readouterr().out.splitlines()[-1] == "1.0 2 0"
