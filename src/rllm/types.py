@@ -10,6 +10,7 @@ Fields that hold free-form user data (`task`, `info`, `observation`, `action`) m
 
 from __future__ import annotations
 
+import json
 from enum import Enum
 from typing import Any
 
@@ -55,6 +56,18 @@ class ToolCall(_Strict):
     id: str | None = None
     name: str
     arguments: dict[str, Any] | str = Field(default_factory=dict)
+
+    @staticmethod
+    def decode_arguments(arguments: Any) -> dict[str, Any] | str:
+        """OpenAI's `function.arguments` (a JSON string) as a dict; a string that is not a JSON object stays the
+        raw string (whoever reads the call decides what a malformed call means); empty means no arguments."""
+        if isinstance(arguments, str):
+            try:
+                parsed = json.loads(arguments) if arguments.strip() else {}
+            except ValueError:
+                return arguments
+            arguments = parsed if isinstance(parsed, dict) else arguments
+        return arguments or {}
 
 
 class ModelOutput(_Strict):

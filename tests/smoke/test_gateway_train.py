@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import httpx
@@ -18,6 +17,7 @@ openai = pytest.importorskip("openai")
 from rllm.config import load_config
 from rllm.models.registry import load_tokenizer
 from rllm.testing import FakeReply, run_fake_server
+from rllm.testing.fake_openai_server import read_first_line
 from rllm.training.batch import build_rows, episode_trajectories
 from rllm.training.trainer import AgentTrainer, load_metrics
 from rllm.types import Episode
@@ -74,7 +74,7 @@ def test_rllm_serve_gateway_in_front_of_an_upstream(tmp_path, tiny_model_dir):
                    "--model", upstream.model, "--tokenizer", str(tiny_model_dir), "--port", "0"]  # fmt: skip
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
         try:
-            base_url = _first_line(process)
+            base_url = read_first_line(process, 120.0)
             sdk = openai.OpenAI(base_url=f"{base_url}/sessions/a/v1", api_key="none", max_retries=0)
             messages = [{"role": "user", "content": "hi"}]
             first = sdk.chat.completions.create(model=upstream.model, messages=messages, temperature=0.5)
@@ -107,14 +107,3 @@ def test_rllm_eval_runs_the_openai_sdk_agent_against_an_endpoint(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "success rate   1.000  (3 episodes)" in out.stdout and "mean turns     2.00" in out.stdout
     assert len(chat_requests) == 6  # two turns each, forwarded to the endpoint's chat API (no tokenizer given)
-
-
-def _first_line(process: subprocess.Popen, timeout: float = 120.0) -> str:
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()), daemon=True)
-    reader.start()
-    reader.join(timeout)
-    if not lines or not lines[0].startswith("http"):
-        process.kill()
-        raise AssertionError(f"the gateway did not start: {lines!r} {process.stderr.read()[-2000:]}")
-    return lines[0].strip()

@@ -26,13 +26,13 @@ Choices:
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from rllm.errors import RllmError
 from rllm.models.base import SamplingParams
+from rllm.types import ToolCall
 
 __all__ = [
     "ChatRequest",
@@ -202,14 +202,8 @@ def _message_tool_call(call: Any, index: int) -> dict[str, Any]:
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
         raise RequestError(f"messages[{index}].tool_calls: each call needs function.name and function.arguments",
                            param="messages")  # fmt: skip
-    arguments = function.get("arguments")
-    if isinstance(arguments, str):
-        try:
-            parsed = json.loads(arguments) if arguments.strip() else {}
-            arguments = parsed if isinstance(parsed, dict) else arguments
-        except ValueError:
-            pass  # kept as written: the template prints it as a string
-    clean = {"type": "function", "function": {"name": function["name"], "arguments": arguments or {}}}
+    arguments = ToolCall.decode_arguments(function.get("arguments"))  # a malformed string is kept as written
+    clean = {"type": "function", "function": {"name": function["name"], "arguments": arguments}}
     if call.get("id") is not None:
         clean = {"id": str(call["id"]), **clean}
     return clean

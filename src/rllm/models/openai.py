@@ -346,14 +346,8 @@ def _completion_logprobs(choice: dict[str, Any], completion_ids: list[int] | Non
 
 def _parse_tool_call(call: dict[str, Any]) -> ToolCall:
     function = call.get("function") or {}
-    arguments = function.get("arguments")
-    if isinstance(arguments, str):
-        try:
-            parsed = json.loads(arguments) if arguments.strip() else {}
-            arguments = parsed if isinstance(parsed, dict) else arguments
-        except ValueError:
-            pass  # kept as the raw string: the agent decides what a malformed call means
-    return ToolCall(id=call.get("id"), name=function.get("name") or "", arguments=arguments or {})
+    arguments = ToolCall.decode_arguments(function.get("arguments"))
+    return ToolCall(id=call.get("id"), name=function.get("name") or "", arguments=arguments)
 
 
 def _parse_retry_after(value: str | None) -> float | None:

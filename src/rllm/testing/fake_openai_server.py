@@ -47,7 +47,9 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["FakeOpenAIServer", "FakeReply", "Fault", "RemoteFakeServer", "run_fake_server", "spawn_fake_server"]
+__all__ = [
+    "FakeOpenAIServer", "FakeReply", "Fault", "RemoteFakeServer", "read_first_line", "run_fake_server", "spawn_fake_server",
+]  # fmt: skip
 
 DEFAULT_REPLY_TEXT = "Hello from the fake server."
 
@@ -397,7 +399,7 @@ def spawn_fake_server(*, latency_ms: float = 0.0, model: str = "fake-model", tim
     command += ["--latency-ms", str(latency_ms), "--model", model]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
-        base_url = _read_first_line(process, timeout)
+        base_url = read_first_line(process, timeout)
         yield RemoteFakeServer(base_url, process, model)
     finally:
         process.terminate()
@@ -408,14 +410,16 @@ def spawn_fake_server(*, latency_ms: float = 0.0, model: str = "fake-model", tim
             process.wait()
 
 
-def _read_first_line(process: subprocess.Popen, timeout: float) -> str:
+def read_first_line(process: subprocess.Popen, timeout: float) -> str:
+    """The URL a server subprocess prints on its first stdout line (it is killed if none comes in `timeout` s)."""
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()), daemon=True)
     reader.start()
     reader.join(timeout)
     if not lines or not lines[0].startswith("http"):
         process.kill()
-        raise RuntimeError(f"fake OpenAI server did not start within {timeout}s (got {lines!r})")
+        stderr = process.stderr.read()[-2000:] if process.stderr is not None else ""
+        raise RuntimeError(f"the server did not start within {timeout}s (got {lines!r}) {stderr}")
     return lines[0].strip()
 
 

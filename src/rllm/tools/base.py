@@ -150,7 +150,7 @@ def function_parameters(fn: Callable[..., Any], arg_docs: dict[str, str] | None 
         if param.name in arg_docs:
             prop["description"] = arg_docs[param.name]
         if param.default is not param.empty:
-            if _is_json(param.default):
+            if is_json_value(param.default):
                 prop["default"] = param.default
         elif not nullable:
             required.append(param.name)
@@ -204,7 +204,8 @@ def _type_schema(hint: Any, where: str) -> tuple[dict, bool]:
     raise TypeError(f"tool parameter {where}: type {hint!r} has no JSON schema equivalent")
 
 
-def _is_json(value: Any) -> bool:
+def is_json_value(value: Any) -> bool:
+    """Whether `value` serializes to JSON as it is."""
     try:
         json.dumps(value)
     except (TypeError, ValueError):

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -51,6 +50,7 @@ from typing import Any
 
 from rllm.errors import RllmError
 from rllm.rewards.base import RewardOutput, to_reward_output
+from rllm.tools.base import is_json_value
 from rllm.types import Step, Trajectory
 from rllm.workflows.base import Workflow
 
@@ -141,7 +141,7 @@ class RolloutWorkflow(Workflow):
         last.reward, last.done = result.reward, True
         last.info.update(result.info, is_correct=result.correct)
         trajectory.is_correct = result.correct
-        trajectory.info["answer"] = answer if _is_json(answer) else repr(answer)
+        trajectory.info["answer"] = answer if is_json_value(answer) else repr(answer)
 
 
 def rollout(
@@ -227,14 +227,6 @@ def _step_info(record: Any) -> dict[str, Any]:
     if record.ignored_sampling:
         info["ignored_sampling"] = record.ignored_sampling
     return info
-
-
-def _is_json(value: Any) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def _short(value: Any, limit: int = 60) -> str:
