@@ -56,6 +56,7 @@ bench: models sandbox vllm
 	$(PY) benchmarks/engine_concurrency.py
 	$(PY) benchmarks/local_generation.py
 	$(PY) benchmarks/sandbox_throughput.py
+	$(PY) benchmarks/local_vs_vllm.py
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/grpo_vs_trl.py
 
