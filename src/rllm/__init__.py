@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from rllm._deprecation import install_moved_module_finder
 from rllm.agents.base import BaseAgent
 from rllm.envs.base import BaseEnv
 from rllm.errors import InfraError, ModelNotAvailableError, PolicyError
@@ -16,6 +17,8 @@ from rllm.models.base import ModelClient, SamplingParams
 from rllm.types import Action, Episode, ModelOutput, Step, TerminationReason, ToolCall, Trajectory
 
 __version__ = "0.1.0"
+
+install_moved_module_finder()  # old module paths keep working for one release (rllm._deprecation)
 
 # Public names that live in modules with heavier imports: loaded on first attribute access.
 _LAZY = {

@@ -1,0 +1,66 @@
+"""Old names that keep working for one release, each with a DeprecationWarning that names the new one.
+
+Two kinds, one table each, so a release can drop them by deleting rows:
+
+- `MOVED_MODULES`: a module that moved (`rllm.envs.frozenlake` -> `rllm.tasks.frozenlake`). An import finder
+  installed by `import rllm` answers the old path with the new module object itself (no copy: classes keep their
+  identity) after warning once per path.
+- `renamed_kwargs(...)`: a keyword argument that was renamed (`n_parallel_agents` -> `n_parallel`).
+
+Light on purpose: `import rllm` installs the finder, so this module imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+from typing import Any
+
+__all__ = ["MOVED_MODULES", "install_moved_module_finder", "renamed_kwargs", "warn_renamed"]
+
+# old module path -> new module path; filled in as modules move.
+MOVED_MODULES: dict[str, str] = {}
+
+
+def warn_renamed(old: str, new: str, *, stacklevel: int = 3) -> None:
+    warnings.warn(f"{old} is deprecated and will be removed in the next release; use {new}", DeprecationWarning,
+                  stacklevel=stacklevel)  # fmt: skip
+
+
+def renamed_kwargs(owner: str, kwargs: dict[str, Any], renames: dict[str, str]) -> dict[str, Any]:
+    """`kwargs` with old keyword names replaced by new ones (warning for each); giving both is an error."""
+    out = dict(kwargs)
+    for old, new in renames.items():
+        if old not in out:
+            continue
+        if new in out:
+            raise TypeError(f"{owner}: got both {old}= (deprecated) and {new}=; pass only {new}=")
+        warn_renamed(f"{owner}({old}=...)", f"{new}=", stacklevel=4)
+        out[new] = out.pop(old)
+    return out
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in MOVED_MODULES:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: Any) -> Any:
+        new = MOVED_MODULES[spec.name]
+        warn_renamed(f"module {spec.name}", new, stacklevel=6)
+        return importlib.import_module(new)
+
+    def exec_module(self, module: Any) -> None:
+        """Nothing to run: the new module is already imported."""
+
+
+_FINDER = _MovedModuleFinder()
+
+
+def install_moved_module_finder() -> None:
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
