@@ -1,41 +1,72 @@
-"""Advantage estimators: small pure functions on torch tensors.
+"""Advantages: which trajectories train this step and with what advantage, from pure estimator functions.
 
-Conventions shared by every trajectory-level estimator here:
+    batch = score_episodes(episodes, cfg.algorithm, greedy_rewards)   # group -> filter -> per-step advantages
+    rows, _ = build_rows(batch.trajectories, step_advantages=batch.step_advantages, ...)
+    apply_gae(rows, backend.compute_values(rows), cfg.algorithm)      # PPO with a critic only
 
-* `rewards[B]` holds one scalar reward per trajectory (one row of the batch).
-* `group_index[B]` is an int tensor; entries with the same int belong to the same group (rollouts of the same
-  `task_id:role`, see `group_index_from_keys`). The ints need not be contiguous.
-* `valid[B]` (bool, default all True) marks entries that count. Invalid entries (infra-error rollouts: our fault,
-  not the policy's) neither contribute to any group statistic nor receive a nonzero advantage, so a crashed
-  sandbox cannot shift the baseline of its healthy siblings.
+Grouping and filtering (`score_episodes`):
+
+- Groups are keyed `"{task_id}:{role}"` (`group_key`, role = `Trajectory.name`): every trajectory of one role in
+  the rollouts of one task lands in one group, whatever its number of steps. A multi-agent episode adds its
+  trajectories to its roles' groups (a solver-judge episode with k solvers adds k to `task:solver`, one to
+  `task:judge`).
+- Each role has its own estimator and options: `algorithm.for_role(role)` applies `algorithm.roles[role]`
+  (advantage, norm_by_std, stepwise, gamma) over the global settings. Validity, rewards and the uniform-group drop
+  are the same for every role.
+- A trajectory's reward is `Trajectory.final_reward()`; an episode ended by a policy error gets
+  `policy_error_reward` when one is configured.
+- `valid` (counts in group statistics and trains) excludes infra errors (ours, not the policy's) when
+  `mask_infra_errors`, episodes cut by a length limit when `filter_overlong` (DAPO's overlong filtering), and
+  trajectories with no steps. Each exclusion is counted in the stats.
+- `drop_uniform_groups` drops groups whose valid rewards are all equal: under a group baseline their advantages are
+  0 anyway (DAPO's dynamic sampling, without resampling). Counted. It applies to every role alike.
+- Stepwise mode: each step's return is its discounted future reward (`gamma`, per step), and the estimator runs over
+  the *steps* of a group instead of its trajectories, so a good step in a failed trajectory can still get a positive
+  advantage. Trajectory mode broadcasts one advantage to every step. Discounting lives here and nowhere else.
+
+Estimators: small pure functions on torch tensors, one per estimator, and one dispatcher (`compute_advantages`).
+
+* `rewards[B]` holds one scalar per entry (a trajectory, or a step in stepwise mode).
+* `group_index[B]` is an int tensor; entries with the same int belong to the same group (`group_index_from_keys`).
+* `valid[B]` (bool, default all True) marks entries that count. Invalid entries neither contribute to any group
+  statistic nor receive a nonzero advantage, so a crashed sandbox cannot shift the baseline of its healthy siblings.
 * A group with fewer than two valid members carries no comparative signal: its advantage is 0 (GRPO, RLOO).
   `reinforce` has no baseline at all (the advantage is the reward), for roles without a meaningful group.
 
-`gae_advantages` is the token-level estimator for PPO with a critic; `discounted_returns` is for the stepwise mode
-(per-step rewards inside long trajectories); `uniform_groups` marks groups whose rewards are all equal (DAPO's
-dynamic sampling drops them).
+PPO with a critic (`gae`) is token-level: `score_episodes` leaves its step advantages at 0 and records the rewards
+the critic sees (`step_rewards`); `apply_gae` then runs `gae_advantages` over each trajectory's action tokens with
+the backend's values and whitens the result over the batch, as verl does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from rllm.types import Episode, TerminationReason, Trajectory
+
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "ScoredBatch",
+    "apply_gae",
     "compute_advantages",
     "discounted_returns",
     "dr_grpo_advantages",
     "gae_advantages",
     "group_index_from_keys",
+    "group_key",
     "grpo_advantages",
     "masked_whiten",
     "reinforce_advantages",
     "reinforce_pp_advantages",
     "remax_advantages",
     "rloo_advantages",
+    "score_episodes",
+    "trajectory_reward",
     "uniform_groups",
 ]
 
@@ -281,3 +312,151 @@ def compute_advantages(
             raise ValueError("remax needs greedy_rewards_per_group= (the reward of each group's greedy rollout)")
         return remax_advantages(rewards, group_index, valid=valid, **options)
     return ADVANTAGE_ESTIMATORS[name](rewards, group_index, valid, **options)
+
+
+# ---- from episodes to per-step advantages ------------------------------------------------------------------------
+
+_LENGTH_LIMITS = (TerminationReason.MAX_RESPONSE_LENGTH, TerminationReason.MAX_PROMPT_LENGTH)
+
+
+@dataclass
+class ScoredBatch:
+    """The trajectories that train this step (input order), one advantage per step each, the per-step rewards a
+    critic's GAE sees (each step's reward in stepwise mode, else the trajectory's reward on its last step), and
+    counts of what was left out."""
+
+    trajectories: list[tuple[Episode, Trajectory]]
+    step_advantages: list[list[float]]
+    step_rewards: list[list[float]]
+    rewards: list[float]  # one per kept trajectory
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def group_key(episode: Episode, trajectory: Trajectory) -> str:
+    return f"{episode.task_id}:{trajectory.name}"
+
+
+def trajectory_reward(episode: Episode, trajectory: Trajectory, policy_error_reward: float | None = None) -> float:
+    if policy_error_reward is not None and episode.termination_reason is TerminationReason.POLICY_ERROR:
+        return float(policy_error_reward)
+    return trajectory.final_reward()
+
+
+def score_episodes(episodes: Sequence[Episode], algorithm: Any, greedy_rewards: dict[str, float] | None = None,
+                   ) -> ScoredBatch:  # fmt: skip
+    """Group, filter and score `episodes` under an `AlgorithmConfig` (module docstring). `greedy_rewards` maps a
+    group key to the reward of that group's greedy rollout: ReMax's baseline, needed for roles that use remax."""
+    pairs = [(episode, trajectory) for episode in episodes for trajectory in episode.trajectories]
+    keys = [group_key(*pair) for pair in pairs]
+    rewards = [trajectory_reward(episode, trajectory, algorithm.policy_error_reward) for episode, trajectory in pairs]
+    valid, stats = _validity(pairs, algorithm)
+    keep = list(valid)
+    if algorithm.drop_uniform_groups:
+        uniform = uniform_groups(torch.tensor(rewards), group_index_from_keys(keys), torch.tensor(valid)).tolist()
+        stats["dropped_uniform"] = sum(u and v for u, v in zip(uniform, valid, strict=True))
+        keep = [v and not u for v, u in zip(valid, uniform, strict=True)]
+    advantages: list[list[float]] = [[] for _ in pairs]
+    critic_rewards: list[list[float]] = [[] for _ in pairs]
+    for role in dict.fromkeys(trajectory.name for _, trajectory in pairs):
+        settings = algorithm.for_role(role)
+        mine = [i for i, (_, trajectory) in enumerate(pairs) if trajectory.name == role]
+        steps = [[step.reward for step in pairs[i][1].steps] for i in mine]
+        role_advantages = _role_step_advantages(settings, steps, [keys[i] for i in mine], [rewards[i] for i in mine],
+                                                [valid[i] for i in mine], greedy_rewards)  # fmt: skip
+        for i, step_rewards, step_advantages in zip(mine, steps, role_advantages, strict=True):
+            advantages[i] = step_advantages
+            last = [0.0] * (len(step_rewards) - 1) + [rewards[i]] if step_rewards else []
+            critic_rewards[i] = step_rewards if settings.stepwise else last
+    kept = [i for i in range(len(pairs)) if keep[i]]
+    stats.update(trajectories=len(pairs), groups=len(set(keys)), kept=len(kept))
+    return ScoredBatch([pairs[i] for i in kept], [advantages[i] for i in kept], [critic_rewards[i] for i in kept],
+                       [rewards[i] for i in kept], stats)  # fmt: skip
+
+
+def _validity(pairs: list[tuple[Episode, Trajectory]], algorithm: Any) -> tuple[list[bool], dict[str, float]]:
+    stats = {"excluded_infra_error": 0, "excluded_overlong": 0, "excluded_empty": 0}
+    valid = []
+    for episode, trajectory in pairs:
+        reason = episode.termination_reason
+        if algorithm.mask_infra_errors and reason is TerminationReason.INFRA_ERROR:
+            stats["excluded_infra_error"] += 1
+        elif algorithm.filter_overlong and reason in _LENGTH_LIMITS:
+            stats["excluded_overlong"] += 1
+        elif not trajectory.steps:
+            stats["excluded_empty"] += 1
+        else:
+            valid.append(True)
+            continue
+        valid.append(False)
+    return valid, stats
+
+
+def _role_step_advantages(settings: Any, steps: list[list[float]], keys: list[str], rewards: list[float],
+                          valid: list[bool], greedy_rewards: dict[str, float] | None) -> list[list[float]]:  # fmt: skip
+    """One role's advantages, one per step. The estimator runs over entries: one per trajectory (its reward, then
+    broadcast to every step) or, stepwise, one per step (its discounted return), each in its trajectory's group."""
+    if settings.advantage == "gae":
+        return [[0.0] * len(s) for s in steps]  # token-level: `apply_gae` fills them in with the critic's values
+    entries = [discounted_returns(s, settings.gamma) for s in steps] if settings.stepwise else [[r] for r in rewards]
+    flat_keys = [key for key, values in zip(keys, entries, strict=True) for _ in values]
+    if not flat_keys:
+        return [[] for _ in steps]
+    options: dict[str, Any] = {"norm_by_std": settings.norm_by_std} if settings.advantage == "grpo" else {}
+    if settings.advantage == "remax":
+        groups = list(dict.fromkeys(flat_keys))  # the order group_index_from_keys numbers them in
+        missing = [key for key in groups if key not in (greedy_rewards or {})]
+        if missing:
+            raise ValueError(f"remax needs the reward of a greedy rollout for every group; none for {missing[:5]}")
+        options["greedy_rewards_per_group"] = torch.tensor([greedy_rewards[key] for key in groups])
+    flat = compute_advantages(
+        settings.advantage,
+        torch.tensor([value for values in entries for value in values]),
+        group_index_from_keys(flat_keys),
+        torch.tensor([ok for ok, values in zip(valid, entries, strict=True) for _ in values]),
+        **options,
+    ).tolist()
+    out, start = [], 0
+    for step_list, values in zip(steps, entries, strict=True):
+        chunk, start = flat[start : start + len(values)], start + len(values)
+        out.append(chunk if settings.stepwise else chunk * len(step_list))
+    return out
+
+
+# ---- PPO with a critic -------------------------------------------------------------------------------------------
+
+
+def apply_gae(rows: Sequence[Any], values: Sequence[Sequence[float]], algorithm: Any) -> dict[str, float]:
+    """Fill each training row's `advantages`, `returns` and `old_values` from the critic's `values` (token-aligned
+    per row, as `TorchBackend.compute_values` returns them) and the rows' `rewards` (`build_rows(step_rewards=)`).
+
+    GAE runs over the action tokens of one *trajectory* in order, across all of its rows: a trajectory split into
+    two rows (a template that rewrote history) bootstraps from its next row instead of ending at the split. gamma and
+    lam are the role's (`algorithm.for_role`), applied per action token as in verl. The advantages are then whitened
+    over every action token of the batch (verl's `masked_whiten`). Returns the mean return and value."""
+    advantages = [[0.0] * len(row) for row in rows]
+    returns = [[0.0] * len(row) for row in rows]
+    by_trajectory: dict[int, list[int]] = {}
+    for i, row in enumerate(rows):
+        by_trajectory.setdefault(row.trajectory_index, []).append(i)
+    slots: list[tuple[int, int]] = []  # (row, token) of every action token, trajectory by trajectory
+    for indices in by_trajectory.values():
+        settings = algorithm.for_role(rows[indices[0]].trajectory_name)
+        mine = [(i, t) for i in indices for t, mask in enumerate(rows[i].loss_mask) if mask]
+        if not mine:
+            continue
+        token_rewards = torch.tensor([[rows[i].rewards[t] for i, t in mine]], dtype=torch.float32)
+        token_values = torch.tensor([[float(values[i][t]) for i, t in mine]], dtype=torch.float32)
+        adv, ret = gae_advantages(token_rewards, token_values, torch.ones_like(token_rewards, dtype=torch.bool),
+                                  gamma=settings.gamma, lam=settings.lam)  # fmt: skip
+        for (i, t), a, g in zip(mine, adv[0].tolist(), ret[0].tolist(), strict=True):
+            advantages[i][t], returns[i][t] = a, g
+        slots.extend(mine)
+    if slots:
+        flat = torch.tensor([advantages[i][t] for i, t in slots])
+        for (i, t), a in zip(slots, masked_whiten(flat, torch.ones_like(flat)).tolist(), strict=True):
+            advantages[i][t] = a
+    for i, row in enumerate(rows):
+        row.advantages, row.returns, row.old_values = advantages[i], returns[i], [float(v) for v in values[i]]
+    n = max(len(slots), 1)
+    return {"return_mean": sum(returns[i][t] for i, t in slots) / n,
+            "value_mean": sum(float(values[i][t]) for i, t in slots) / n}  # fmt: skip

@@ -79,6 +79,10 @@ class TrainingRow:
     group_key: str  # "task_id:role": the group advantages were computed over
     episode_id: str
     trajectory_name: str
+    trajectory_index: int = 0  # position of its trajectory in build_rows' input (a trajectory may span rows)
+    rewards: list[float] = field(default_factory=list)  # a step's critic reward on its last sampled token, else 0.0
+    returns: list[float] | None = None  # PPO with a critic: GAE returns (value targets), set by apply_gae
+    old_values: list[float] | None = None  # ... and the critic's values at rollout time
     step_indices: list[int] = field(default_factory=list)  # steps of the trajectory this row holds
     weight_versions: list[int] = field(default_factory=list)  # one per step in step_indices
     truncated: bool = False  # tokens past max_response_length were dropped
@@ -106,10 +110,13 @@ class _OpenRow:
     row: TrainingRow
     completion_starts: list[int] = field(default_factory=list)
 
-    def append(self, ids: Sequence[int], *, logprobs: Sequence[float] | None = None, advantage: float = 0.0) -> None:
-        """Append ids; with `logprobs` they are sampled tokens (mask 1), without they are context (mask 0)."""
+    def append(self, ids: Sequence[int], *, logprobs: Sequence[float] | None = None, advantage: float = 0.0,
+               reward: float = 0.0) -> None:  # fmt: skip
+        """Append ids; with `logprobs` they are sampled tokens (mask 1; `reward` on the last one), without they are
+        context (mask 0)."""
         row = self.row
         row.input_ids.extend(ids)
+        row.rewards.extend([0.0] * len(ids))
         if logprobs is None:
             row.loss_mask.extend([0] * len(ids))
             row.old_logprobs.extend([0.0] * len(ids))
@@ -118,6 +125,8 @@ class _OpenRow:
             row.loss_mask.extend([1] * len(ids))
             row.old_logprobs.extend(float(x) for x in logprobs)
             row.advantages.extend([float(advantage)] * len(ids))
+            if ids:
+                row.rewards[-1] = float(reward)
 
 
 def build_rows(
@@ -127,9 +136,12 @@ def build_rows(
     max_prompt_length: int,
     max_response_length: int,
     overlong: Overlong = "truncate",
+    step_rewards: Sequence[Sequence[float]] | None = None,
 ) -> tuple[list[TrainingRow], dict[str, int]]:
     """Training rows from `(episode, trajectory)` pairs; `step_advantages[i][j]` is the advantage of step j of
     trajectory i (trajectory-level estimators repeat one value for every step). Rows come out in input order.
+    `step_rewards[i][j]` (what a critic's GAE sees, `ScoredBatch.step_rewards`) goes on the last sampled token of
+    that step in `row.rewards`; without it the rewards are 0.
 
     Returns `(rows, stats)` with stats `rows`, `rows_split` (steps that did not extend their row), `rows_truncated`,
     `rows_masked` (loss mask zeroed for length), `loss_tokens`. Raises `RowBuildError` for a step without token
@@ -139,30 +151,34 @@ def build_rows(
         raise ValueError(f"overlong must be 'truncate' or 'mask', got {overlong!r}")
     if max_prompt_length < 1 or max_response_length < 1:
         raise ValueError("max_prompt_length and max_response_length must be >= 1")
-    if len(step_advantages) != len(trajectories):
-        raise RowBuildError(f"step_advantages has {len(step_advantages)} entries for {len(trajectories)} trajectories")
+    if step_rewards is None:
+        step_rewards = [[0.0] * len(trajectory.steps) for _, trajectory in trajectories]
+    for name, given in (("step_advantages", step_advantages), ("step_rewards", step_rewards)):
+        if len(given) != len(trajectories):
+            raise RowBuildError(f"{name} has {len(given)} entries for {len(trajectories)} trajectories")
     stats = {"rows": 0, "rows_split": 0, "rows_truncated": 0, "rows_masked": 0, "loss_tokens": 0}
     rows: list[TrainingRow] = []
-    for (episode, trajectory), advantages in zip(trajectories, step_advantages, strict=True):
-        for open_row in _merge_steps(episode, trajectory, advantages, stats):
+    for index, ((episode, trajectory), advantages, rewards) in enumerate(
+        zip(trajectories, step_advantages, step_rewards, strict=True)
+    ):
+        for open_row in _merge_steps(episode, trajectory, advantages, rewards, stats):
+            open_row.row.trajectory_index = index
             rows.append(_fit(open_row, max_prompt_length, max_response_length, overlong, stats))
     stats["rows"] = len(rows)
     stats["loss_tokens"] = sum(row.num_loss_tokens for row in rows)
     return rows, stats
 
 
-def _merge_steps(
-    episode: Episode, trajectory: Trajectory, advantages: Sequence[float], stats: dict[str, int]
-) -> list[_OpenRow]:
+def _merge_steps(episode: Episode, trajectory: Trajectory, advantages: Sequence[float], rewards: Sequence[float],
+                 stats: dict[str, int]) -> list[_OpenRow]:  # fmt: skip
     """One trajectory's rows, merged by prefix extension, before any length limit."""
-    if len(advantages) != len(trajectory.steps):
-        raise RowBuildError(
-            f"episode {episode.id!r}, trajectory {trajectory.name!r}: {len(advantages)} step advantages "
-            f"for {len(trajectory.steps)} steps"
-        )
+    for name, given in (("step advantages", advantages), ("step rewards", rewards)):
+        if len(given) != len(trajectory.steps):
+            raise RowBuildError(f"episode {episode.id!r}, trajectory {trajectory.name!r}: {len(given)} {name} "
+                                f"for {len(trajectory.steps)} steps")  # fmt: skip
     rows: list[_OpenRow] = []
     current: _OpenRow | None = None
-    for index, (step, advantage) in enumerate(zip(trajectory.steps, advantages, strict=True)):
+    for index, (step, advantage, reward) in enumerate(zip(trajectory.steps, advantages, rewards, strict=True)):
         output = _token_output(episode, trajectory, index, step)
         prompt = output.prompt_ids
         if current is not None and _extends(prompt, current.row.input_ids):
@@ -174,7 +190,7 @@ def _merge_steps(
             current.append(prompt)
             rows.append(current)
         current.completion_starts.append(len(current.row.input_ids))
-        current.append(output.completion_ids, logprobs=output.logprobs, advantage=advantage)
+        current.append(output.completion_ids, logprobs=output.logprobs, advantage=advantage, reward=reward)
         current.row.step_indices.append(index)
         current.row.weight_versions.append(output.weight_version)
     return rows
@@ -258,10 +274,15 @@ def _cut(open_row: _OpenRow, length: int) -> None:
     kept = [i for i, start in enumerate(open_row.completion_starts) if start < length]
     row.step_indices = [row.step_indices[i] for i in kept]
     row.weight_versions = [row.weight_versions[i] for i in kept]
+    cut_reward = sum(row.rewards[length:])
     row.input_ids = row.input_ids[:length]
     row.loss_mask = row.loss_mask[:length]
     row.old_logprobs = row.old_logprobs[:length]
     row.advantages = row.advantages[:length]
+    row.rewards = row.rewards[:length]
+    sampled = [t for t, mask in enumerate(row.loss_mask) if mask]
+    if sampled:  # the reward of a cut-off step stays on the last kept sampled token, as for a finished one
+        row.rewards[sampled[-1]] += cut_reward
     row.prompt_length = min(row.prompt_length, length)
     row.truncated = True
 
@@ -289,7 +310,8 @@ def collate(rows: Sequence[TrainingRow], *, pad_id: int, pad_to_multiple: int | 
     Token-aligned, `[B, L]`: `input_ids` (long, `pad_id` on padding), `attention_mask` (long), `position_ids`
     (long, 0.. along each row), `loss_mask` (float, 1 on trained sampled tokens), `old_logprobs`, `advantages`
     (float). Next-token view, `[B, L-1]`, position t paired with `logits[:, t]`: `target_ids`, `target_mask`,
-    `target_old_logprobs`, `target_advantages`. Also `prompt_lengths` `[B]`. Padding is 0 in every mask.
+    `target_old_logprobs`, `target_advantages`, and `target_returns` / `target_old_values` when the rows carry a
+    critic's targets. Also `prompt_lengths` `[B]`. Padding is 0 in every mask.
     """
     import torch
 
@@ -310,7 +332,7 @@ def collate(rows: Sequence[TrainingRow], *, pad_id: int, pad_to_multiple: int | 
     advantages = padded([row.advantages for row in rows], 0.0, torch.float32)
     # Right padding: real tokens sit at 0..n-1 already; padding positions are never attended to.
     position_ids = torch.arange(length, dtype=torch.long).expand(len(rows), length).clone()
-    return {
+    batch = {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "position_ids": position_ids,
@@ -323,3 +345,11 @@ def collate(rows: Sequence[TrainingRow], *, pad_id: int, pad_to_multiple: int | 
         "target_advantages": advantages[:, 1:],
         "prompt_lengths": torch.tensor([row.prompt_length for row in rows], dtype=torch.long),
     }
+    with_critic = [row.returns is not None and row.old_values is not None for row in rows]
+    if any(with_critic):
+        if not all(with_critic):
+            raise RowBuildError("some rows have critic targets (returns, old_values) and some do not: "
+                                "apply_gae sets them on every row of a batch")  # fmt: skip
+        batch["target_returns"] = padded([row.returns for row in rows], 0.0, torch.float32)[:, 1:]
+        batch["target_old_values"] = padded([row.old_values for row in rows], 0.0, torch.float32)[:, 1:]
+    return batch

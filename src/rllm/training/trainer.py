@@ -1,17 +1,29 @@
-"""`AgentTrainer`: the RL loop for agents, readable top to bottom in `_train_step`.
+"""`AgentTrainer`: the RL loop for agents.
 
     trainer = AgentTrainer(agent_class=FrozenLakeAgent, env_class=FrozenLakeEnv, config=load_config(path),
                            train_dataset=rows, val_dataset=val_rows)
     trainer.train()
     AgentTrainer(workflow_class=SolverJudgeWorkflow, workflow_args={...}, config=...)  # every role, one model
 
-One step: take tasks → roll each out `rollout.n` times with the current weights → group trajectories by
-`task_id:role` → filter → advantages → training rows (exact sampled tokens, prefix-merged turns) → policy update
-(PPO epochs × mini-batches) → push weights to the rollout model → log → validate every k steps → checkpoint.
+Reading order: one RL step, file:function in the order it runs.
+
+    training/trainer.py           AgentTrainer._train_step       the step, top to bottom
+    engine/workflow_engine.py     AgentWorkflowEngine.execute_tasks_async   each task rollout.n times -> Episodes
+    training/advantages.py        score_episodes                 group by task:role, filter, per-step advantages
+                                  compute_advantages             the dispatcher -> grpo_advantages, rloo_advantages, ...
+    training/batch.py             build_rows                     exact sampled ids -> rows with loss masks
+    training/advantages.py        apply_gae                      PPO with a critic only: values -> GAE, returns
+    training/backends/torch.py    TorchBackend.update            epochs x mini-batches x micro-batches
+                                  TorchBackend._loss             composes the pure losses below
+    training/losses.py            policy_loss, kl_penalty, value_loss, aggregate
+    training/backends/torch.py    TorchBackend.push_weights      the rollout model samples from the new weights
+
+Set-up happens once, in `setup()`: seeds, backend, task sampler, run directory (fresh or resumed), rollout model,
+engines, in that order.
 
 Choices:
 - Rollouts run on a `LocalModel` that shares the backend's model object (LoRA adapters live), so "pushing weights"
-  on the embedded path is a version bump: the next rollouts are on-policy with no copy. With `rollout.backend: vllm`
+  on the embedded path is a version bump: the next rollouts are on-policy with no copy. With `rollout.server: vllm`
   (or `AgentTrainer(rollout="vllm")`) a vLLM server samples instead (`rllm.training.rollout_server`): started from
   the trainer's own weights or attached (`rollout.vllm.base_url`), synced after every update with the configured
   strategy (`rllm.models.weight_sync`), and checked against the trainer's logprobs after every sync (metrics
@@ -24,6 +36,9 @@ Choices:
   and env classes, else `config.workflow` / the built-in task's default. Everything runs through the
   `AgentWorkflowEngine`; all roles of a workflow train the same model, each role with its own estimator
   (`algorithm.roles`). ReMax's greedy baseline for a role with several trajectories is their mean reward.
+- PPO with a critic (`algorithm.advantage: gae`): the backend's value head scores every action token of the rows,
+  `apply_gae` turns rewards and values into advantages and returns, and the update trains the head with the clipped
+  value loss; the head is part of every checkpoint.
 - A step with nothing to train on (every group dropped or filtered) skips the update and says so in its metrics
   (`skipped_update=1`); nothing is dropped silently.
 """
@@ -40,13 +55,12 @@ from typing import Any
 
 from rllm.config import TrainConfig, dump_config
 from rllm.engine.workflow_engine import AgentWorkflowEngine
-from rllm.evaluation import summarize_episodes
+from rllm.metrics import summarize_episodes
 from rllm.runs import write_json
+from rllm.training.advantages import apply_gae, group_key, score_episodes, trajectory_reward
 from rllm.training.batch import build_rows
 from rllm.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from rllm.training.grouping import group_and_score, group_key, trajectory_reward
 from rllm.training.run_log import MetricsLog, TaskSampler
-from rllm.types import Episode
 from rllm.workflows.resolve import resolve_workflow
 
 __all__ = ["AgentTrainer"]
@@ -108,10 +122,8 @@ class AgentTrainer:
 
     async def _train(self) -> dict[str, Any]:
         cfg = self.config
-        _seed_everything(cfg.trainer.seed)
-        self._build()
-        start_step = self._resume_or_start()
-        self._start_rollout()
+        self.setup()
+        start_step = self.step
         log = MetricsLog(self.run_dir, tensorboard=cfg.trainer.tensorboard, resume_step=start_step or None)
         result: dict[str, Any] = {"run_dir": str(self.run_dir)}
         try:
@@ -155,22 +167,28 @@ class AgentTrainer:
         greedy = await self._greedy_baselines(tasks) if cfg.algorithm.uses_advantage("remax") else None
         time_rollout = time.perf_counter() - started
 
-        batch = group_and_score(episodes, cfg.algorithm, greedy)
+        started = time.perf_counter()
+        batch = score_episodes(episodes, cfg.algorithm, greedy)
         rows, row_stats = build_rows(
             batch.trajectories,
             step_advantages=batch.step_advantages,
+            step_rewards=batch.step_rewards,
             max_prompt_length=cfg.rollout.max_prompt_length,
             max_response_length=cfg.rollout.max_response_length,
         )
-        started = time.perf_counter()
-        update = {"skipped_update": 1} if not rows else {"skipped_update": 0, **self.backend.update(
-            rows, temperature=cfg.rollout.temperature, norm_length=cfg.rollout.max_response_length)}  # fmt: skip
+        update: dict[str, Any] = {"skipped_update": int(not rows)}
+        if rows:
+            if cfg.algorithm.advantage == "gae":  # PPO with a critic: advantages and returns from its values
+                update.update(apply_gae(rows, self.backend.compute_values(rows), cfg.algorithm))
+            update.update(self.backend.update(rows, temperature=cfg.rollout.temperature,
+                                              norm_length=cfg.rollout.max_response_length))  # fmt: skip
         version = self.backend.push_weights(self.rollout_model)
         update.update(getattr(self.rollout_model, "sync_metrics", {}))
         time_update = time.perf_counter() - started
 
         metrics = {
-            **_rollout_metrics(episodes, time_rollout),
+            **summarize_episodes(episodes, time_rollout),
+            "time_rollout_s": time_rollout,
             **{f"batch/{k}": v for k, v in {**batch.stats, **row_stats}.items()},
             **update,
             "time_update_s": time_update,
@@ -182,17 +200,17 @@ class AgentTrainer:
         return metrics
 
     async def _validate(self, log: MetricsLog, step: int) -> dict[str, float]:
+        """Greedy (`rollout.val_temperature`) episodes on the validation tasks, logged under `val/`."""
         if not self.val_dataset:
-            return {"success_rate": float("nan"), "mean_reward": float("nan"), "episodes": 0}
+            return {"success_rate": float("nan"), "reward_mean": float("nan"), "episodes": 0}
         self.val_engine.sampling = self.config.rollout.to_sampling(validation=True, seed=self.config.trainer.seed)
         started = time.perf_counter()
         episodes = await self.val_engine.execute_tasks_async(self.val_dataset)
         summary = summarize_episodes(episodes, time.perf_counter() - started)
-        result = {k: summary[k] for k in ("success_rate", "mean_reward", "mean_turns", "episodes")}
-        log.log(step, {f"val/{k}": v for k, v in {**result, **role_metrics(summary)}.items()})
+        log.log(step, {f"val/{k}": v for k, v in summary.items()})
         if self.config.trainer.log_episodes:
             log.log_episodes(step, episodes, "val")
-        return result
+        return {k: summary[k] for k in ("success_rate", "reward_mean", "turns_mean", "episodes")}
 
     async def _greedy_baselines(self, tasks: list[dict]) -> dict[str, float]:
         """ReMax: one greedy rollout per task; its reward is the baseline of the task's group (per role)."""
@@ -206,19 +224,23 @@ class AgentTrainer:
 
     # ---- set-up, checkpoints ------------------------------------------------------------------------------
 
-    def _build(self) -> None:
+    def setup(self) -> None:
+        """Build the run's state, in the one order that works: seeds -> backend (model, optimizer) -> task sampler
+        -> run directory, fresh or resumed (weights, optimizer, sampler position, RNG, validation history) ->
+        rollout model (after resuming, so a vLLM server starts from the resumed weights) -> engines."""
         from rllm.training.backends.torch import TorchBackend
 
         cfg = self.config
+        _seed_everything(cfg.trainer.seed)
         self.backend = TorchBackend(cfg.model, cfg.algorithm, cfg.optim, total_steps=cfg.trainer.total_steps,
                                     seed=cfg.trainer.seed, model=self._model, tokenizer=self._tokenizer)  # fmt: skip
         self.sampler = TaskSampler(self.train_dataset, cfg.trainer.seed)
         self.step, self.val_history = 0, []
-        self._resumed_version: int | None = None
-
-    def _start_rollout(self) -> None:
-        """The model rollouts sample from (after resume, so a server starts from the resumed weights)."""
-        cfg = self.config
+        resumed_version = None
+        if cfg.trainer.resume:
+            resumed_version = self._resume(Path(cfg.trainer.resume))
+        else:
+            self._new_run_dir()
         if cfg.rollout.backend == "vllm":
             from rllm.training.rollout_server import start_vllm_rollout
 
@@ -226,9 +248,28 @@ class AgentTrainer:
         else:
             self.rollout_model = self.backend.make_rollout_model(max_batch_size=cfg.rollout.n_parallel,
                                                                  seed=cfg.trainer.seed)  # fmt: skip
-            if self._resumed_version is not None:
-                self.rollout_model.weight_version = self._resumed_version
+            if resumed_version is not None:
+                self.rollout_model.weight_version = resumed_version
         self.engine, self.val_engine = self._make_engine(), self._make_engine()
+
+    def _resume(self, path: Path) -> int:
+        """Load the checkpoint at or under `path` into the backend and the trainer; returns its weight version."""
+        checkpoint = _find_checkpoint(path)
+        self.run_dir = checkpoint.parent.parent
+        self.step, parts = load_checkpoint(checkpoint)
+        self.backend.load_state_dict(parts["backend"])
+        state = parts["trainer"]
+        self.sampler.position, self.val_history = state["sampler_position"], state["val_history"]
+        _set_rng_state(state["rng"])
+        return state["weight_version"]
+
+    def _new_run_dir(self) -> None:
+        cfg = self.config
+        name = cfg.trainer.name or f"train-{cfg.data.task}-{cfg.algorithm.advantage}-{time.strftime('%Y%m%d-%H%M%S')}"
+        self.run_dir = Path(cfg.trainer.run_dir) / name
+        self.run_dir.mkdir(parents=True, exist_ok=False)
+        (self.run_dir / "config.yaml").write_text(dump_config(cfg), encoding="utf-8")
+        write_json(self.run_dir / "manifest.json", _manifest(cfg))
 
     async def _close_rollout(self) -> None:
         model = getattr(self, "rollout_model", None)
@@ -245,28 +286,6 @@ class AgentTrainer:
         return AgentWorkflowEngine(workflow_class=self.workflow_class, workflow_args=self.workflow_args,
                                    model=self.rollout_model, n_parallel_tasks=kwargs.pop("n_parallel_agents"),
                                    **kwargs)  # fmt: skip
-
-    def _resume_or_start(self) -> int:
-        cfg = self.config.trainer
-        if cfg.resume:
-            checkpoint = _find_checkpoint(Path(cfg.resume))
-            self.run_dir = checkpoint.parent.parent
-            step, parts = load_checkpoint(checkpoint)
-            self.backend.load_state_dict(parts["backend"])
-            state = parts["trainer"]
-            self.sampler.position, self.step, self.val_history = state["sampler_position"], step, state["val_history"]
-            _set_rng_state(state["rng"])
-            self._resumed_version = state["weight_version"]
-            return step
-        name = (
-            cfg.name
-            or f"train-{self.config.data.task}-{self.config.algorithm.advantage}-{time.strftime('%Y%m%d-%H%M%S')}"
-        )
-        self.run_dir = Path(cfg.run_dir) / name
-        self.run_dir.mkdir(parents=True, exist_ok=False)
-        (self.run_dir / "config.yaml").write_text(dump_config(self.config), encoding="utf-8")
-        write_json(self.run_dir / "manifest.json", _manifest(self.config))
-        return 0
 
     def _save(self) -> None:
         trainer_state = {
@@ -302,33 +321,6 @@ def _resolve_datasets(cfg: TrainConfig, train, val) -> tuple[list[dict], list[di
     if val is None:
         val = _task_spec(cfg).make_tasks(cfg.data.val_size, seed=cfg.data.val_seed, **args) if cfg.data.val_size else []
     return train, val
-
-
-def _rollout_metrics(episodes: list[Episode], time_rollout: float) -> dict[str, Any]:
-    """The rollout half of a step's metrics: the evaluation summary under training names, plus response length."""
-    summary = summarize_episodes(episodes, time_rollout)
-    trajectories = [t for ep in episodes for t in ep.trajectories]
-    response = [sum(s.model_output.completion_length for s in t.steps if s.model_output) for t in trajectories]
-    return {
-        "reward_mean": sum(t.final_reward() for t in trajectories) / max(len(trajectories), 1),
-        "success_rate": summary["success_rate"],
-        "response_length_mean": sum(response) / max(len(response), 1),
-        "turns_mean": summary["mean_turns"],
-        "token_mismatch": summary["token_mismatch"],
-        "time_rollout_s": time_rollout,
-        "rollout_tokens_per_s": summary["tokens_per_s"],
-        **{f"termination/{reason}": fraction for reason, fraction in summary["termination_fractions"].items()},
-        **role_metrics(summary),
-    }
-
-
-def role_metrics(summary: dict[str, Any]) -> dict[str, float]:
-    """`role/<name>/reward_mean` and `role/<name>/success_rate` from an episode summary."""
-    out = {}
-    for role, stats in summary["roles"].items():
-        out[f"role/{role}/reward_mean"] = stats["mean_reward"]
-        out[f"role/{role}/success_rate"] = stats["success_rate"]
-    return out
 
 
 def _step_seed(seed: int, step: int) -> int:
@@ -402,7 +394,7 @@ def format_result_table(result: dict[str, Any]) -> str:
     lines = [
         f"{'':24}{'before':>10}{'after':>10}",
         f"{'val success rate':24}{before['success_rate']:>10.3f}{after['success_rate']:>10.3f}",
-        f"{'val mean reward':24}{before['mean_reward']:>10.3f}{after['mean_reward']:>10.3f}",
+        f"{'val mean reward':24}{before['reward_mean']:>10.3f}{after['reward_mean']:>10.3f}",
         f"validation tasks: {after.get('episodes', 0)}   steps: {result['steps']}   run: {result['run_dir']}",
     ]
     return "\n".join(lines)

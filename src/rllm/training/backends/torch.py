@@ -8,14 +8,11 @@
 
 Choices worth knowing:
 
-- One update = `ppo_epochs` passes; each pass shuffles the rows with the backend's own seeded generator (saved in
-  `state_dict`, so a resumed run shuffles identically) into `mini_batches` mini-batches, one optimizer step each.
-  A mini-batch is split into micro-batches (`split_micro_batches`: sorted by length, little padding).
-- Gradient accumulation is exact: each micro-batch's loss is aggregated as `loss_agg` says and scaled by its share
-  of the mini-batch's aggregation units (loss tokens for token-mean, rows with a loss token for the seq-mean
-  modes), so the accumulated gradient is that of the whole mini-batch's loss, whatever the micro-batch size. For
-  `seq-mean-token-sum-norm` the horizon must not move with the micro-batch: `norm_length` defaults to the longest
-  row of the update minus one (pass the max response length to fix it across steps).
+- `update` is the whole PPO update on one screen: epochs × mini-batches (one optimizer step each) × micro-batches
+  (`split_micro_batches`: sorted by length, little padding), with exact gradient accumulation; `_loss` composes the
+  pure loss functions of `rllm.training.losses`. The shuffle generator is saved in `state_dict`, so a resumed run
+  shuffles identically. For `seq-mean-token-sum-norm` the horizon must not move with the micro-batch:
+  `norm_length` defaults to the longest row of the update minus one (pass the max response length to fix it).
 - The PPO ratio is taken against `target_old_logprobs`, the logprobs the tokens were sampled with: on the first
   mini-batch of an on-policy update it is exactly 1 (up to float rounding), which a test checks end to end.
 - KL reference: with LoRA, the same model with its adapters disabled (`disable_adapter()`, no extra memory); with
@@ -32,15 +29,12 @@ Choices worth knowing:
 - PPO with a critic (`advantage: gae`): a shared-trunk critic, `nn.Linear(hidden, 1)` in float32 on the policy's
   final hidden state; its value loss trains the head and (through the trunk) the same adapters as the policy.
   It costs one small matmul instead of a second model; verl's path is a separate critic model. Value of token t
-  is predicted from the hidden state at t - 1, i.e. the state in which token t was chosen. The trainer's protocol:
-      values = backend.compute_values(rows)              # token-aligned like row.old_logprobs, 0 off the loss mask
-      adv, ret = gae_advantages(rewards, values, mask)   # [B, L] token-aligned tensors built from the rows
-      row.advantages = whitened adv of row i             # per token, as any estimator
-      backend.update(rows, temperature=T, returns=ret_lists, old_values=values)
-  `returns`/`old_values` are per-row, per-token lists parallel to `rows` (token-aligned, like `row.advantages`);
-  `old_values` defaults to the values under the weights at the start of the update.
-- Dropout (LoRA dropout, attention dropout) draws from a generator seeded by (seed, update count) inside a forked
-  RNG: an update is reproducible from the checkpoint alone and never consumes the global RNG.
+  is predicted from the hidden state at t - 1, i.e. the state in which token t was chosen. The trainer computes
+  `compute_values(rows)` before the update, turns them into advantages and returns with
+  `rllm.training.advantages.apply_gae` (which stores them on the rows), and `update` trains the head on
+  `row.returns` with the clipped value loss around `row.old_values`. The head's parameters get their own learning
+  rate (`optim.critic_lr`): a zero-initialised head moving at a LoRA learning rate would need thousands of steps to
+  reach the scale of the returns.
 - Warm-up counts trainer steps like `total_steps` (the config's unit); the schedule itself ticks per optimizer step,
   `total_steps * ppo_epochs * mini_batches` of them (see `torch_model.lr_factor`).
 """
@@ -51,7 +45,7 @@ import contextlib
 import copy
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any
 
@@ -72,7 +66,6 @@ from rllm.training.losses import aggregate, kl_penalty, policy_loss, value_loss
 __all__ = ["TorchBackend"]
 
 STATE_FORMAT = 1
-PerToken = Sequence[Sequence[float]]
 
 
 class TorchBackend:
@@ -107,8 +100,11 @@ class TorchBackend:
         self.value_head = self._make_value_head() if algorithm.advantage == "gae" else None
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.tokenizer.eos_token_id  # fmt: skip
-        self.optimizer = torch.optim.AdamW(self._trainable_parameters(), lr=optim.lr, betas=tuple(optim.betas),
-                                           eps=optim.eps, weight_decay=optim.weight_decay)  # fmt: skip
+        groups = [{"params": [p for p in self.model.parameters() if p.requires_grad]}]
+        if self.value_head is not None:
+            groups.append({"params": list(self.value_head.parameters()), "lr": optim.critic_lr})
+        self.optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps,
+                                           weight_decay=optim.weight_decay)  # fmt: skip
         per_update = algorithm.ppo_epochs * algorithm.mini_batches
         self.total_optimizer_steps = total_steps * per_update
         schedule = partial(lr_factor, schedule=optim.schedule, warmup=optim.warmup_steps * per_update,
@@ -200,128 +196,101 @@ class TorchBackend:
 
     # ------------------------------------------------------------ the update
 
-    def update(self, rows: Sequence[TrainingRow], *, temperature: float, norm_length: int | None = None,
-               returns: PerToken | None = None, old_values: PerToken | None = None) -> dict[str, float]:  # fmt: skip
-        """One PPO update on `rows` (see the module docstring); returns metrics averaged over its optimizer steps.
-        `temperature` must be the rollout's (0, greedy, means 1: greedy rollouts report temperature-1 logprobs)."""
+    def update(self, rows: Sequence[TrainingRow], *, temperature: float,
+               norm_length: int | None = None) -> dict[str, float]:  # fmt: skip
+        """One PPO update on `rows`; returns metrics averaged over its optimizer steps (token counts summed).
+        `temperature` must be the rollout's (0, greedy, means 1: greedy rollouts report temperature-1 logprobs).
+
+        `ppo_epochs` passes over the rows, each shuffled by the backend's seeded generator into `mini_batches`
+        mini-batches, one optimizer step each. A mini-batch's gradient is accumulated exactly over micro-batches:
+        each micro-batch's loss, aggregated over itself, is weighted by its share of what `loss_agg` averages over
+        in the whole mini-batch (loss tokens, or rows holding one), so the step does not depend on the split."""
         if not rows:
             raise ValueError("update needs at least one training row")
-        started = time.perf_counter()
-        values = self._value_targets(rows, returns, old_values)
-        if norm_length is None and self.algorithm.loss_agg == "seq-mean-token-sum-norm":
+        if (self.value_head is not None) != (rows[0].returns is not None):
+            raise ValueError("advantage 'gae' trains a critic: rows must carry returns and old values "
+                             "(rllm.training.advantages.apply_gae), and only then")  # fmt: skip
+        algo, started = self.algorithm, time.perf_counter()
+        if norm_length is None and algo.loss_agg == "seq-mean-token-sum-norm":
             norm_length = max(len(row) for row in rows) - 1  # fixed for the whole update, whatever the split
-        totals: dict[str, float] = defaultdict(float)
-        steps = 0
+        max_norm = self.optim.grad_clip if self.optim.grad_clip is not None else float("inf")
+        log = _UpdateLog()
         self.model.train()
         try:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(self.seed * 1_000_003 + self.updates)
-                for _ in range(self.algorithm.ppo_epochs):
+            with self._dropout_rng():
+                for _epoch in range(algo.ppo_epochs):
                     order = torch.randperm(len(rows), generator=self.generator).tolist()
-                    for chunk in _split(order, self.algorithm.mini_batches):
-                        step = self._mini_batch_step(rows, chunk, values, temperature, norm_length)
-                        for key, value in step.items():
-                            totals[key] += value
-                        steps += 1
+                    for mini_batch in _split(order, algo.mini_batches):
+                        batches = [self._collate([rows[i] for i in c]) for c in self._micro_batches(rows, mini_batch)]
+                        units = [self._units(batch["target_mask"]) for batch in batches]
+                        tokens = [int(batch["target_mask"].sum()) for batch in batches]
+                        self.optimizer.zero_grad(set_to_none=True)
+                        for batch, unit, count in zip(batches, units, tokens, strict=True):
+                            log.count_tokens(batch)
+                            if unit == 0:
+                                continue
+                            loss, losses, token_means = self._loss(batch, temperature, norm_length)
+                            (loss * (unit / sum(units))).backward()
+                            log.add(losses, unit / sum(units))
+                            log.add(token_means, count / sum(tokens))
+                        grad_norm = torch.nn.utils.clip_grad_norm_(self._trainable_parameters(), max_norm)
+                        log.add({"grad_norm": float(grad_norm), "lr": self.optimizer.param_groups[0]["lr"]})
+                        if sum(units) > 0:  # no loss token at all (every row masked): no gradient, no step
+                            self.optimizer.step()
+                        self.scheduler.step()  # the schedule advances anyway: it counts planned optimizer steps
+                        log.steps += 1
         finally:
             self.model.eval()
         self.updates += 1
-        counts = ("train_tokens", "loss_tokens")  # summed over the update (all epochs); the rest averaged per step
-        metrics = {key: value if key in counts else value / steps for key, value in totals.items()}
-        elapsed = time.perf_counter() - started
-        metrics.update(train_time_s=elapsed, train_tokens_per_s=totals["train_tokens"] / max(elapsed, 1e-9))
-        return metrics
+        return log.metrics(time.perf_counter() - started)
 
-    def _value_targets(self, rows: Sequence[TrainingRow], returns: PerToken | None,
-                       old_values: PerToken | None) -> tuple[PerToken, PerToken] | None:  # fmt: skip
-        if self.value_head is None:
-            if returns is not None:
-                raise ValueError("returns given but there is no critic: set algorithm.advantage to 'gae'")
-            return None
-        if returns is None:
-            raise ValueError("advantage 'gae' trains a critic: pass per-token `returns` (from gae_advantages)")
-        old_values = old_values if old_values is not None else self.compute_values(rows)
-        for name, lists in (("returns", returns), ("old_values", old_values)):
-            if len(lists) != len(rows) or any(len(v) != len(r) for v, r in zip(lists, rows, strict=True)):
-                raise ValueError(f"{name} must hold one token-aligned list per row, each len(row.input_ids) long")
-        return returns, old_values
+    def _loss(self, batch: dict[str, Tensor], temperature: float,
+              norm_length: int | None) -> tuple[Tensor, dict[str, float], dict[str, float]]:  # fmt: skip
+        """A micro-batch's loss aggregated over itself, its parts, and per-token means for the log:
 
-    def _mini_batch_step(self, rows: Sequence[TrainingRow], indices: list[int], values: Any, temperature: float,
-                         norm_length: int | None) -> dict[str, float]:  # fmt: skip
-        """Accumulate the exact mini-batch gradient over micro-batches, then one optimizer + scheduler step."""
-        micro = [(chunk, self._collate([rows[i] for i in chunk])) for chunk in self._micro_batches(rows, indices)]
-        units = [self._units(batch["target_mask"]) for _, batch in micro]
-        tokens = [int(batch["target_mask"].sum().item()) for _, batch in micro]
-        total_units, total_tokens = sum(units), sum(tokens)
-        step: dict[str, float] = defaultdict(float)
-        self.optimizer.zero_grad(set_to_none=True)
-        for (chunk, batch), unit, count in zip(micro, units, tokens, strict=True):
-            step["train_tokens"] += float(batch["attention_mask"].sum().item())
-            step["loss_tokens"] += float(count)
-            if unit == 0:
-                continue
-            if values is not None:
-                batch["target_returns"] = _pad_shifted([values[0][i] for i in chunk], batch)
-                batch["target_old_values"] = _pad_shifted([values[1][i] for i in chunk], batch)
-            loss, losses, token_means = self._micro_loss(batch, temperature, norm_length)
-            (loss * (unit / total_units)).backward()
-            for key, value in losses.items():
-                step[key] += value * unit / total_units
-            for key, value in token_means.items():
-                step[key] += value * count / total_tokens
-        params = self._trainable_parameters()
-        max_norm = self.optim.grad_clip if self.optim.grad_clip is not None else float("inf")
-        step["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-        step["lr"] = self.optimizer.param_groups[0]["lr"]
-        if total_units > 0:  # no loss token at all (every row masked): no gradient, no step
-            self.optimizer.step()
-        self.scheduler.step()  # the schedule advances anyway: it counts planned optimizer steps
-        return step
-
-    def _micro_loss(self, batch: dict[str, Tensor], temperature: float,
-                    norm_length: int | None) -> tuple[Tensor, dict[str, float], dict[str, float]]:  # fmt: skip
-        """The micro-batch's loss aggregated over itself, the loss parts, and per-token means for metrics."""
+            loss = pg_loss + kl_coef * kl - entropy_coef * entropy + value_coef * value_loss
+        """
         algo = self.algorithm
-        mask_f = batch["target_mask"]
-        mask = mask_f > 0
-        # Entropy is always logged (the logits at the loss positions exist anyway); it carries gradient only when
-        # it is part of the loss.
-        out = self._forward(batch, mask, temperature, entropy=True, entropy_grad=algo.entropy_coef > 0,
+        mask = batch["target_mask"]
+        positions = mask > 0
+        # Entropy is always logged (the logits at the loss positions exist anyway); it carries a gradient only
+        # when it is part of the loss.
+        out = self._forward(batch, positions, temperature, entropy=True, entropy_grad=algo.entropy_coef > 0,
                             hidden=self.value_head is not None)  # fmt: skip
-        logprobs = _scatter(out.logprobs, mask)
-        agg = partial(aggregate, mask=mask_f, mode=algo.loss_agg, norm_length=norm_length)
-        pg_loss, pg_metrics = policy_loss(
-            logprobs, batch["target_old_logprobs"], batch["target_advantages"], mask_f, clip_low=algo.clip_low,
+        logprobs, entropy = _scatter(out.logprobs, positions), _scatter(out.entropy, positions)
+        agg = partial(aggregate, mask=mask, mode=algo.loss_agg, norm_length=norm_length)
+        pg_loss, pg = policy_loss(
+            logprobs, batch["target_old_logprobs"], batch["target_advantages"], mask, clip_low=algo.clip_low,
             clip_high=algo.clip_high, agg=algo.loss_agg, norm_length=norm_length, dual_clip=algo.dual_clip,
         )  # fmt: skip
         loss = pg_loss
         losses = {"pg_loss": pg_loss.item()}
-        token_means = {k: pg_metrics[k].item() for k in ("clip_fraction", "approx_kl", "dual_clip_fraction")}
+        token_means = {k: pg[k].item() for k in ("clip_fraction", "approx_kl", "dual_clip_fraction")}
+        token_means["entropy"] = _token_mean(entropy, mask)
         if algo.kl_coef > 0:
-            kl = kl_penalty(logprobs, self._reference_logprobs(batch, mask, temperature), algo.kl_kind)
+            kl = kl_penalty(logprobs, self._reference_logprobs(batch, positions, temperature), algo.kl_kind)
             loss = loss + algo.kl_coef * agg(kl)
             token_means["kl"] = _token_mean(kl, mask)
-        entropy = _scatter(out.entropy, mask)
         if algo.entropy_coef > 0:
             loss = loss - algo.entropy_coef * agg(entropy)
-        token_means["entropy"] = _token_mean(entropy, mask)
         if self.value_head is not None:
-            values = _scatter(self.value_head(out.hidden).squeeze(-1), mask)
-            v_loss, v_metrics = value_loss(
-                values,
-                batch["target_old_values"],
-                batch["target_returns"],
-                mask_f,
-                clip=algo.value_clip,
-                agg=algo.loss_agg,
-                norm_length=norm_length,
-            )
+            values = _scatter(self.value_head(out.hidden).squeeze(-1), positions)
+            v_loss, v = value_loss(values, batch["target_old_values"], batch["target_returns"], mask,
+                                   clip=algo.value_clip, agg=algo.loss_agg, norm_length=norm_length)  # fmt: skip
             loss = loss + algo.value_coef * v_loss
             losses["value_loss"] = v_loss.item()
-            token_means["value_clip_fraction"] = v_metrics["value_clip_fraction"].item()
-            token_means["value_mean"] = _token_mean(values.detach(), mask)
+            token_means.update(value_clip_fraction=v["value_clip_fraction"].item(),
+                               value_mean=_token_mean(values.detach(), mask))  # fmt: skip
         losses["loss"] = loss.item()
         return loss, losses, token_means
+
+    @contextlib.contextmanager
+    def _dropout_rng(self) -> Iterator[None]:
+        """Dropout (LoRA, attention) draws from a generator seeded by (seed, update count) inside a forked RNG: an
+        update is reproducible from the checkpoint alone and never consumes the global RNG."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed * 1_000_003 + self.updates)
+            yield
 
     @torch.no_grad()
     def _reference_logprobs(self, batch: dict[str, Tensor], mask: Tensor, temperature: float) -> Tensor:
@@ -428,13 +397,6 @@ def _scatter(values: Tensor, mask: Tensor) -> Tensor:
     return full.masked_scatter(mask, values)
 
 
-def _pad_shifted(lists: Sequence[Sequence[float]], batch: dict[str, Tensor]) -> Tensor:
-    """Token-aligned per-row lists -> the shifted `[B, L-1]` view of `collate` (entry t pairs with target t)."""
-    length = batch["input_ids"].shape[1]
-    padded = [list(v) + [0.0] * (length - len(v)) for v in lists]
-    return torch.tensor(padded, dtype=torch.float32, device=batch["input_ids"].device)[:, 1:]
-
-
 def _split(order: list[int], parts: int) -> list[list[int]]:
     """`order` in `parts` contiguous chunks of near-equal size (the first ones one longer); empty ones dropped."""
     size, extra = divmod(len(order), parts)
@@ -448,3 +410,27 @@ def _split(order: list[int], parts: int) -> list[list[int]]:
 
 def _token_mean(values: Tensor, mask: Tensor) -> float:
     return float((values.detach() * mask).sum() / mask.sum().clamp(min=1))
+
+
+class _UpdateLog:
+    """An update's metrics: weighted parts summed per optimizer step, then averaged over the steps; token counts
+    (`train_tokens`, `loss_tokens`) summed over the whole update (every epoch)."""
+
+    _COUNTS = ("train_tokens", "loss_tokens")
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = defaultdict(float)
+        self.steps = 0
+
+    def add(self, values: dict[str, float], weight: float = 1.0) -> None:
+        for key, value in values.items():
+            self.totals[key] += value * weight
+
+    def count_tokens(self, batch: dict[str, Tensor]) -> None:
+        self.totals["train_tokens"] += float(batch["attention_mask"].sum())
+        self.totals["loss_tokens"] += float(batch["target_mask"].sum())
+
+    def metrics(self, elapsed: float) -> dict[str, float]:
+        out = {k: v if k in self._COUNTS else v / max(self.steps, 1) for k, v in self.totals.items()}
+        out.update(train_time_s=elapsed, train_tokens_per_s=self.totals["train_tokens"] / max(elapsed, 1e-9))
+        return out
