@@ -32,7 +32,7 @@ def test_rllm_train_cli_runs_two_steps(tmp_path, tiny_model_dir):
     assert train_steps == [1, 2]
     step = next(m for m in metrics if m["step"] == 2 and "reward_mean" in m)
     for key in ("clip_fraction", "approx_kl", "grad_norm", "token_mismatch", "time_rollout_s", "time_update_s",
-                "rollout_tokens_per_s", "response_length_mean", "success_rate"):  # fmt: skip
+                "tokens_per_s", "response_length_mean", "success_rate"):  # fmt: skip
         assert key in step, key
     assert (tmp_path / "cli" / "config.yaml").exists() and latest_checkpoint(tmp_path / "cli") is not None
     assert any((tmp_path / "cli" / "tensorboard").glob("events.out.tfevents.*"))
@@ -115,7 +115,7 @@ def test_solver_judge_workflow_trains_both_roles_with_their_own_estimators(tmp_p
     assert [m["step"] for m in steps] == [1, 2]
     for m in steps:
         # 2 tasks x 2 episodes: 2 solver attempts each (n_solutions in the config) and one judge
-        assert m["batch/solver/trajectories"] == 8 and m["batch/judge/trajectories"] == 4
+        assert m["role/solver/count"] == 8 and m["role/judge/count"] == 4
         assert 0 <= m["role/solver/reward_mean"] <= 1 and 0 <= m["role/judge/success_rate"] <= 1
         assert m["skipped_update"] == 0 and m["token_mismatch"] == 0
     assert any(m["grad_norm"] > 0 for m in steps)

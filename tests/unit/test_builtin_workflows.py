@@ -68,7 +68,7 @@ def test_single_turn_one_step_with_prompt_action_and_reward():
     assert step.action == "It is 4." and step.reward == 1.0 and step.done is True
     assert step.info["is_correct"] is True
     assert [call.prompt for call in model.calls] == [[{"role": "user", "content": "What is 2 + 2?"}]]
-    assert episode.metrics["agent/reward"] == 1.0 and episode.metrics["agent/count"] == 1
+    assert episode.metrics["role/agent/reward_mean"] == 1.0 and episode.metrics["role/agent/count"] == 1
 
 
 def test_single_turn_system_prompt_and_name():
@@ -77,7 +77,7 @@ def test_single_turn_system_prompt_and_name():
     assert trajectory.name == "solver" and trajectory.reward == 0.0 and trajectory.is_correct is False
     system, user = {"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}
     assert trajectory.steps[0].chat_completions == [system, user]
-    assert episode.is_correct is False and episode.metrics["solver/success"] == 0.0
+    assert episode.is_correct is False and episode.metrics["role/solver/success_rate"] == 0.0
 
 
 def test_single_turn_message_list_prompt_is_used_as_is():
@@ -94,7 +94,8 @@ def test_reward_output_correctness_beats_positive_reward():
     assert trajectory.reward == pytest.approx(0.1) and trajectory.is_correct is False
     assert trajectory.steps[0].info == {"k": 1, "is_correct": False}
     assert episode.is_correct is False and episode.termination_reason is R.ENV_DONE
-    assert episode.metrics["agent/reward"] == pytest.approx(0.1) and episode.metrics["agent/success"] == 0.0
+    assert episode.metrics["role/agent/reward_mean"] == pytest.approx(0.1)
+    assert episode.metrics["role/agent/success_rate"] == 0.0
 
     episode = run_single(FakeModel("4"), reward_fn=lambda t, r: 1.0)
     assert episode.trajectories[0].is_correct is True and episode.is_correct is True
@@ -250,14 +251,15 @@ def test_three_solvers_rewards_and_role_metrics():
     assert episode.trajectories[-1].steps[0].action == 0 and episode.is_correct is True
     assert "Here are 3 candidate answers." in text_of(model.calls[-1].prompt)
     metrics = episode.metrics
-    assert metrics["solver/reward"] == pytest.approx(1 / 3) and metrics["solver/success"] == pytest.approx(1 / 3)
-    assert metrics["solver/count"] == 3
-    assert metrics["judge/reward"] == 1.0 and metrics["judge/success"] == 1.0 and metrics["judge/count"] == 1
+    assert metrics["role/solver/reward_mean"] == pytest.approx(1 / 3)
+    assert metrics["role/solver/success_rate"] == pytest.approx(1 / 3) and metrics["role/solver/count"] == 3
+    assert metrics["role/judge/reward_mean"] == 1.0 and metrics["role/judge/success_rate"] == 1.0
+    assert metrics["role/judge/count"] == 1
     assert metrics["steps"] == 4
-    roles = engine.metrics["roles"]
-    assert roles["solver"] == {"trajectories": 3, "mean_reward": pytest.approx(1 / 3),
-                               "success_rate": pytest.approx(1 / 3)}  # fmt: skip
-    assert roles["judge"] == {"trajectories": 1, "mean_reward": 1.0, "success_rate": 1.0}
+    def roles(summary):
+        return {key: value for key, value in summary.items() if key.startswith("role/")}
+
+    assert roles(engine.metrics) == roles(metrics)  # one episode: the engine's summary is the episode's
     assert engine.metrics["success_rate"] == 1.0 and engine.metrics["episodes"] == 1
 
 

@@ -65,7 +65,8 @@ def test_readme_workflow_example_runs_and_scores_both_roles(capsys):
     episodes = namespace["episodes"]
     assert [[t.name for t in ep.trajectories] for ep in episodes] == [["writer", "checker"]] * 2
     assert all(ep.is_correct and [t.reward for t in ep.trajectories] == [1.0, 1.0] for ep in episodes)
-    assert "'writer': {'trajectories': 2, 'mean_reward': 1.0, 'success_rate': 1.0}" in capsys.readouterr().out
+    printed = "{'role/writer/count': 2, 'role/writer/reward_mean': 1.0, 'role/writer/success_rate': 1.0}"
+    assert printed in capsys.readouterr().out
 
 
 def test_readme_tool_example_derives_the_schema_from_signature_and_docstring():

@@ -103,13 +103,16 @@ def test_engine_metrics_summarise_roles_terminations_and_times():
 
     engine = engine_for(TwoRoles)
     episodes = engine.execute_tasks([{"id": "a", "judge": 1.0}, {"id": "b", "judge": -1.0}])
-    assert episodes[0].metrics["solver/reward"] == 0.5 and episodes[0].metrics["solver/success"] == 0.5
-    assert episodes[0].metrics["solver/count"] == 2 and episodes[1].metrics["judge/reward"] == -1.0
-    roles = engine.metrics["roles"]
-    assert roles["solver"] == {"trajectories": 4, "mean_reward": 0.5, "success_rate": 0.5}
-    assert roles["judge"] == {"trajectories": 2, "mean_reward": 0.0, "success_rate": 0.5}
-    assert engine.metrics["termination_reasons"] == {"env_done": 1, "max_turns": 1}
-    assert engine.metrics["mean_time_model_s"] >= 0 and "mean_time_reward_s" in engine.metrics
+    first, second = episodes[0].metrics, episodes[1].metrics
+    assert first["role/solver/reward_mean"] == 0.5 and first["role/solver/success_rate"] == 0.5
+    assert first["role/solver/count"] == 2 and second["role/judge/reward_mean"] == -1.0
+    metrics = engine.metrics  # the same vocabulary over the whole call
+    assert (metrics["role/solver/count"], metrics["role/solver/reward_mean"], metrics["role/solver/success_rate"]) == (
+        4, 0.5, 0.5)  # fmt: skip
+    assert (metrics["role/judge/count"], metrics["role/judge/reward_mean"], metrics["role/judge/success_rate"]) == (
+        2, 0.0, 0.5)  # fmt: skip
+    assert metrics["termination/env_done"] == 0.5 and metrics["termination/max_turns"] == 0.5
+    assert metrics["time_model_s_mean"] >= 0 and "time_reward_s_mean" in metrics
 
 
 # ---- termination reasons ----------------------------------------------------------------------------------------
@@ -200,18 +203,21 @@ def test_cleanup_runs_after_every_attempt_and_its_error_is_reported():
 # ---- post-processing -------------------------------------------------------------------------------------------
 
 
-def test_default_trajectory_reward_is_the_sum_of_step_rewards_and_gamma_discounts_steps():
+def test_default_trajectory_reward_is_the_sum_of_step_rewards_and_step_rewards_stay_as_given():
     class ThreeSteps(Workflow):
-        gamma = 0.5
-
         async def run(self, task, uid):
             self.commit(Trajectory(steps=[Step(reward=r) for r in (1.0, 0.0, 2.0)]))
 
     trajectory = only(engine_for(ThreeSteps).execute_tasks([{}])).trajectories[0]
-    assert trajectory.reward == 3.0  # computed from the raw rewards, before discounting
-    # returns: 2.0; 0 + 0.5 * 2 = 1.0; 1 + 0.5 * 1 = 1.5
-    assert [s.reward for s in trajectory.steps] == [1.5, 1.0, 2.0]
-    assert [s.info["raw_reward"] for s in trajectory.steps] == [1.0, 0.0, 2.0]
+    assert trajectory.reward == 3.0
+    assert [s.reward for s in trajectory.steps] == [1.0, 0.0, 2.0]  # discounting is the trainer's, not stored here
+
+
+def test_a_workflow_that_still_discounts_is_told_where_discounting_went():
+    with pytest.raises(TypeError, match=r"Discounted\.gamma.*algorithm.stepwise: true and algorithm.gamma"):
+
+        class Discounted(Workflow):
+            gamma = 0.5
 
 
 def test_hooks_override_reward_correctness_and_metrics_and_a_returned_episode_is_merged():

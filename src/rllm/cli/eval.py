@@ -94,16 +94,19 @@ async def _close(model) -> None:
 
 def _print_summary(summary: dict, out_dir) -> None:
     print(f"success rate   {summary['success_rate']:.3f}  ({summary['episodes']} episodes)")
-    print(f"mean reward    {summary['mean_reward']:.3f}")
-    print(f"mean turns     {summary['mean_turns']:.2f}")
+    print(f"mean reward    {summary['reward_mean']:.3f}")
+    print(f"mean turns     {summary['turns_mean']:.2f}")
     print(
         f"tokens/s       {summary['tokens_per_s']:.1f}  ({summary['completion_tokens']} tokens "
         f"in {summary['wall_time_s']:.1f} s)"
     )
-    print(f"terminations   {json.dumps(summary['termination_reasons'])}")
+    endings = {k.removeprefix("termination/"): round(v, 3) for k, v in summary.items() if k.startswith("termination/")}
+    print(f"terminations   {json.dumps(endings)}")
     print(f"token mismatch {summary['token_mismatch']}")
-    if len(summary["roles"]) > 1:
-        for role, stats in summary["roles"].items():
-            print(f"role {role:9} success {stats['success_rate']:.3f}  mean reward {stats['mean_reward']:.3f}  "
-                  f"({stats['trajectories']} trajectories)")  # fmt: skip
+    roles = sorted({key.split("/")[1] for key in summary if key.startswith("role/")})
+    if len(roles) > 1:
+        for role in roles:
+            print(f"role {role:9} success {summary[f'role/{role}/success_rate']:.3f}  "
+                  f"mean reward {summary[f'role/{role}/reward_mean']:.3f}  "
+                  f"({summary[f'role/{role}/count']} trajectories)")  # fmt: skip
     print(f"run directory  {out_dir}")

@@ -23,8 +23,8 @@ Design choices:
   `TIMEOUT`, keeping what was committed so far.
 - Metrics per episode: steps, token counts, token_mismatch, time_model / time_env / time_reward / time_total (of the
   last attempt), retries and infra_errors (over all attempts), and the workflow's own (per role by default).
-  `engine.metrics` summarises the last call (`rllm.evaluation.summarize_episodes`: success rate overall and per
-  role, termination reason fractions, mean times).
+  `engine.metrics` summarises the last call (`rllm.metrics.summarize_episodes`: success rate and mean reward
+  overall and per role, termination reason fractions, mean times).
 - `on_episode_done(episode)` is called as each episode finishes (a progress bar hook); an exception in it stops
   the whole run, since it is a bug in the caller.
 """
@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter
 from typing import Any
 
+from rllm.metrics import summarize_episodes
 from rllm.models.base import ModelClient, SamplingParams
 from rllm.types import Episode, TerminationReason
 from rllm.workflows.base import Workflow, WorkflowServices
@@ -100,8 +101,6 @@ class AgentWorkflowEngine:
 
     async def execute_tasks_async(self, tasks: Sequence[dict], n_rollouts: int = 1) -> list[Episode]:
         """Roll out every task `n_rollouts` times; episodes come back grouped by task, in task order."""
-        from rllm.evaluation import summarize_episodes
-
         _require(n_rollouts >= 1, "n_rollouts must be >= 1")
         jobs = [(task, f"{_task_id(task, index)}:{rollout}")
                 for index, task in enumerate(tasks) for rollout in range(n_rollouts)]  # fmt: skip

@@ -9,11 +9,10 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from rllm.workflows.base import Workflow, WorkflowServices, discounted_step_rewards
+from rllm.workflows.base import Workflow, WorkflowServices
 from rllm.workflows.runtime import TerminationEvent
 
-__all__ = ["BUILTIN_WORKFLOWS", "TerminationEvent", "Workflow", "WorkflowServices", "discounted_step_rewards",
-           "get_workflow"]  # fmt: skip
+__all__ = ["BUILTIN_WORKFLOWS", "TerminationEvent", "Workflow", "WorkflowServices", "get_workflow"]
 
 BUILTIN_WORKFLOWS = {
     "agent_env": "rllm.workflows.agent_env:AgentEnvWorkflow",

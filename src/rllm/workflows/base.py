@@ -22,11 +22,10 @@
 - `raise TerminationEvent(reason)` ends the episode with that reason. Returning normally means `ENV_DONE`.
 
 Post-processing, in this order, overridable: `compute_trajectory_reward` (default: the sum of step rewards, for each
-trajectory whose `reward` is unset), `adjust_step_rewards` (default: with `gamma` set, each step's reward becomes its
-discounted return; the raw reward is kept in `step.info["raw_reward"]`), `assign_episode_correctness` (default: every
-trajectory succeeded: `is_correct` where set, else a positive reward) and `collect_metrics` (default: per role, mean reward, success rate and count).
-An infra error is never correct. Discounting here changes the stored step rewards; the trainer's stepwise mode
-(`algorithm.gamma`) discounts on its own, so use one or the other.
+trajectory whose `reward` is unset), `assign_episode_correctness` (default: every trajectory succeeded: `is_correct`
+where set, else a positive reward) and `collect_metrics` (default: `role/<r>/count`, `.../reward_mean` and
+`.../success_rate`, the vocabulary of `rllm.metrics`). An infra error is never correct. Step rewards are stored as
+the workflow gave them: discounting is the trainer's (`algorithm.stepwise`, `algorithm.gamma`), in one place.
 
 The engine keeps a pool of instances and reuses them: per-episode state belongs in `reset(task, uid)`, which runs
 before every attempt, and resources in `cleanup()`, which runs after every attempt, whatever happened.
@@ -41,11 +40,12 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
+from rllm.metrics import role_metrics
 from rllm.models.base import ModelClient, SamplingParams
 from rllm.types import Episode, ModelOutput, TerminationReason, Trajectory
 from rllm.workflows.runtime import EnvRunner, ModelThread, TerminationEvent, classify_error, error_site, tag_site
 
-__all__ = ["Workflow", "WorkflowServices", "discounted_step_rewards"]
+__all__ = ["Workflow", "WorkflowServices"]
 
 _Reason = TerminationReason
 
@@ -64,7 +64,14 @@ class WorkflowServices:
 class Workflow:
     """Subclass and write `async def run(self, task, uid)`. See the module docstring."""
 
-    gamma: float | None = None  # discount of `adjust_step_rewards`; None keeps the step rewards as they are
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for removed in ("gamma", "adjust_step_rewards"):
+            if removed in vars(cls):
+                raise TypeError(
+                    f"{cls.__name__}.{removed}: workflows no longer discount step rewards; discounting happens in the "
+                    "trainer only. Set algorithm.stepwise: true and algorithm.gamma: <value> in the config instead."
+                )
 
     # ---- overridable --------------------------------------------------------------------------------------
 
@@ -85,24 +92,11 @@ class Workflow:
     def compute_trajectory_reward(self, trajectory: Trajectory) -> float:
         return trajectory.total_step_reward()
 
-    def adjust_step_rewards(self, trajectory: Trajectory) -> None:
-        if self.gamma is not None:
-            discounted_step_rewards(trajectory, self.gamma)
-
     def assign_episode_correctness(self, episode: Episode) -> bool:
         return bool(episode.trajectories) and all(t.succeeded() for t in episode.trajectories)
 
     def collect_metrics(self, episode: Episode) -> dict[str, float]:
-        roles: dict[str, list[Trajectory]] = {}
-        for trajectory in episode.trajectories:
-            roles.setdefault(trajectory.name, []).append(trajectory)
-        metrics: dict[str, float] = {}
-        for role, trajectories in roles.items():
-            n = len(trajectories)
-            metrics[f"{role}/reward"] = sum(t.final_reward() for t in trajectories) / n
-            metrics[f"{role}/success"] = sum(t.succeeded() for t in trajectories) / n
-            metrics[f"{role}/count"] = n
-        return metrics
+        return role_metrics([episode])
 
     # ---- helpers for `run` ------------------------------------------------------------------------------------
 
@@ -205,7 +199,6 @@ class Workflow:
         for trajectory in trajectories:
             if trajectory.reward is None:
                 trajectory.reward = self.compute_trajectory_reward(trajectory)
-            self.adjust_step_rewards(trajectory)
         episode = Episode(id=uid, task=task, trajectories=trajectories, termination_reason=reason,
                           info={**(returned.info if returned else {}), **self.episode_info, **info})  # fmt: skip
         episode.is_correct = reason is not _Reason.INFRA_ERROR and bool(self.assign_episode_correctness(episode))
@@ -274,12 +267,3 @@ def _termination_info(event: TerminationEvent) -> dict[str, Any]:
     if event.reason is _Reason.TIMEOUT:
         return {"error": event.message or "timed out", "error_site": "timeout"}
     return {"termination_message": event.message} if event.message else {}
-
-
-def discounted_step_rewards(trajectory: Trajectory, gamma: float) -> None:
-    """Replace each step's reward by its discounted return `r_t + gamma * G_{t+1}`; keep the raw one in info."""
-    future = 0.0
-    for step in reversed(trajectory.steps):
-        step.info.setdefault("raw_reward", step.reward)
-        future = step.reward + gamma * future
-        step.reward = future
