@@ -1,8 +1,9 @@
 import pytest
 
 from rllm.config import AlgorithmConfig, ConfigError, RoleAlgorithmConfig, dump_config, load_config
-from rllm.training.advantages import group_key, score_episodes
-from rllm.types import Episode, Step, TerminationReason, Trajectory
+from rllm.training.advantages import apply_gae, group_key, score_episodes
+from rllm.training.batch import build_rows
+from rllm.types import Episode, ModelOutput, Step, TerminationReason, Trajectory
 
 R = TerminationReason
 
@@ -207,3 +208,60 @@ def test_stepwise_remax_baselines_follow_the_groups_when_a_first_trajectory_is_e
     batch = score_episodes(episodes, algo, greedy_rewards={"a:s": 0.0, "b:s": 0.5})
     # b: 1 - 0.5 = 0.5; a:1: 1 - 0 = 1 (the empty a:0 is excluded)
     assert batch.step_advantages == [[0.5], [1.0]]
+
+
+# ------------------------------------------------------------------------------------ PPO with a critic (GAE)
+
+
+def _token_step(prompt: list[int], completion: list[int], reward: float) -> Step:
+    output = ModelOutput(prompt_ids=prompt, completion_ids=completion, logprobs=[-0.5] * len(completion))
+    return Step(model_output=output, reward=reward)
+
+
+def _two_turns(second_prompt: list[int]) -> Episode:
+    """Turn 0 samples [3, 4] after [1, 2] (reward 0.5); turn 1 samples [6] after `second_prompt` (reward 1.0)."""
+    steps = [_token_step([1, 2], [3, 4], 0.5), _token_step(second_prompt, [6], 1.0)]
+    return Episode(id="t:0", trajectories=[Trajectory(steps=steps)], termination_reason=R.ENV_DONE)
+
+
+def _gae_rows(episode: Episode, algo: AlgorithmConfig):
+    batch = score_episodes([episode], algo)
+    rows, _ = build_rows(batch.trajectories, step_advantages=batch.step_advantages, step_rewards=batch.step_rewards,
+                         max_prompt_length=64, max_response_length=64)  # fmt: skip
+    return rows
+
+
+def test_the_critic_sees_each_steps_reward_stepwise_and_the_trajectorys_reward_otherwise_on_its_last_token():
+    episode = _two_turns([1, 2, 3, 4, 5])  # extends: one row [1 2 | 3 4 | 5 | 6]
+    (row,) = _gae_rows(episode, AlgorithmConfig(advantage="gae"))
+    assert row.input_ids == [1, 2, 3, 4, 5, 6] and row.loss_mask == [0, 0, 1, 1, 0, 1]
+    assert row.rewards == [0, 0, 0, 0, 0, 1.5]  # the trajectory's reward (sum of steps) at its very end
+    (row,) = _gae_rows(episode, AlgorithmConfig(advantage="gae", stepwise=True))
+    assert row.rewards == [0, 0, 0, 0.5, 0, 1.0]
+    assert row.advantages == [0.0] * 6  # left for apply_gae
+
+
+def test_gae_returns_are_the_discounted_rewards_to_go_and_advantages_are_whitened():
+    algo = AlgorithmConfig(advantage="gae", stepwise=True, gamma=0.5, lam=1.0)
+    (row,) = _gae_rows(_two_turns([1, 2, 3, 4, 5]), algo)
+    values = [0.0, 0.0, 0.2, 0.4, 9.0, 0.6]  # 9.0 sits on an observation token: never read
+    stats = apply_gae([row], [values], algo)
+    # action tokens t2, t3, t5 with rewards [0, 0.5, 1.0], gamma 0.5 per action token:
+    #   G5 = 1.0; G3 = 0.5 + 0.5 * 1.0 = 1.0; G2 = 0 + 0.5 * 1.0 = 0.5   (lam = 1: returns need no values)
+    assert row.returns == pytest.approx([0, 0, 0.5, 1.0, 0, 1.0])
+    # G - V = [0.3, 0.6, 0.4]: mean 0.4333, unbiased std 0.15275 -> whitened
+    assert row.advantages == pytest.approx([0, 0, -0.8729, 1.0911, 0, -0.2182], abs=1e-4)
+    assert row.old_values == values
+    assert stats["return_mean"] == pytest.approx(2.5 / 3) and stats["old_value_mean"] == pytest.approx(0.4)
+
+
+def test_gae_bootstraps_across_the_rows_of_a_split_trajectory():
+    algo = AlgorithmConfig(advantage="gae", gamma=0.9, lam=0.5)
+    (merged,) = _gae_rows(_two_turns([1, 2, 3, 4, 5]), algo)
+    first, second = _gae_rows(_two_turns([7, 5]), algo)  # turn 1 rewrote history: a second row [7 5 | 6]
+    assert (first.input_ids, second.input_ids) == ([1, 2, 3, 4], [7, 5, 6])
+    apply_gae([merged], [[0, 0, 0.1, 0.3, 0, 0.7]], algo)
+    apply_gae([first, second], [[0, 0, 0.1, 0.3], [0, 0, 0.7]], algo)
+    # the same three action tokens with the same values: the split row continues the trajectory, it does not end it
+    assert first.returns[2:] + second.returns[2:] == pytest.approx([merged.returns[i] for i in (2, 3, 5)])
+    assert first.advantages[2:] + second.advantages[2:] == pytest.approx([merged.advantages[i] for i in (2, 3, 5)])

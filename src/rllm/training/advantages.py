@@ -432,7 +432,7 @@ def apply_gae(rows: Sequence[Any], values: Sequence[Sequence[float]], algorithm:
     GAE runs over the action tokens of one *trajectory* in order, across all of its rows: a trajectory split into
     two rows (a template that rewrote history) bootstraps from its next row instead of ending at the split. gamma and
     lam are the role's (`algorithm.for_role`), applied per action token as in verl. The advantages are then whitened
-    over every action token of the batch (verl's `masked_whiten`). Returns the mean return and value."""
+    over every action token of the batch (verl's `masked_whiten`). Returns the mean return and old value."""
     advantages = [[0.0] * len(row) for row in rows]
     returns = [[0.0] * len(row) for row in rows]
     by_trajectory: dict[int, list[int]] = {}
@@ -459,4 +459,4 @@ def apply_gae(rows: Sequence[Any], values: Sequence[Sequence[float]], algorithm:
         row.advantages, row.returns, row.old_values = advantages[i], returns[i], [float(v) for v in values[i]]
     n = max(len(slots), 1)
     return {"return_mean": sum(returns[i][t] for i, t in slots) / n,
-            "value_mean": sum(float(values[i][t]) for i, t in slots) / n}  # fmt: skip
+            "old_value_mean": sum(float(values[i][t]) for i, t in slots) / n}  # fmt: skip
