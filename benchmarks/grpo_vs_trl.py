@@ -219,11 +219,10 @@ def run_trl(args: argparse.Namespace, channel: Channel) -> None:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from rllm.agents.arithmetic import ArithmeticAgent
     from rllm.config import load_config
     from rllm.data import get_builtin_task
-    from rllm.envs.arithmetic import parse_last_integer
     from rllm.models import registry
+    from rllm.tasks.arithmetic import ArithmeticAgent, parse_last_integer
     from rllm.training.run_log import TaskSampler
 
     cfg = load_config(CONFIG, config_overrides(args, args.workdir / "ours-unused"))

@@ -21,8 +21,11 @@ from typing import Any
 
 __all__ = ["MOVED_MODULES", "install_moved_module_finder", "renamed_kwargs", "warn_renamed"]
 
-# old module path -> new module path; filled in as modules move.
-MOVED_MODULES: dict[str, str] = {}
+# old module path -> new module path
+MOVED_MODULES: dict[str, str] = {
+    "rllm.agents.arithmetic": "rllm.tasks.arithmetic",
+    "rllm.envs.arithmetic": "rllm.tasks.arithmetic",
+}
 
 
 def warn_renamed(old: str, new: str, *, stacklevel: int = 3) -> None:

@@ -1,9 +1,8 @@
 import pytest
 
 from rllm import check_env
-from rllm.agents.arithmetic import ArithmeticAgent
 from rllm.data import get_builtin_task
-from rllm.envs.arithmetic import ArithmeticEnv, make_arithmetic_tasks, parse_last_integer
+from rllm.tasks.arithmetic import ArithmeticAgent, ArithmeticEnv, make_arithmetic_tasks, parse_last_integer
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -67,9 +67,9 @@ BUILTIN_TASKS: dict[str, BuiltinTask] = {
     "arithmetic": BuiltinTask(
         name="arithmetic",
         description="Answer a generated multiplication question (single-turn); reward 1 for the right number.",
-        agent_path="rllm.agents.arithmetic:ArithmeticAgent",
-        env_path="rllm.envs.arithmetic:ArithmeticEnv",
-        make_tasks_path="rllm.envs.arithmetic:make_arithmetic_tasks",
+        agent_path="rllm.tasks.arithmetic:ArithmeticAgent",
+        env_path="rllm.tasks.arithmetic:ArithmeticEnv",
+        make_tasks_path="rllm.tasks.arithmetic:make_arithmetic_tasks",
     ),
     "countdown": BuiltinTask(
         name="countdown",
