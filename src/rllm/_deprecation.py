@@ -25,6 +25,7 @@ __all__ = ["MOVED_MODULES", "install_moved_module_finder", "renamed_kwargs", "wa
 MOVED_MODULES: dict[str, str] = {
     "rllm.agents.arithmetic": "rllm.tasks.arithmetic",
     "rllm.envs.arithmetic": "rllm.tasks.arithmetic",
+    "rllm.data.countdown": "rllm.tasks.countdown",
 }
 
 

@@ -50,7 +50,7 @@ def test_unknown_task_is_a_clear_error(tmp_path):
 
 
 def test_eval_countdown_with_the_solver_judge_workflow_against_an_endpoint(tmp_path):
-    from rllm.data.countdown import make_countdown_tasks
+    from rllm.tasks.countdown import make_countdown_tasks
 
     solution = make_countdown_tasks(1, seed=1234)[0]["solution"]  # the task `--n 1` generates with the default seed
     with run_fake_server() as server:

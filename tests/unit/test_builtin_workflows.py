@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rllm.data.builtin import UnknownTaskError, get_builtin_task
-from rllm.data.countdown import countdown_prompt, countdown_reward
+from rllm.tasks.countdown import countdown_prompt, countdown_reward
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.errors import InfraError
 from rllm.models.base import SamplingParams

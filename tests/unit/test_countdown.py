@@ -1,6 +1,6 @@
 import pytest
 
-from rllm.data.countdown import (
+from rllm.tasks.countdown import (
     check_expression,
     countdown_prompt,
     countdown_reward,

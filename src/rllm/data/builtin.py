@@ -74,9 +74,9 @@ BUILTIN_TASKS: dict[str, BuiltinTask] = {
     "countdown": BuiltinTask(
         name="countdown",
         description="Combine 3 generated numbers with + - * / to hit a target (single-turn or solver-judge).",
-        make_tasks_path="rllm.data.countdown:make_countdown_tasks",
-        prompt_fn_path="rllm.data.countdown:countdown_prompt",
-        reward_fn_path="rllm.data.countdown:countdown_reward",
+        make_tasks_path="rllm.tasks.countdown:make_countdown_tasks",
+        prompt_fn_path="rllm.tasks.countdown:countdown_prompt",
+        reward_fn_path="rllm.tasks.countdown:countdown_reward",
         default_workflow="single_turn",
     ),
     "code": BuiltinTask(
