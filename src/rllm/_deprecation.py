@@ -26,6 +26,9 @@ MOVED_MODULES: dict[str, str] = {
     "rllm.agents.arithmetic": "rllm.tasks.arithmetic",
     "rllm.envs.arithmetic": "rllm.tasks.arithmetic",
     "rllm.data.countdown": "rllm.tasks.countdown",
+    "rllm.agents.math": "rllm.tasks.math",
+    "rllm.data.math": "rllm.tasks.math",
+    "rllm.envs.math": "rllm.tasks.math",
 }
 
 

@@ -73,7 +73,7 @@ def test_eval_countdown_with_the_solver_judge_workflow_against_an_endpoint(tmp_p
 
 
 def test_eval_math_against_an_endpoint_scores_by_verified_equivalence(tmp_path):
-    from rllm.data.math import make_math_tasks
+    from rllm.tasks.math import make_math_tasks
 
     first, second = make_math_tasks(2, seed=1234)  # what `--n 2` generates with the default seed
     with run_fake_server() as server:

@@ -104,8 +104,7 @@ def test_multi_turn_code_agent_repairs_its_code_after_seeing_the_failing_test():
 
 
 def test_multi_turn_math_agent_gets_a_second_try():
-    from rllm.agents.math import MathAgent
-    from rllm.envs.math import MathEnv
+    from rllm.tasks.math import MathAgent, MathEnv
 
     task = {"id": "m", "question": "What is 1/2 + 1/4?", "answer": "\\frac{3}{4}"}
     engine = AgentExecutionEngine(agent_class=MathAgent, env_class=MathEnv, model=FakeModel(["\\boxed{0.5}",
