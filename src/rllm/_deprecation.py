@@ -26,6 +26,9 @@ MOVED_MODULES: dict[str, str] = {
     "rllm.agents.arithmetic": "rllm.tasks.arithmetic",
     "rllm.envs.arithmetic": "rllm.tasks.arithmetic",
     "rllm.data.countdown": "rllm.tasks.countdown",
+    "rllm.agents.code": "rllm.tasks.code",
+    "rllm.data.code": "rllm.tasks.code",  # its HumanEval loader: rllm.tasks.humaneval (rllm.tasks.code forwards it)
+    "rllm.envs.code": "rllm.tasks.code",
     "rllm.agents.math": "rllm.tasks.math",
     "rllm.data.math": "rllm.tasks.math",
     "rllm.envs.math": "rllm.tasks.math",

@@ -90,7 +90,7 @@ def test_eval_math_against_an_endpoint_scores_by_verified_equivalence(tmp_path):
 
 
 def test_eval_humaneval_against_an_endpoint_runs_the_tests_in_the_sandbox(tmp_path):
-    from rllm.data.code import make_humaneval_tasks
+    from rllm.tasks.humaneval import make_humaneval_tasks
 
     first, second = make_humaneval_tasks(2, seed=1234)  # what `--n 2` picks with the default seed
     right = f"```python\n{first['prompt']}{first['canonical_solution']}\n```"
