@@ -29,6 +29,8 @@ MOVED_MODULES: dict[str, str] = {
     "rllm.agents.code": "rllm.tasks.code",
     "rllm.data.code": "rllm.tasks.code",  # its HumanEval loader: rllm.tasks.humaneval (rllm.tasks.code forwards it)
     "rllm.envs.code": "rllm.tasks.code",
+    "rllm.data.mcp_kb": "rllm.tasks.mcp_kb",
+    "rllm.envs.mcp_kb": "rllm.tasks.mcp_kb",
     "rllm.agents.math": "rllm.tasks.math",
     "rllm.data.math": "rllm.tasks.math",
     "rllm.envs.math": "rllm.tasks.math",

@@ -109,7 +109,7 @@ def test_eval_humaneval_against_an_endpoint_runs_the_tests_in_the_sandbox(tmp_pa
 
 
 def test_eval_mcp_kb_against_an_endpoint_that_parses_tool_calls_itself(tmp_path):
-    from rllm.data.mcp_kb import PLANETS, make_mcp_kb_tasks
+    from rllm.tasks.mcp_kb import PLANETS, make_mcp_kb_tasks
 
     (task,) = make_mcp_kb_tasks(1, seed=1234)  # what `--n 1` generates with the default seed
     planet = next(name for name in PLANETS if name in task["question"])

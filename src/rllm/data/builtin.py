@@ -102,9 +102,9 @@ BUILTIN_TASKS: dict[str, BuiltinTask] = {
     "mcp_kb": BuiltinTask(
         name="mcp_kb",
         description="Answer questions about fictional facts with the tools of an example MCP server (multi-turn).",
-        make_tasks_path="rllm.data.mcp_kb:make_mcp_kb_tasks",
+        make_tasks_path="rllm.tasks.mcp_kb:make_mcp_kb_tasks",
         agent_path="rllm.agents.tool:ToolAgent",
-        env_path="rllm.envs.mcp_kb:MCPKnowledgeBaseEnv",
+        env_path="rllm.tasks.mcp_kb:MCPKnowledgeBaseEnv",
     ),
     "math": BuiltinTask(
         name="math",
