@@ -31,6 +31,8 @@ MOVED_MODULES: dict[str, str] = {
     "rllm.envs.code": "rllm.tasks.code",
     "rllm.data.mcp_kb": "rllm.tasks.mcp_kb",
     "rllm.envs.mcp_kb": "rllm.tasks.mcp_kb",
+    "rllm.agents.frozenlake": "rllm.tasks.frozenlake",
+    "rllm.envs.frozenlake": "rllm.tasks.frozenlake",
     "rllm.agents.math": "rllm.tasks.math",
     "rllm.data.math": "rllm.tasks.math",
     "rllm.envs.math": "rllm.tasks.math",

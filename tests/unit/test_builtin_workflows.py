@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from rllm.data.builtin import UnknownTaskError, get_builtin_task
-from rllm.tasks.countdown import countdown_prompt, countdown_reward
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.errors import InfraError
 from rllm.models.base import SamplingParams
 from rllm.models.fake import FakeModel, FakeTokenizer
 from rllm.rewards.base import RewardOutput, to_reward_output
+from rllm.tasks.countdown import countdown_prompt, countdown_reward
 from rllm.types import TerminationReason
 from rllm.workflows import get_workflow
 from rllm.workflows.agent_env import AgentEnvWorkflow
@@ -337,8 +337,7 @@ def test_resolve_countdown_defaults_and_explicit_args_win():
 
 
 def test_resolve_frozenlake_default_is_agent_env():
-    from rllm.agents.frozenlake import FrozenLakeAgent
-    from rllm.envs.frozenlake import FrozenLakeEnv
+    from rllm.tasks.frozenlake import FrozenLakeAgent, FrozenLakeEnv
 
     cls, args = resolve_workflow(get_builtin_task("frozenlake"), max_steps=7, step_timeout=3.0, env_args={"a": 1})
     assert cls is AgentEnvWorkflow

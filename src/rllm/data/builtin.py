@@ -119,9 +119,9 @@ BUILTIN_TASKS: dict[str, BuiltinTask] = {
     "frozenlake": BuiltinTask(
         name="frozenlake",
         description="Walk a generated FrozenLake grid to the goal without falling in a hole (multi-turn).",
-        agent_path="rllm.agents.frozenlake:FrozenLakeAgent",
-        env_path="rllm.envs.frozenlake:FrozenLakeEnv",
-        make_tasks_path="rllm.envs.frozenlake:make_frozenlake_tasks",
+        agent_path="rllm.tasks.frozenlake:FrozenLakeAgent",
+        env_path="rllm.tasks.frozenlake:FrozenLakeEnv",
+        make_tasks_path="rllm.tasks.frozenlake:make_frozenlake_tasks",
     ),
 }
 
