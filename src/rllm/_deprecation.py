@@ -25,6 +25,7 @@ __all__ = ["MOVED_MODULES", "install_moved_module_finder", "renamed_kwargs", "wa
 MOVED_MODULES: dict[str, str] = {
     "rllm.agents.arithmetic": "rllm.tasks.arithmetic",
     "rllm.envs.arithmetic": "rllm.tasks.arithmetic",
+    "rllm.data.builtin": "rllm.tasks",  # its old names (get_builtin_task, ...) are served by rllm.data
     "rllm.data.countdown": "rllm.tasks.countdown",
     "rllm.agents.code": "rllm.tasks.code",
     "rllm.data.code": "rllm.tasks.code",  # its HumanEval loader: rllm.tasks.humaneval (rllm.tasks.code forwards it)

@@ -17,6 +17,7 @@ from typing import Any
 
 from rllm.agents.base import BaseAgent
 from rllm.envs.base import BaseEnv
+from rllm.tasks import Task
 
 __all__ = ["ArithmeticAgent", "ArithmeticEnv", "make_arithmetic_tasks", "parse_last_integer"]
 
@@ -75,3 +76,12 @@ def make_arithmetic_tasks(
         question = f"What is {a} {operator} {b}?"
         tasks.append({"id": f"arith-{seed}-{i}", "question": question, "answer": _OPERATORS[operator](a, b)})
     return tasks
+
+
+TASK = Task(
+    name="arithmetic",
+    description="Answer a generated multiplication question (single-turn); reward 1 for the right number.",
+    make_tasks=make_arithmetic_tasks,
+    agent=ArithmeticAgent,
+    env=ArithmeticEnv,
+)

@@ -42,6 +42,7 @@ from rllm._deprecation import warn_renamed
 from rllm.agents.base import BaseAgent
 from rllm.envs.feedback import FeedbackEnv
 from rllm.rewards.code import code_reward, normalise_tests
+from rllm.tasks import Task
 
 __all__ = [
     "CODE_SYSTEM_PROMPT",
@@ -328,6 +329,17 @@ class CodeEnv(FeedbackEnv):
     prompt_fn = staticmethod(code_prompt)
     reward_fn = staticmethod(code_reward)
 
+
+TASK = Task(
+    name="code",
+    description="Write a small generated Python function; reward 1 if every test passes in the sandbox.",
+    make_tasks=make_code_tasks,
+    agent=CodeAgent,
+    env=CodeEnv,
+    prompt_fn=code_prompt,
+    reward_fn=code_reward,
+    default_workflow="single_turn",
+)
 
 # HumanEval's loader lived here when this module was `rllm.data.code` (that old path now imports this module).
 _MOVED_TO_HUMANEVAL = ("HUMANEVAL_SIZE", "load_humaneval", "make_humaneval_tasks")

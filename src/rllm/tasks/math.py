@@ -32,6 +32,7 @@ from typing import Any
 from rllm.agents.base import BaseAgent
 from rllm.envs.feedback import FeedbackEnv
 from rllm.rewards.math import math_reward
+from rllm.tasks import Task
 
 __all__ = [
     "MATH_SYSTEM_PROMPT",
@@ -307,3 +308,15 @@ class MathAgent(BaseAgent):
 class MathEnv(FeedbackEnv):
     prompt_fn = staticmethod(math_prompt)
     reward_fn = staticmethod(math_reward)
+
+
+TASK = Task(
+    name="math",
+    description="Generated word problems and linear equations; reward by verified equivalence of the boxed answer.",
+    make_tasks=make_math_tasks,
+    agent=MathAgent,
+    env=MathEnv,
+    prompt_fn=math_prompt,
+    reward_fn=math_reward,
+    default_workflow="single_turn",
+)

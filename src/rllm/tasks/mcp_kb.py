@@ -29,7 +29,9 @@ import re
 import sys
 from typing import Any
 
+from rllm.agents.tool import ToolAgent
 from rllm.envs.tool import MCPEnvironment
+from rllm.tasks import Task
 
 __all__ = [
     "ATTRIBUTES",
@@ -235,6 +237,15 @@ class MCPKnowledgeBaseEnv(MCPEnvironment):
 
     def server_spec(self):
         return mcp_kb_server_spec()
+
+
+TASK = Task(
+    name="mcp_kb",
+    description="Answer questions about fictional facts with the tools of an example MCP server (multi-turn).",
+    make_tasks=make_mcp_kb_tasks,
+    agent=ToolAgent,
+    env=MCPKnowledgeBaseEnv,
+)
 
 
 # --------------------------------------------------------------------------- server
