@@ -219,16 +219,15 @@ def run_trl(args: argparse.Namespace, channel: Channel) -> None:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from rllm.agents.arithmetic import ArithmeticAgent
     from rllm.config import load_config
-    from rllm.data import get_builtin_task
-    from rllm.envs.arithmetic import parse_last_integer
     from rllm.models import registry
+    from rllm.tasks import get_task
+    from rllm.tasks.arithmetic import ArithmeticAgent, parse_last_integer
     from rllm.training.run_log import TaskSampler
 
     cfg = load_config(CONFIG, config_overrides(args, args.workdir / "ours-unused"))
     # The same task rows in the same order as our trainer takes them (its TaskSampler, same seeds).
-    rows = get_builtin_task(cfg.data.task).make_tasks(cfg.data.train_size, seed=cfg.data.seed, **cfg.data.task_args)
+    rows = get_task(cfg.data.task).make_tasks(cfg.data.train_size, seed=cfg.data.seed, **cfg.data.task_args)
     ordered = TaskSampler(rows, cfg.trainer.seed).take(cfg.trainer.tasks_per_step * cfg.trainer.total_steps)
     system = ArithmeticAgent.system_prompt
     dataset = Dataset.from_list([

@@ -17,7 +17,7 @@ import os
 import openai
 
 import rllm
-from rllm.envs.arithmetic import parse_last_integer
+from rllm.tasks.arithmetic import parse_last_integer
 
 SYSTEM_PROMPT = "You are good at mental arithmetic."
 
@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=4, help="number of questions")
     args = parser.parse_args()
     os.environ["AGENT_MODEL"] = args.model
-    from rllm.envs.arithmetic import make_arithmetic_tasks
+    from rllm.tasks.arithmetic import make_arithmetic_tasks
 
     for task in make_arithmetic_tasks(args.n, seed=0):
         answer = solve.fn(task, args.base_url)  # the plain function: no rllm in the loop

@@ -4,7 +4,7 @@ Two kinds, one table each, so a release can drop them by deleting rows:
 
 - `MOVED_MODULES`: a module that moved (`rllm.envs.frozenlake` -> `rllm.tasks.frozenlake`). An import finder
   installed by `import rllm` answers the old path with the new module object itself (no copy: classes keep their
-  identity) after warning once per path.
+  identity) after warning once per path; `python -m old.path` runs the new module.
 - `renamed_kwargs(...)`: a keyword argument that was renamed (`n_parallel_agents` -> `n_parallel`).
 
 Light on purpose: `import rllm` installs the finder, so this module imports nothing heavy.
@@ -21,13 +21,31 @@ from typing import Any
 
 __all__ = ["MOVED_MODULES", "install_moved_module_finder", "renamed_kwargs", "warn_renamed"]
 
-# old module path -> new module path; filled in as modules move.
-MOVED_MODULES: dict[str, str] = {}
+# old module path -> new module path
+MOVED_MODULES: dict[str, str] = {
+    "rllm.agents.arithmetic": "rllm.tasks.arithmetic",
+    "rllm.envs.arithmetic": "rllm.tasks.arithmetic",
+    "rllm.data.builtin": "rllm.tasks",  # its old names (get_builtin_task, ...) are served by rllm.data
+    "rllm.data.countdown": "rllm.tasks.countdown",
+    "rllm.agents.code": "rllm.tasks.code",
+    "rllm.data.code": "rllm.tasks.code",  # its HumanEval loader: rllm.tasks.humaneval (rllm.tasks.code forwards it)
+    "rllm.envs.code": "rllm.tasks.code",
+    "rllm.data.mcp_kb": "rllm.tasks.mcp_kb",
+    "rllm.envs.mcp_kb": "rllm.tasks.mcp_kb",
+    "rllm.agents.frozenlake": "rllm.tasks.frozenlake",
+    "rllm.envs.frozenlake": "rllm.tasks.frozenlake",
+    "rllm.agents.math": "rllm.tasks.math",
+    "rllm.data.math": "rllm.tasks.math",
+    "rllm.envs.math": "rllm.tasks.math",
+}
 
 
 def warn_renamed(old: str, new: str, *, stacklevel: int = 3) -> None:
-    warnings.warn(f"{old} is deprecated and will be removed in the next release; use {new}", DeprecationWarning,
-                  stacklevel=stacklevel)  # fmt: skip
+    warnings.warn(_renamed_message(old, new), DeprecationWarning, stacklevel=stacklevel)
+
+
+def _renamed_message(old: str, new: str) -> str:
+    return f"{old} is deprecated and will be removed in the next release; use {new}"
 
 
 def renamed_kwargs(owner: str, kwargs: dict[str, Any], renames: dict[str, str]) -> dict[str, Any]:
@@ -51,11 +69,25 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec: Any) -> Any:
         new = MOVED_MODULES[spec.name]
-        warn_renamed(f"module {spec.name}", new, stacklevel=6)
-        return importlib.import_module(new)
+        warn_renamed(f"module {spec.name}", new)  # stacklevel 3: import machinery frames are skipped
+        module = importlib.import_module(new)
+        spec.loader_state = module.__spec__  # the import system is about to overwrite it with the old path's
+        return module
 
     def exec_module(self, module: Any) -> None:
-        """Nothing to run: the new module is already imported."""
+        """Nothing to run (the new module is already imported): only put its own spec back."""
+        module.__spec__ = module.__spec__.loader_state
+
+    def get_code(self, fullname: str) -> Any:
+        """What `python -m old.path` runs: the new module as `__main__`."""
+        new = MOVED_MODULES[fullname]
+        message = _renamed_message(f"python -m {fullname}", f"python -m {new}")
+        # warned from the __main__ code itself: Python shows a DeprecationWarning by default only there
+        source = (
+            f"import runpy, warnings\nwarnings.warn({message!r}, DeprecationWarning)\n"
+            f"runpy.run_module({new!r}, run_name='__main__', alter_sys=True)\n"
+        )
+        return compile(source, f"<moved module {fullname}>", "exec")
 
 
 _FINDER = _MovedModuleFinder()

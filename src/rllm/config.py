@@ -292,7 +292,7 @@ class DataConfig(_Section):
     @field_validator("task")
     @classmethod
     def _known_task(cls, task: str) -> str:
-        from rllm.data.builtin import BUILTIN_TASKS  # light, but only needed here
+        from rllm.tasks import TASK_NAMES as BUILTIN_TASKS  # light, but only needed here
 
         if task not in BUILTIN_TASKS:
             raise ValueError(f"unknown built-in task {task!r}{_did_you_mean(task, BUILTIN_TASKS)}; "

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from rllm.agents.frozenlake import FrozenLakeAgent
 from rllm.engine import AgentExecutionEngine
-from rllm.envs.frozenlake import FrozenLakeEnv, make_frozenlake_tasks
 from rllm.models.base import SamplingParams
+from rllm.tasks.frozenlake import FrozenLakeAgent, FrozenLakeEnv, make_frozenlake_tasks
 
 
 def _run(model, *, n_tasks: int, max_tokens: int, max_steps: int, temperature: float = 1.0):

@@ -50,7 +50,7 @@ def test_unknown_task_is_a_clear_error(tmp_path):
 
 
 def test_eval_countdown_with_the_solver_judge_workflow_against_an_endpoint(tmp_path):
-    from rllm.data.countdown import make_countdown_tasks
+    from rllm.tasks.countdown import make_countdown_tasks
 
     solution = make_countdown_tasks(1, seed=1234)[0]["solution"]  # the task `--n 1` generates with the default seed
     with run_fake_server() as server:
@@ -74,7 +74,7 @@ def test_eval_countdown_with_the_solver_judge_workflow_against_an_endpoint(tmp_p
 
 
 def test_eval_math_against_an_endpoint_scores_by_verified_equivalence(tmp_path):
-    from rllm.data.math import make_math_tasks
+    from rllm.tasks.math import make_math_tasks
 
     first, second = make_math_tasks(2, seed=1234)  # what `--n 2` generates with the default seed
     with run_fake_server() as server:
@@ -91,7 +91,7 @@ def test_eval_math_against_an_endpoint_scores_by_verified_equivalence(tmp_path):
 
 
 def test_eval_humaneval_against_an_endpoint_runs_the_tests_in_the_sandbox(tmp_path):
-    from rllm.data.code import make_humaneval_tasks
+    from rllm.tasks.humaneval import make_humaneval_tasks
 
     first, second = make_humaneval_tasks(2, seed=1234)  # what `--n 2` picks with the default seed
     right = f"```python\n{first['prompt']}{first['canonical_solution']}\n```"
@@ -110,7 +110,7 @@ def test_eval_humaneval_against_an_endpoint_runs_the_tests_in_the_sandbox(tmp_pa
 
 
 def test_eval_mcp_kb_against_an_endpoint_that_parses_tool_calls_itself(tmp_path):
-    from rllm.data.mcp_kb import PLANETS, make_mcp_kb_tasks
+    from rllm.tasks.mcp_kb import PLANETS, make_mcp_kb_tasks
 
     (task,) = make_mcp_kb_tasks(1, seed=1234)  # what `--n 1` generates with the default seed
     planet = next(name for name in PLANETS if name in task["question"])

@@ -141,7 +141,7 @@ def _parity_reward(task: dict, response: str) -> float:
 
 
 def test_solver_judge_workflow_trains_both_roles_with_their_own_estimators(tmp_path, tiny_model_dir):
-    from rllm.data.countdown import countdown_prompt
+    from rllm.tasks.countdown import countdown_prompt
     from rllm.workflows.solver_judge import SolverJudgeWorkflow
 
     overrides = [*TINY, f"model.name={tiny_model_dir}", "trainer.total_steps=2", "rollout.n=2", "rollout.n_parallel=4",

@@ -1,9 +1,8 @@
 import pytest
 
 from rllm import check_env
-from rllm.agents.arithmetic import ArithmeticAgent
-from rllm.data import get_builtin_task
-from rllm.envs.arithmetic import ArithmeticEnv, make_arithmetic_tasks, parse_last_integer
+from rllm.tasks import get_task
+from rllm.tasks.arithmetic import ArithmeticAgent, ArithmeticEnv, make_arithmetic_tasks, parse_last_integer
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -36,6 +35,6 @@ def test_one_step_rewards_the_right_number_only():
 
 def test_env_passes_the_checker_and_is_registered():
     check_env(ArithmeticEnv, {"question": "What is 2 * 2?", "answer": 4}, actions=["4", "5", "x"])
-    spec = get_builtin_task("arithmetic")
+    spec = get_task("arithmetic")
     assert spec.env_class is ArithmeticEnv and spec.agent_class is ArithmeticAgent
     assert ArithmeticAgent().chat_completions == [{"role": "system", "content": "Answer with just the number."}]

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rllm.agents.frozenlake import FrozenLakeAgent
 from rllm.engine import AgentExecutionEngine
-from rllm.envs.frozenlake import FrozenLakeEnv
 from rllm.models.fake import FakeModel, FakeTokenizer
+from rllm.tasks.frozenlake import FrozenLakeAgent, FrozenLakeEnv
 from rllm.training.batch import (
     RowBuildError,
     TrainingRow,

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from rllm.data.builtin import UnknownTaskError, get_builtin_task
-from rllm.data.countdown import countdown_prompt, countdown_reward
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.errors import InfraError
 from rllm.models.base import SamplingParams
 from rllm.models.fake import FakeModel, FakeTokenizer
 from rllm.rewards.base import RewardOutput, to_reward_output
+from rllm.tasks import UnknownTaskError, get_task
+from rllm.tasks.countdown import countdown_prompt, countdown_reward
 from rllm.types import TerminationReason
 from rllm.workflows import get_workflow
 from rllm.workflows.agent_env import AgentEnvWorkflow
@@ -329,7 +329,7 @@ DummyAgent, DummyEnv = type("DummyAgent", (), {}), type("DummyEnv", (), {})
 
 
 def test_resolve_countdown_defaults_and_explicit_args_win():
-    countdown = get_builtin_task("countdown")
+    countdown = get_task("countdown")
     inputs = {"prompt_fn": countdown_prompt, "reward_fn": countdown_reward}
     assert resolve_workflow(countdown) == (SingleTurnWorkflow, inputs)
     explicit = {"n_solutions": 4, "reward_fn": four}
@@ -339,24 +339,23 @@ def test_resolve_countdown_defaults_and_explicit_args_win():
 
 
 def test_resolve_frozenlake_default_is_agent_env():
-    from rllm.agents.frozenlake import FrozenLakeAgent
-    from rllm.envs.frozenlake import FrozenLakeEnv
+    from rllm.tasks.frozenlake import FrozenLakeAgent, FrozenLakeEnv
 
-    cls, args = resolve_workflow(get_builtin_task("frozenlake"), max_steps=7, step_timeout=3.0, env_args={"a": 1})
+    cls, args = resolve_workflow(get_task("frozenlake"), max_steps=7, step_timeout=3.0, env_args={"a": 1})
     assert cls is AgentEnvWorkflow
     assert args == {"agent_class": FrozenLakeAgent, "env_class": FrozenLakeEnv, "agent_args": {},
                     "env_args": {"a": 1}, "max_steps": 7, "step_timeout": 3.0}  # fmt: skip
 
 
 def test_resolve_custom_workflow_gets_only_declared_inputs():
-    cls, args = resolve_workflow(get_builtin_task("countdown"), workflow=RewardOnly)
+    cls, args = resolve_workflow(get_task("countdown"), workflow=RewardOnly)
     assert cls is RewardOnly and args == {"reward_fn": countdown_reward}
     cls, args = resolve_workflow(None, workflow=RewardOnly, workflow_args={"reward_fn": four})
     assert cls is RewardOnly and args == {"reward_fn": four}
 
 
 def test_resolve_explicit_agent_and_env_choose_agent_env():
-    cls, args = resolve_workflow(get_builtin_task("countdown"), agent_class=DummyAgent, env_class=DummyEnv)
+    cls, args = resolve_workflow(get_task("countdown"), agent_class=DummyAgent, env_class=DummyEnv)
     assert cls is AgentEnvWorkflow
     assert args["agent_class"] is DummyAgent and args["env_class"] is DummyEnv and args["max_steps"] == 10
     with pytest.raises(ValueError, match="nothing plays the task"):
@@ -364,7 +363,7 @@ def test_resolve_explicit_agent_and_env_choose_agent_env():
 
 
 def test_countdown_task_has_no_agent():
-    countdown = get_builtin_task("countdown")
+    countdown = get_task("countdown")
     with pytest.raises(UnknownTaskError, match=r"'countdown' has no .*agent.*workflow: single_turn"):
         _ = countdown.agent_class
     with pytest.raises(UnknownTaskError, match="environment"):

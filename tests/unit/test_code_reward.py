@@ -13,14 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rllm.data.code import (
-    MalformedCodeRowError,
-    code_prompt,
-    load_code_rows,
-    load_humaneval,
-    make_code_tasks,
-    make_humaneval_tasks,
-)
 from rllm.rewards.code import (
     MalformedTestsError,
     code_reward,
@@ -29,6 +21,8 @@ from rllm.rewards.code import (
     normalise_tests,
     run_code_tests,
 )
+from rllm.tasks.code import MalformedCodeRowError, code_prompt, load_code_rows, make_code_tasks
+from rllm.tasks.humaneval import load_humaneval, make_humaneval_tasks
 
 ADD = {"format": "stdio", "cases": [{"input": "1 2\n", "output": "3\n"}, {"input": "10 -4\n", "output": "6"}]}
 ADD_PROGRAM = "a, b = map(int, input().split())\nprint(a + b)\n"

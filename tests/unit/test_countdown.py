@@ -1,6 +1,6 @@
 import pytest
 
-from rllm.data.countdown import (
+from rllm.tasks.countdown import (
     check_expression,
     countdown_prompt,
     countdown_reward,
@@ -130,15 +130,15 @@ def test_numbers_reward_is_partial_credit_only_for_the_right_numbers_and_never_c
 
 def test_the_builtin_task_binds_reward_args_from_the_config():
     from rllm.config import load_config
-    from rllm.data import get_builtin_task
+    from rllm.tasks import get_task
     from rllm.workflows.resolve import resolve_workflow
 
     config = load_config("configs/countdown_solver_judge.yaml", ["data.reward_args.format_reward=0.05"])
     assert config.data.reward_args == {"numbers_reward": 0.2, "format_reward": 0.05}
-    _, args = resolve_workflow(get_builtin_task("countdown"), workflow=config.workflow,
+    _, args = resolve_workflow(get_task("countdown"), workflow=config.workflow,
                                reward_args=config.data.reward_args)  # fmt: skip
     task = {"numbers": [3, 5, 7], "target": 22}
     assert args["reward_fn"](task, "<answer>3 + 5 + 7</answer>").reward == 0.2
     assert args["reward_fn"](task, "<answer>3 + 5</answer>").reward == 0.05
     with pytest.raises(ValueError, match="no reward function"):
-        get_builtin_task("frozenlake").workflow_inputs({"format_reward": 1})
+        get_task("frozenlake").workflow_inputs({"format_reward": 1})

@@ -10,8 +10,8 @@ import pytest
 import rllm.envs
 from rllm.envs.base import BaseEnv
 from rllm.envs.checker import EnvCheckError, EnvCheckWarning, check_env
-from rllm.envs.frozenlake import FrozenLakeEnv
 from rllm.errors import RllmError
+from rllm.tasks.frozenlake import FrozenLakeEnv
 
 ACTIONS = ["a", "b"]
 

@@ -87,9 +87,7 @@ def test_passes_the_env_checker():
 
 
 def test_multi_turn_code_agent_repairs_its_code_after_seeing_the_failing_test():
-    from rllm.agents.code import CodeAgent
-    from rllm.data.code import make_code_tasks
-    from rllm.envs.code import CodeEnv
+    from rllm.tasks.code import CodeAgent, CodeEnv, make_code_tasks
 
     task = make_code_tasks(1, seed=0)[0]  # dedupe(xs): keep the first occurrence of each number, in order
     wrong = "```python\ndef dedupe(xs):\n    return sorted(set(xs))\n```"
@@ -104,8 +102,7 @@ def test_multi_turn_code_agent_repairs_its_code_after_seeing_the_failing_test():
 
 
 def test_multi_turn_math_agent_gets_a_second_try():
-    from rllm.agents.math import MathAgent
-    from rllm.envs.math import MathEnv
+    from rllm.tasks.math import MathAgent, MathEnv
 
     task = {"id": "m", "question": "What is 1/2 + 1/4?", "answer": "\\frac{3}{4}"}
     engine = AgentExecutionEngine(agent_class=MathAgent, env_class=MathEnv, model=FakeModel(["\\boxed{0.5}",

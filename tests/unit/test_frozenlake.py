@@ -7,10 +7,12 @@ import random
 
 import pytest
 
-from rllm.agents.frozenlake import FROZENLAKE_SYSTEM_PROMPT, FrozenLakeAgent, parse_move
-from rllm.envs.frozenlake import (
+from rllm.tasks.frozenlake import (
+    FROZENLAKE_SYSTEM_PROMPT,
+    FrozenLakeAgent,
     FrozenLakeEnv,
     make_frozenlake_tasks,
+    parse_move,
     render_grid,
     shortest_path,
     shortest_path_length,

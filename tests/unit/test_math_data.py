@@ -4,7 +4,7 @@ from fractions import Fraction
 
 import pytest
 
-from rllm.data.math import (
+from rllm.tasks.math import (
     load_math_rows,
     make_arithmetic_word_tasks,
     make_linear_equation_tasks,

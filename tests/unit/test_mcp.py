@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from rllm.data.mcp_kb import (
+from rllm.tasks.mcp_kb import (
     ATTRIBUTES,
     PLANETS,
     convert_units,
@@ -117,7 +117,7 @@ def _spec(script: str, marker: str, *extra: str, **kwargs) -> MCPServerSpec:
 
 def test_example_server_end_to_end_over_stdio():
     marker = _marker()
-    conn = MCPConnection(mcp_kb_server_spec(args=("-m", "rllm.data.mcp_kb", marker)))
+    conn = MCPConnection(mcp_kb_server_spec(args=("-m", "rllm.tasks.mcp_kb", marker)))
     tools = conn.open()
     assert [t.name for t in tools] == ["lookup", "convert"]
     assert all(isinstance(t, Tool) for t in tools)
@@ -314,7 +314,7 @@ def _free_port() -> int:
 def test_example_server_over_streamable_http():
     port = _free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "rllm.data.mcp_kb", "--http", str(port)],
+        [sys.executable, "-m", "rllm.tasks.mcp_kb", "--http", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -24,9 +24,9 @@ def test_every_public_name_resolves():
 def test_import_rllm_is_light():
     heavy = ["torch", "transformers", "vllm", "ray", "verl", "openai", "peft"]
     code = (
-        "import sys, rllm, rllm.engine, rllm.envs, rllm.agents, rllm.models, rllm.data, rllm.cli.main\n"
-        "import rllm.engine.workflow_engine, rllm.workflows.resolve, rllm.workflows.solver_judge, rllm.data.countdown\n"
-        "import rllm.gateway, rllm.workflows.rollout_fn, rllm.cli.serve\n"
+        "import sys, rllm, rllm.engine, rllm.envs, rllm.agents, rllm.models, rllm.tasks, rllm.data, rllm.cli.main\n"
+        "import rllm.engine.workflow_engine, rllm.workflows.resolve, rllm.workflows.solver_judge\n"
+        "import rllm.gateway, rllm.workflows.rollout_fn, rllm.cli.serve, rllm.tasks.countdown\n"
         f"print([m for m in {heavy!r} if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,5 +1,6 @@
-"""The README's custom agent + env example must stay true: it runs (with a scripted model in place of the
-embedded one), fits the promised 30 lines, and passes the env checker."""
+"""The README's examples must stay true. The custom agent + env: it runs (with a scripted model in place of the
+embedded one), fits the promised 30 lines, and passes the env checker. The others run too (workflow, tool, openai
+agent, and the "Add a task" file registered with its one registry line)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,35 @@ def test_readme_openai_sdk_agent_example_runs(capsys):
     code = next(b for b in blocks if "@rllm.rollout" in b)
     exec(compile(code, "README.md", "exec"), {"__name__": "readme_rollout"})  # noqa: S102 - the README's own code
     assert capsys.readouterr().out.splitlines()[-1] == "1.0 2 0"
+
+
+def test_readme_add_a_task_example_registers_generates_and_runs(tmp_path, monkeypatch):
+    """The "Add a task" file, registered with its one registry line, is found by get_task and the config, makes
+    rows deterministically and runs in its default workflow (single_turn) with a scripted model."""
+    import rllm
+    from rllm.config import load_config
+    from rllm.tasks import REGISTRY, get_task
+    from rllm.workflows.resolve import resolve_workflow
+
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
+    (tmp_path / "readme_reverse.py").write_text(next(b for b in blocks if 'name="reverse"' in b), encoding="utf-8")
+    registry_line = next(b for b in blocks if b.strip().startswith('"reverse":'))
+    assert registry_line.strip() == '"reverse": "rllm.tasks.reverse",'
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(REGISTRY, "reverse", "readme_reverse")  # the registry line, pointing at the README's file
+
+    task = get_task("reverse")
+    assert task.name == "reverse" and load_config(None, ["data.task=reverse"]).data.task == "reverse"
+    rows = task.make_tasks(4, seed=1)
+    assert rows == task.make_tasks(4, seed=1) and len({row["id"] for row in rows}) == 4
+
+    def reverse_the_word(messages, sampling=None) -> str:
+        word = messages[-1]["content"].split()[3]  # "Write the word <word> backwards. ..."
+        return f"{word[::-1]}." if word != rows[-1]["word"] else word  # the last task answered wrong
+
+    workflow_class, workflow_args = resolve_workflow(task)
+    engine = rllm.AgentWorkflowEngine(workflow_class=workflow_class, workflow_args=workflow_args,
+                                      model=FakeModel(reverse_the_word))  # fmt: skip
+    episodes = engine.execute_tasks(rows)
+    expected = [row["word"] != rows[-1]["word"] for row in rows]
+    assert [ep.is_correct for ep in episodes] == expected and expected[0]

@@ -10,13 +10,13 @@ import pytest
 openai = pytest.importorskip("openai")
 
 import rllm
-from rllm.data.builtin import get_builtin_task
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.errors import InfraError
 from rllm.gateway import server
 from rllm.models.base import SamplingParams
 from rllm.models.fake import FakeModel, FakeTokenizer
 from rllm.rewards.base import RewardOutput
+from rllm.tasks import get_task
 from rllm.types import TerminationReason
 from rllm.workflows import get_workflow
 from rllm.workflows.resolve import resolve_workflow
@@ -106,7 +106,7 @@ def test_reward_from_the_return_value_and_the_missing_reward_error():
 
 
 def test_reward_precedence_explicit_then_decorator_then_task():
-    countdown = get_builtin_task("countdown")
+    countdown = get_task("countdown")
     task_reward = countdown.workflow_inputs()["reward_fn"]
 
     def mine(task, answer):

@@ -96,14 +96,13 @@ def _kb_processes() -> list[int]:
                     parent = int(file.read().rsplit(")", 1)[1].split()[1])
             except (OSError, ValueError, IndexError):
                 continue
-            if b"rllm.data.mcp_kb" in cmdline and parent == os.getpid():
+            if b"rllm.tasks.mcp_kb" in cmdline and parent == os.getpid():
                 found.append(int(entry))
     return found
 
 
 def test_mcp_episodes_against_the_real_example_server_and_no_server_left_after_the_engine():
-    from rllm.data.mcp_kb import make_mcp_kb_tasks
-    from rllm.envs.mcp_kb import MCPKnowledgeBaseEnv
+    from rllm.tasks.mcp_kb import MCPKnowledgeBaseEnv, make_mcp_kb_tasks
 
     tasks = [t for t in make_mcp_kb_tasks(8, seed=1) if "discovered" in t["question"]][:2]
     planet = {t["id"]: t["question"].rsplit(" ", 1)[-1].rstrip("?") for t in tasks}
@@ -125,7 +124,7 @@ def test_mcp_episodes_against_the_real_example_server_and_no_server_left_after_t
 
 
 def test_the_process_scan_sees_a_live_server():
-    from rllm.data.mcp_kb import mcp_kb_server_spec
+    from rllm.tasks.mcp_kb import mcp_kb_server_spec
     from rllm.tools.mcp import MCPConnection
 
     with MCPConnection(mcp_kb_server_spec()) as connection:

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from rllm.agents.frozenlake import FrozenLakeAgent
 from rllm.engine import AgentExecutionEngine, AgentWorkflowEngine
-from rllm.envs.frozenlake import FrozenLakeEnv, make_frozenlake_tasks
 from rllm.models.base import SamplingParams
+from rllm.tasks.frozenlake import FrozenLakeAgent, FrozenLakeEnv, make_frozenlake_tasks
 from rllm.workflows import TerminationEvent, Workflow
 from rllm.workflows.agent_env import AgentEnvWorkflow
 from rllm.workflows.resolve import resolve_workflow

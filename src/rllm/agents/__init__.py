@@ -1,4 +1,6 @@
-"""Agents: `BaseAgent` and the built-in agents, one file each."""
+"""Agents: `BaseAgent` and reusable agents (tool calling), one file each.
+
+The agents of built-in tasks live with their task in `rllm.tasks`."""
 
 from rllm.agents.base import BaseAgent
 

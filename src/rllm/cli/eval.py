@@ -45,14 +45,14 @@ def run(args: argparse.Namespace) -> int:
 async def _run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from rllm.data import get_builtin_task
     from rllm.engine.workflow_engine import AgentWorkflowEngine
     from rllm.evaluation import evaluate
     from rllm.models.base import SamplingParams
     from rllm.runs import make_run_dir
+    from rllm.tasks import get_task
     from rllm.workflows.resolve import resolve_workflow
 
-    spec = get_builtin_task(args.task)
+    spec = get_task(args.task)
     tasks = spec.make_tasks(args.n, seed=args.seed)
     workflow_class, workflow_args = resolve_workflow(spec, workflow=args.workflow, max_steps=args.max_steps)
     model = _make_model(args)

@@ -1,4 +1,6 @@
-"""Environments: `BaseEnv`, the built-in environments (one file each) and `check_env`."""
+"""Environments: `BaseEnv`, reusable environments (answer feedback, tools/MCP; one file each) and `check_env`.
+
+The environments of built-in tasks live with their task in `rllm.tasks`."""
 
 from __future__ import annotations
 

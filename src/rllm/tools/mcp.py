@@ -1,6 +1,6 @@
 """MCP client: the tools of a Model Context Protocol server as rllm `Tool`s, usable from sync code in any thread.
 
-    spec = MCPServerSpec(command=sys.executable, args=("-m", "rllm.data.mcp_kb"))
+    spec = MCPServerSpec(command=sys.executable, args=("-m", "rllm.tasks.mcp_kb"))
     with MCPConnection(spec) as conn:
         tools = conn.open()                      # list[Tool]; register them in a ToolRegistry
         conn.call("lookup", {"entity": "Dexsen", "attribute": "moons"})   # -> ToolResult

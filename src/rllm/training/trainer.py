@@ -306,9 +306,9 @@ def _explicit(agent_class, env_class, workflow_class) -> bool:
 
 
 def _task_spec(cfg: TrainConfig):
-    from rllm.data import get_builtin_task
+    from rllm.tasks import get_task
 
-    return get_builtin_task(cfg.data.task)
+    return get_task(cfg.data.task)
 
 
 def _resolve_datasets(cfg: TrainConfig, train, val) -> tuple[list[dict], list[dict]]:

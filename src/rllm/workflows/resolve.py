@@ -34,7 +34,7 @@ def resolve_workflow(
     step_timeout: float | None = None,
     reward_args: dict[str, Any] | None = None,
 ) -> tuple[type[Workflow], dict[str, Any]]:
-    """(workflow class, its keyword arguments); `task_spec` is a `BuiltinTask` or None."""
+    """(workflow class, its keyword arguments); `task_spec` is a `rllm.tasks.Task` or None."""
     if workflow is None:
         if agent_class is not None and env_class is not None:
             workflow = "agent_env"

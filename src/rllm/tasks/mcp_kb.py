@@ -1,6 +1,10 @@
-"""MCP knowledge base: a small MCP server over a table of fictional planets, plus the task set that needs it.
+"""The `mcp_kb` task: questions about fictional planets that need the tools of a small example MCP server.
 
-Run the server with `python -m rllm.data.mcp_kb` (stdio) or `python -m rllm.data.mcp_kb --http 8765`
+Parts: the server (`build_server`) and its fact table, `make_mcp_kb_tasks` (the generator), `mcp_kb_reward`, and
+`MCPKnowledgeBaseEnv`, which starts the server over stdio for each episode and closes it after; the agent is the
+reusable `rllm.agents.tool.ToolAgent`.
+
+Run the server with `python -m rllm.tasks.mcp_kb` (stdio) or `python -m rllm.tasks.mcp_kb --http 8765`
 (streamable HTTP at http://127.0.0.1:8765/mcp). Its tools:
 
 - `lookup(entity, attribute)`: one fact from the table, e.g. "Dexsen orbit_period = 545.3 day";
@@ -25,9 +29,14 @@ import re
 import sys
 from typing import Any
 
+from rllm.agents.tool import ToolAgent
+from rllm.envs.tool import MCPEnvironment
+from rllm.tasks import Task
+
 __all__ = [
     "ATTRIBUTES",
     "PLANETS",
+    "MCPKnowledgeBaseEnv",
     "build_server",
     "convert_units",
     "lookup_fact",
@@ -194,7 +203,7 @@ def mcp_kb_server_spec(**overrides: Any):
     """How to start the example server over stdio (this interpreter, this module)."""
     from rllm.tools.mcp import MCPServerSpec
 
-    return MCPServerSpec(**{"command": sys.executable, "args": ("-m", "rllm.data.mcp_kb"), **overrides})
+    return MCPServerSpec(**{"command": sys.executable, "args": ("-m", "rllm.tasks.mcp_kb"), **overrides})
 
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
@@ -218,6 +227,25 @@ def mcp_kb_reward(task: dict[str, Any], response: Any) -> float:
         return 0.0
     guess = float(numbers[-1])
     return float(abs(guess - truth) <= 0.01 * abs(truth) if truth else abs(guess) < 1e-9)
+
+
+# --------------------------------------------------------------------------- env
+
+
+class MCPKnowledgeBaseEnv(MCPEnvironment):
+    reward_fn = staticmethod(mcp_kb_reward)
+
+    def server_spec(self):
+        return mcp_kb_server_spec()
+
+
+TASK = Task(
+    name="mcp_kb",
+    description="Answer questions about fictional facts with the tools of an example MCP server (multi-turn).",
+    make_tasks=make_mcp_kb_tasks,
+    agent=ToolAgent,
+    env=MCPKnowledgeBaseEnv,
+)
 
 
 # --------------------------------------------------------------------------- server
@@ -261,7 +289,7 @@ def build_server():
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rllm.data.mcp_kb", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m rllm.tasks.mcp_kb", description=__doc__.splitlines()[0])
     parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT/mcp")
     args, _ = parser.parse_known_args(argv)  # unknown arguments are ignored (tests pass a marker argument)
     server = build_server()

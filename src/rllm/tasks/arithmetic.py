@@ -4,6 +4,9 @@ visibly helps on a CPU within minutes (the main job trains on it).
 One task = one dataset row `{"id", "question", "answer"}` (e.g. "What is 347 * 6?" / 2082). The env's only step
 reads the LAST integer in the reply (so "347 * 6 = 2082" counts) and gives reward 1 if it equals the answer.
 Prompts are short on purpose: every prompt token is paid for once per sample in generation and again in training.
+
+Parts: `make_arithmetic_tasks` (the generator), `ArithmeticAgent` (the system prompt; the question is the env's
+observation), `ArithmeticEnv` (one step, scored by `parse_last_integer`).
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ import random
 import re
 from typing import Any
 
+from rllm.agents.base import BaseAgent
 from rllm.envs.base import BaseEnv
+from rllm.tasks import Task
 
-__all__ = ["ArithmeticEnv", "make_arithmetic_tasks", "parse_last_integer"]
+__all__ = ["ArithmeticAgent", "ArithmeticEnv", "make_arithmetic_tasks", "parse_last_integer"]
 
 _INTEGER = re.compile(r"-?\d+")
 _OPERATORS = {"*": lambda a, b: a * b, "+": lambda a, b: a + b, "-": lambda a, b: a - b}
@@ -24,6 +29,11 @@ def parse_last_integer(text: Any) -> int | None:
     """The last integer in `text` (thousands separators ignored), or None."""
     found = _INTEGER.findall(str(text or "").replace(",", ""))
     return int(found[-1]) if found else None
+
+
+class ArithmeticAgent(BaseAgent):
+    # Replaces the chat template's default system prompt (Qwen's is ~20 tokens) with a shorter, useful one.
+    system_prompt = "Answer with just the number."
 
 
 class ArithmeticEnv(BaseEnv):
@@ -66,3 +76,12 @@ def make_arithmetic_tasks(
         question = f"What is {a} {operator} {b}?"
         tasks.append({"id": f"arith-{seed}-{i}", "question": question, "answer": _OPERATORS[operator](a, b)})
     return tasks
+
+
+TASK = Task(
+    name="arithmetic",
+    description="Answer a generated multiplication question (single-turn); reward 1 for the right number.",
+    make_tasks=make_arithmetic_tasks,
+    agent=ArithmeticAgent,
+    env=ArithmeticEnv,
+)

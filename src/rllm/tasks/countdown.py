@@ -30,6 +30,7 @@ from collections import Counter
 from fractions import Fraction
 
 from rllm.rewards.base import RewardOutput
+from rllm.tasks import Task
 
 __all__ = [
     "check_expression",
@@ -223,3 +224,13 @@ def _evaluate(node: ast.expr) -> Fraction:
     if isinstance(node, ast.Constant):
         return Fraction(node.value)
     return _OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
+
+
+TASK = Task(
+    name="countdown",
+    description="Combine 3 generated numbers with + - * / to hit a target (single-turn or solver-judge).",
+    make_tasks=make_countdown_tasks,
+    prompt_fn=countdown_prompt,
+    reward_fn=countdown_reward,
+    default_workflow="single_turn",
+)

@@ -1,38 +1,69 @@
-"""FrozenLake as a text environment: walk from the top-left corner to the goal without falling into a hole.
+"""The `frozenlake` task: walk a text FrozenLake grid from the top-left corner to the goal without falling into a
+hole, one move per turn (multi-turn). Reward 1.0 on reaching the goal, else 0.
 
-Built on gymnasium's FrozenLake with `is_slippery=False`, so a move always goes where it says and the whole episode
-is deterministic given the map. Maps are generated from `(size, hole_prob, seed)` by gymnasium's
+Parts: `make_frozenlake_tasks` (the generator), `FrozenLakeEnv` (the grid), `FrozenLakeAgent` (the system prompt and
+`parse_move`, which reads a reply's move).
+
+The env is built on gymnasium's FrozenLake with `is_slippery=False`, so a move always goes where it says and the
+whole episode is deterministic given the map. Maps are generated from `(size, hole_prob, seed)` by gymnasium's
 `generate_random_map`, which redraws until a path from start to goal exists, so every map is solvable.
 
-Design choices:
+Env choices:
 - `hole_prob` is the probability that a cell is a hole. gymnasium's `p` is the opposite (probability of *frozen*);
   we pass `p = 1 - hole_prob` so that configs read naturally ("0.2 of the lake is holes"). Redrawing unsolvable
   maps makes the realised rate a little lower, and makes a hole_prob above ~0.5 slow on large maps.
 - Observations are short text grids, one row a line, cells separated by spaces so that a tokenizer sees one token
   per cell: `P` you, `_` ice, `O` hole, `G` goal (the start cell is ice). Small models pay for every prompt token
   once per sample and once per turn, so the grid carries no coordinates or decoration; the legend lives in the
-  agent's system prompt (`rllm.agents.frozenlake`).
+  agent's system prompt.
 - An action the env cannot read (None, an unknown word) is a policy error that the env handles itself: the player
   does not move, the step still counts, the observation says how to answer, and `info["invalid_action"]` is True.
   Ending the episode instead would give the model one chance at the format; counting the step keeps episodes
   bounded by `max_steps` whatever the model says.
 - Dataset rows from `make_frozenlake_tasks` carry the map itself (`desc`) besides its seed, so a row stays the same
   map even if a later gymnasium draws random maps differently.
+
+The agent's system prompt states the grid legend and the answer format in three lines: small models pay for every
+prompt token once per sample and once per turn. Every observation becomes a user message and every reply an assistant
+message, appended and never rewritten, so each turn's prompt extends the previous one token for token (the engine
+renders multi-turn prompts as deltas; see DESIGN.md, token exactness).
+
+How a reply becomes a move (`parse_move`):
+1. If the reply says "Action:", the first direction after the last "Action:" wins: that is the format we ask for,
+   and the last marker is the model's final answer when it restates itself.
+2. Otherwise the LAST direction mentioned wins. Models that think aloud tend to list the options first and decide
+   at the end ("down is a hole, so I'll go right"); the first mention is more often a rejected option.
+3. No direction at all gives None; the env then reports an invalid action and says how to answer.
+Directions are whole words in any case (so "upon" or "rightly" do not count); compass words and arrows are read too,
+because small models use them unprompted.
 """
 
 from __future__ import annotations
 
 import numbers
 import random
+import re
 from collections import deque
 from typing import Any
 
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as _GymFrozenLake
 from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
+from rllm.agents.base import BaseAgent
 from rllm.envs.base import BaseEnv
+from rllm.tasks import Task
+from rllm.types import ModelOutput
 
-__all__ = ["ACTIONS", "FrozenLakeEnv", "make_frozenlake_tasks", "shortest_path", "shortest_path_length"]
+__all__ = [
+    "ACTIONS",
+    "FROZENLAKE_SYSTEM_PROMPT",
+    "FrozenLakeAgent",
+    "FrozenLakeEnv",
+    "make_frozenlake_tasks",
+    "parse_move",
+    "shortest_path",
+    "shortest_path_length",
+]
 
 # gymnasium's action ids: LEFT=0, DOWN=1, RIGHT=2, UP=3.
 ACTIONS: dict[str, int] = {"left": 0, "down": 1, "right": 2, "up": 3}
@@ -238,6 +269,55 @@ class FrozenLakeEnv(BaseEnv):
         return True  # no shared state: each instance owns its map, its gymnasium env and its RNG
 
 
+# ----------------------------------------------------------------------------------------------------------- agent
+
+FROZENLAKE_SYSTEM_PROMPT = (
+    "You are P on a frozen lake grid. _ is ice, O is a hole (you lose), G is the goal.\n"
+    "Reach G. Each turn, reply with one move: up, down, left or right.\n"
+    "Answer like: Action: right"
+)
+
+_SYNONYMS = {
+    "up": "up", "down": "down", "left": "left", "right": "right",
+    "north": "up", "south": "down", "west": "left", "east": "right",
+    "↑": "up", "↓": "down", "←": "left", "→": "right",
+}  # fmt: skip
+_DIRECTION = re.compile(r"\b(up|down|left|right|north|south|east|west)\b|([↑↓←→])", re.IGNORECASE)
+_ACTION_MARKER = re.compile(r"action\s*:", re.IGNORECASE)
+
+
+def _directions(text: str) -> list[str]:
+    return [_SYNONYMS[match.group(0).lower()] for match in _DIRECTION.finditer(text)]
+
+
+def parse_move(text: str | None) -> str | None:
+    """The move a reply asks for ("up", "down", "left", "right"), or None; see the module docstring for the rule."""
+    if not text:
+        return None
+    markers = list(_ACTION_MARKER.finditer(text))
+    if markers:
+        after_marker = _directions(text[markers[-1].end() :])
+        if after_marker:
+            return after_marker[0]
+    mentioned = _directions(text)
+    return mentioned[-1] if mentioned else None
+
+
+class FrozenLakeAgent(BaseAgent):
+    """Multi-turn FrozenLake agent: observation in as a user message, one move out per reply."""
+
+    system_prompt = FROZENLAKE_SYSTEM_PROMPT
+
+    def format_observation(self, observation: Any) -> str:
+        return str(observation)
+
+    def parse_action(self, output: ModelOutput) -> str | None:
+        return parse_move(output.content if output.content is not None else output.text)
+
+
+# ------------------------------------------------------------------------------------------------------- generator
+
+
 def make_frozenlake_tasks(
     n: int,
     *,
@@ -278,3 +358,12 @@ def make_frozenlake_tasks(
             }
         )
     return tasks
+
+
+TASK = Task(
+    name="frozenlake",
+    description="Walk a generated FrozenLake grid to the goal without falling in a hole (multi-turn).",
+    make_tasks=make_frozenlake_tasks,
+    agent=FrozenLakeAgent,
+    env=FrozenLakeEnv,
+)

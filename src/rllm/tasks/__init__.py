@@ -1,0 +1,110 @@
+"""Built-in tasks, one file each, and their registry.
+
+A task file (`rllm/tasks/<name>.py`) holds everything about one task: its generator (`make_tasks(n, *, seed)` ->
+dataset rows), its prompt, what plays it (an agent and an environment for the `agent_env` workflow, and/or a prompt
+and a reward function for the `single_turn` and `solver_judge` workflows) and which scoring function of
+`rllm.rewards` rewards it. It ends with `TASK = Task(...)`.
+
+`REGISTRY` maps each task's name to its module, one line a task: a new task is one new file plus one line here.
+Modules are imported only when their task is looked up (`get_task`), so `import rllm.tasks` stays light and using
+one task never imports another's dependencies. Code outside this package registers a task at run time with
+`REGISTRY["name"] = "package.module"`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rllm.errors import RllmError
+
+__all__ = ["REGISTRY", "TASK_NAMES", "Task", "UnknownTaskError", "get_task"]
+
+# task name -> the module whose TASK it is
+REGISTRY: dict[str, str] = {
+    "arithmetic": "rllm.tasks.arithmetic",
+    "code": "rllm.tasks.code",
+    "countdown": "rllm.tasks.countdown",
+    "frozenlake": "rllm.tasks.frozenlake",
+    "humaneval": "rllm.tasks.humaneval",
+    "math": "rllm.tasks.math",
+    "mcp_kb": "rllm.tasks.mcp_kb",
+}
+
+# names of the registry's old home (rllm.data.builtin, which now imports this module), served by rllm.data
+_OLD_NAMES = ("BUILTIN_TASKS", "BuiltinTask", "get_builtin_task")
+
+
+class UnknownTaskError(RllmError, ValueError):
+    """No task has that name, or the task lacks what was asked of it (e.g. an agent class)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task: how its dataset rows are made and what plays it.
+
+    `make_tasks(n, *, seed=0, **kwargs)` returns `n` rows, the same for the same seed; `kwargs` come from the config's
+    `data.task_args`. `agent`/`env` play it in the `agent_env` workflow; `prompt_fn(task) -> str` and
+    `reward_fn(task, response) -> float | RewardOutput` go to prompt/reward workflows (`single_turn`, ...).
+    `default_workflow` plays it when the caller names neither a workflow nor an agent and env.
+    """
+
+    name: str
+    description: str
+    make_tasks: Callable[..., list[dict]]
+    agent: type | None = None
+    env: type | None = None
+    prompt_fn: Callable[[dict], str] | None = None
+    reward_fn: Callable[[dict, Any], Any] | None = None
+    default_workflow: str = "agent_env"
+
+    @property
+    def agent_class(self) -> type:
+        return self._need(self.agent, "agent class")
+
+    @property
+    def env_class(self) -> type:
+        return self._need(self.env, "environment class")
+
+    def workflow_inputs(self, reward_args: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The prompt and reward functions that prompt/reward workflows (single_turn, solver_judge) take;
+        `reward_args` are keyword arguments bound to the reward function (e.g. a format reward)."""
+        inputs: dict[str, Any] = {}
+        if self.prompt_fn is not None:
+            inputs["prompt_fn"] = self.prompt_fn
+        if self.reward_fn is not None:
+            inputs["reward_fn"] = functools.partial(self.reward_fn, **reward_args) if reward_args else self.reward_fn
+        elif reward_args:
+            raise ValueError(f"task {self.name!r} has no reward function to take reward_args {sorted(reward_args)}")
+        return inputs
+
+    def _need(self, value: type | None, what: str) -> type:
+        if value is None:
+            raise UnknownTaskError(f"task {self.name!r} has no {what}; play it with a workflow "
+                                   f"(e.g. workflow: {self.default_workflow})")  # fmt: skip
+        return value
+
+
+def get_task(name: str) -> Task:
+    """The task registered as `name`, importing its module (and no other task's)."""
+    if name not in REGISTRY:
+        raise UnknownTaskError(f"unknown task {name!r}; built-in tasks: {', '.join(sorted(REGISTRY))}")
+    module = importlib.import_module(REGISTRY[name])
+    task = getattr(module, "TASK", None)
+    if not isinstance(task, Task) or task.name != name:
+        raise UnknownTaskError(f"{module.__name__} must define TASK = Task(name={name!r}, ...): the registry "
+                               f"names it for task {name!r}")  # fmt: skip
+    return task
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TASK_NAMES":  # computed on access, so a task registered at run time passes config validation
+        return tuple(sorted(REGISTRY))
+    if name in _OLD_NAMES:
+        from rllm.data import _old_registry_name
+
+        return _old_registry_name(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
