@@ -223,7 +223,7 @@ def run_trl(args: argparse.Namespace, channel: Channel) -> None:
     from rllm.models import registry
     from rllm.tasks import get_task
     from rllm.tasks.arithmetic import ArithmeticAgent, parse_last_integer
-    from rllm.training.run_log import TaskSampler
+    from rllm.training.trainer import TaskSampler
 
     cfg = load_config(CONFIG, config_overrides(args, args.workdir / "ours-unused"))
     # The same task rows in the same order as our trainer takes them (its TaskSampler, same seeds).

@@ -238,7 +238,7 @@ class OptimConfig(_Section):
     """The optimizer (AdamW), its schedule and batching."""
 
     lr: float = Field(5e-5, gt=0, description="Peak learning rate.")
-    critic_lr: float = Field(1e-3, gt=0, description="Peak learning rate of the critic's value head (advantage gae; "
+    critic_lr: float = Field(1e-4, gt=0, description="Peak learning rate of the critic's value head (advantage gae; "
                              "the shared trunk follows lr).")  # fmt: skip
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas (b1, b2), each in [0, 1).")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rllm.metrics import summarize_episodes
-from rllm.runs import write_json, write_jsonl
+from rllm.runs import RunLog, write_json
 
 __all__ = ["evaluate"]
 
@@ -18,6 +18,6 @@ async def evaluate(engine: Any, tasks: list[dict], out_dir: Path, *, n_rollouts:
     episodes = await engine.execute_tasks_async(tasks, n_rollouts=n_rollouts)
     wall = time.perf_counter() - start
     summary = {**summarize_episodes(episodes, wall), "wall_time_s": wall}
-    write_jsonl(out_dir / "episodes.jsonl", episodes)
+    RunLog(out_dir).log_episodes(0, episodes, "eval")
     write_json(out_dir / "summary.json", summary)
     return summary

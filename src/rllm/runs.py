@@ -1,29 +1,146 @@
-"""Run directories on disk: every run writes what it produced (episodes JSONL, a summary/metrics JSON) so it can be
-read back, viewed and compared. Training (next layer up) adds checkpoints to the same layout."""
+"""The one run directory, written the same way by `rllm eval` and `rllm train`, and read back here.
+
+    runs/<name>/
+      config.yaml       the resolved config (`rllm.config.dump_config`)
+      manifest.json     kind (eval | train), library versions, seeds, model
+      episodes.jsonl    one record per episode: {"step": int, "split": "train" | "val" | "eval", "episode": {...}}
+      metrics.jsonl     training: one line per step and per validation ({"step": int, ...metrics})
+      summary.json      eval: the episode summary (`rllm.metrics`)
+      result.json       train: validation before/after and the last step's metrics
+      checkpoints/      train: atomic checkpoints (`rllm.training.checkpoint`)
+      tensorboard/      train, when enabled
+
+Choices:
+- A run directory is `<root>/<name>`; without a name it is `<kind>-<task>[-<estimator>]-<YYYYmmdd-HHMMSS>`, with
+  `-1`, `-2`, ... appended when that exists already. A given name that exists is an error (two runs never mix).
+- `step` in an episode record is the number of updates the weights had when it was sampled: 0 for eval and for
+  validation before training.
+- `read_episodes` reads every kind of run: this format, and bare episodes (eval runs before this format). A torn
+  last line (a crash mid-write) is skipped with a warning; any other line that is not a record is an error naming
+  the file and the line. On resume, `RunLog` drops what a crashed run wrote after its checkpoint (torn line too).
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import time
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-__all__ = ["make_run_dir", "read_episodes", "write_json", "write_jsonl"]
+from rllm.errors import RllmError
+from rllm.types import Episode
+
+__all__ = [
+    "RunFormatError",
+    "RunLog",
+    "create_run_dir",
+    "load_metrics",
+    "read_episode_records",
+    "read_episodes",
+    "versions",
+    "write_json",
+    "write_jsonl",
+    "write_manifest",
+]
+
+SPLITS = ("train", "val", "eval")
 
 
-def make_run_dir(kind: str, name: str, root: str | os.PathLike = "runs") -> Path:
-    """A new, unique folder `root/{kind}-{name}-{timestamp}`."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path(root) / f"{kind}-{name}-{stamp}"
+class RunFormatError(RllmError, ValueError):
+    """A run file holds something that is not what rllm writes there."""
+
+
+# ---- creating a run --------------------------------------------------------------------------------------------
+
+
+def create_run_dir(root: str | os.PathLike, name: str | None, *parts: str) -> Path:
+    """A new folder `root/name`, or `root/<parts joined by '-'>-<time>` (unique) when `name` is None."""
+    if name is not None:
+        path = Path(root) / name
+        try:
+            path.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise RunFormatError(f"run directory {path} exists already; choose another trainer.name or resume it "
+                                 f"(--resume {path})") from None  # fmt: skip
+        return path
+    base = Path(root) / "-".join([*parts, time.strftime("%Y%m%d-%H%M%S")])
     path, i = base, 1
-    while path.exists():
-        path, i = Path(f"{base}-{i}"), i + 1
-    path.mkdir(parents=True)
-    return path
+    while True:
+        try:
+            path.mkdir(parents=True, exist_ok=False)
+            return path
+        except FileExistsError:
+            path, i = Path(f"{base}-{i}"), i + 1
+
+
+def versions() -> dict[str, str]:
+    """Python's and the installed versions of rllm and the libraries a run's numbers depend on."""
+    found = {"python": platform.python_version()}
+    for package in ("rllm", "torch", "transformers", "peft", "vllm"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def write_manifest(run_dir: Path, kind: str, config: Any) -> None:
+    """`manifest.json` (kind, versions, seeds, model) and `config.yaml` of a new run."""
+    from rllm.config import dump_config
+
+    manifest = {
+        "kind": kind,
+        "versions": versions(),
+        "seed": config.trainer.seed,
+        "data_seeds": {"train": config.data.seed, "val": config.data.val_seed},
+        "model": config.model.name,
+    }
+    write_json(run_dir / "manifest.json", manifest)
+    (run_dir / "config.yaml").write_text(dump_config(config), encoding="utf-8")
+
+
+# ---- writing ---------------------------------------------------------------------------------------------------
+
+
+class RunLog:
+    """Appends to a run's `metrics.jsonl` and `episodes.jsonl` (and TensorBoard scalars when enabled). With
+    `resume_step`, lines of later steps (written before a crash, a torn one included) are dropped first, so the
+    files match an uninterrupted run."""
+
+    def __init__(self, run_dir: Path, *, tensorboard: bool = False, resume_step: int | None = None) -> None:
+        self.metrics_path = run_dir / "metrics.jsonl"
+        self.episodes_path = run_dir / "episodes.jsonl"
+        if resume_step is not None:
+            for path in (self.metrics_path, self.episodes_path):
+                _truncate_after(path, resume_step)
+        self._tb = _tensorboard_writer(run_dir) if tensorboard else None
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        with open(self.metrics_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": step, **metrics}, sort_keys=True) + "\n")
+        if self._tb is not None:
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self._tb.add_scalar(key, value, step)
+            self._tb.flush()
+
+    def log_episodes(self, step: int, episodes: Iterable[Episode], split: str) -> None:
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        records = ({"step": step, "split": split, "episode": episode.model_dump(mode="json")} for episode in episodes)
+        with open(self.episodes_path, "a", encoding="utf-8") as f:
+            f.writelines(json.dumps(record) + "\n" for record in records)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
 
 
 def write_jsonl(path: str | os.PathLike, items: Iterable[BaseModel | dict]) -> int:
@@ -41,8 +158,79 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
     Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def read_episodes(path: str | os.PathLike) -> list:
-    from rllm.types import Episode
+# ---- reading ---------------------------------------------------------------------------------------------------
 
-    with open(path, encoding="utf-8") as f:
-        return [Episode.model_validate_json(line) for line in f if line.strip()]
+
+def read_episode_records(path: str | os.PathLike, split: str | None = None) -> list[dict[str, Any]]:
+    """`{"step", "split", "episode": Episode}` for every episode of a run directory (or its `episodes.jsonl`), in
+    file order; `split` keeps one split. Bare episodes (older eval runs) read as step 0 of split "eval"."""
+    file = Path(path) / "episodes.jsonl" if Path(path).is_dir() else Path(path)
+    records = []
+    for number, data in _json_lines(file):
+        where = f"{file}, line {number}"
+        if not isinstance(data, dict):
+            raise RunFormatError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        if "episode" in data:
+            record = {"step": data.get("step"), "split": data.get("split"), "episode": data["episode"]}
+        elif "id" in data and "trajectories" in data:
+            record = {"step": 0, "split": "eval", "episode": data}
+        else:
+            raise RunFormatError(f"{where} is neither an episode record ({{'step', 'split', 'episode'}}) nor an "
+                                 f"episode; it has keys {sorted(data)[:8]}")  # fmt: skip
+        if record["split"] not in SPLITS or not isinstance(record["step"], int):
+            raise RunFormatError(f"{where}: step must be an int and split one of {SPLITS}")
+        try:
+            record["episode"] = Episode.model_validate(record["episode"])
+        except ValidationError as exc:
+            raise RunFormatError(f"{where}: not a valid episode: {exc.errors()[0]['msg']}") from None
+        if split is None or record["split"] == split:
+            records.append(record)
+    return records
+
+
+def read_episodes(path: str | os.PathLike, split: str | None = None) -> list[Episode]:
+    """The episodes of a run directory (or its `episodes.jsonl`), eval or training; see `read_episode_records`."""
+    return [record["episode"] for record in read_episode_records(path, split)]
+
+
+def load_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """Every line of a training run's `metrics.jsonl`."""
+    return [data for _, data in _json_lines(Path(run_dir) / "metrics.jsonl")]
+
+
+def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON) of every non-empty line; a torn last line is skipped with a warning."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except json.JSONDecodeError:
+            if number < len(lines):
+                raise RunFormatError(f"{path}, line {number} is not JSON") from None
+            warnings.warn(f"{path}: skipped a torn last line (line {number}; the run stopped mid-write)",
+                          stacklevel=3)  # fmt: skip
+
+
+def _truncate_after(path: Path, step: int) -> None:
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text(encoding="utf-8").splitlines(keepends=True) if _step_of(line) <= step]
+    path.write_text("".join(kept), encoding="utf-8")
+
+
+def _step_of(line: str) -> float:
+    """The step of a log line; a torn line (a crash mid-write) counts as after every checkpoint."""
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return float("inf")
+
+
+def _tensorboard_writer(run_dir: Path) -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as exc:  # the tensorboard package is missing
+        raise RllmError("trainer.tensorboard=true needs the tensorboard package: pip install tensorboard") from exc
+    return SummaryWriter(log_dir=str(run_dir / "tensorboard"))

@@ -134,7 +134,8 @@ def test_lora_adapter_hot_loads(lora_server, backend, smollm2_tokenizer, tmp_pat
 
 def test_agent_trainer_with_vllm_rollouts(smollm2_tokenizer, tmp_path):
     _require_vllm()
-    from rllm.training.trainer import AgentTrainer, load_metrics
+    from rllm.runs import load_metrics
+    from rllm.training.trainer import AgentTrainer
 
     overrides = ["rollout.n=2", "rollout.max_tokens=6", "rollout.max_steps=2", "trainer.tasks_per_step=2",
                  "data.train_size=4", "data.val_size=2", "optim.micro_batch_size=2", "optim.lr=1e-2",
@@ -157,7 +158,8 @@ def test_openai_sdk_agent_trains_through_the_gateway_on_vllm(server, smollm2_tok
     from pathlib import Path
 
     from rllm.training.batch import build_rows, episode_trajectories
-    from rllm.training.trainer import AgentTrainer, load_metrics
+    from rllm.runs import load_metrics
+    from rllm.training.trainer import AgentTrainer
     from rllm.types import Episode
 
     monkeypatch.chdir(Path(__file__).resolve().parents[2])  # the config names the agent by a relative path

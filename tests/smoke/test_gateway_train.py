@@ -16,10 +16,11 @@ openai = pytest.importorskip("openai")
 
 from rllm.config import load_config
 from rllm.models.registry import load_tokenizer
+from rllm.runs import load_metrics
 from rllm.testing import FakeReply, run_fake_server
 from rllm.testing.fake_openai_server import read_first_line
 from rllm.training.batch import build_rows, episode_trajectories
-from rllm.training.trainer import AgentTrainer, load_metrics
+from rllm.training.trainer import AgentTrainer
 from rllm.types import Episode
 from tests.conftest import sharp_tiny_model
 

@@ -13,8 +13,9 @@ import torch
 from rllm.agents.base import BaseAgent
 from rllm.config import AdvantageName, load_config
 from rllm.envs.base import BaseEnv
+from rllm.runs import load_metrics, read_episodes
 from rllm.training.checkpoint import latest_checkpoint, load_checkpoint
-from rllm.training.trainer import AgentTrainer, is_time_metric, load_metrics
+from rllm.training.trainer import AgentTrainer, is_time_metric
 
 TINY = [
     "rollout.n=2", "rollout.max_tokens=6", "rollout.max_steps=2", "trainer.tasks_per_step=2",
@@ -37,6 +38,8 @@ def test_rllm_train_cli_runs_two_steps(tmp_path, tiny_model_dir):
                 "tokens_per_s", "response_length_mean", "success_rate"):  # fmt: skip
         assert key in step, key
     assert (tmp_path / "cli" / "config.yaml").exists() and latest_checkpoint(tmp_path / "cli") is not None
+    assert len(read_episodes(tmp_path / "cli", split="train")) == 2 * 2 * 2  # steps x tasks x rollout.n
+    assert len(read_episodes(tmp_path / "cli", split="val")) == 2 * 2  # before and after, 2 validation tasks
     assert any((tmp_path / "cli" / "tensorboard").glob("events.out.tfevents.*"))
 
 

@@ -4,6 +4,7 @@ from fractions import Fraction
 
 import pytest
 
+from rllm.rewards.math import math_reward
 from rllm.tasks.math import (
     load_math_rows,
     make_arithmetic_word_tasks,
@@ -11,7 +12,6 @@ from rllm.tasks.math import (
     make_math_tasks,
     math_prompt,
 )
-from rllm.rewards.math import math_reward
 
 # math-verify comes with the `tasks` extra that `make test` installs: a missing one fails loudly.
 needs_math_verify = pytest.mark.usefixtures()

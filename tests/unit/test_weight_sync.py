@@ -162,7 +162,8 @@ def test_a_server_that_dies_while_starting_reports_its_log(tmp_path):
 def test_trainer_with_vllm_rollouts_on_an_attached_server(fake, smollm2_tokenizer, tmp_path):
     """The trainer's vllm path end to end, fast: rollouts from the (scripted) fake, each update synced into the
     fake's real weights and checked; the version every step's outputs carry is the one synced before it."""
-    from rllm.training.trainer import AgentTrainer, load_metrics
+    from rllm.runs import load_metrics
+    from rllm.training.trainer import AgentTrainer
 
     server, _ = fake
     overrides = ["rollout.n=2", "rollout.max_tokens=6", "rollout.max_steps=1", "trainer.tasks_per_step=2",

@@ -48,7 +48,7 @@ async def _run(args: argparse.Namespace) -> int:
     from rllm.engine.workflow_engine import AgentWorkflowEngine
     from rllm.evaluation import evaluate
     from rllm.models.base import SamplingParams
-    from rllm.runs import make_run_dir
+    from rllm.runs import create_run_dir
     from rllm.tasks import get_task
     from rllm.workflows.resolve import resolve_workflow
 
@@ -56,7 +56,7 @@ async def _run(args: argparse.Namespace) -> int:
     tasks = spec.make_tasks(args.n, seed=args.seed)
     workflow_class, workflow_args = resolve_workflow(spec, workflow=args.workflow, max_steps=args.max_steps)
     model = _make_model(args)
-    out_dir = make_run_dir("eval", args.task, args.out)
+    out_dir = create_run_dir(args.out, None, "eval", args.task)
     with tqdm(total=len(tasks) * args.rollouts, desc=f"eval {args.task}", unit="ep") as bar:
         engine = AgentWorkflowEngine(
             workflow_class=workflow_class,

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
 from pathlib import Path
 from typing import Any
 
 from rllm.fsutil import install_dir_atomically, sha256_of_file, write_text_atomically
+from rllm.runs import versions
 
 __all__ = ["CheckpointError", "latest_checkpoint", "load_checkpoint", "save_checkpoint"]
 
@@ -41,7 +41,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, parts: dict[str, Any]
         path = staging / f"{name}.pt"
         torch.save(obj, path)
         files[path.name] = sha256_of_file(path)
-    manifest = {"step": step, "files": files, "versions": _versions()}
+    manifest = {"step": step, "files": files, "versions": versions()}
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
     install_dir_atomically(staging, final)  # a re-run of the same step replaces it
     write_text_atomically(root / "latest", final.name)
@@ -74,11 +74,3 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[int, dict[str, Any]]:
             raise CheckpointError(f"checkpoint file {file} is missing or does not match its checksum")
         parts[file.stem] = torch.load(file, map_location="cpu", weights_only=False)
     return int(manifest["step"]), parts
-
-
-def _versions() -> dict[str, str]:
-    import torch
-
-    from rllm import __version__
-
-    return {"rllm": __version__, "torch": torch.__version__, "python": platform.python_version()}

@@ -47,20 +47,18 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import random
 import time
 from pathlib import Path
 from typing import Any
 
-from rllm.config import TrainConfig, dump_config
+from rllm.config import TrainConfig
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.metrics import summarize_episodes
-from rllm.runs import write_json
+from rllm.runs import RunLog, create_run_dir, write_json, write_manifest
 from rllm.training.advantages import apply_gae, group_key, score_episodes, trajectory_reward
 from rllm.training.batch import build_rows
 from rllm.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from rllm.training.run_log import MetricsLog, TaskSampler
 from rllm.workflows.resolve import resolve_workflow
 
 __all__ = ["AgentTrainer"]
@@ -124,7 +122,7 @@ class AgentTrainer:
         cfg = self.config
         self.setup()
         start_step = self.step
-        log = MetricsLog(self.run_dir, tensorboard=cfg.trainer.tensorboard, resume_step=start_step or None)
+        log = RunLog(self.run_dir, tensorboard=cfg.trainer.tensorboard, resume_step=start_step or None)
         result: dict[str, Any] = {"run_dir": str(self.run_dir)}
         try:
             if start_step == 0:
@@ -141,7 +139,7 @@ class AgentTrainer:
         write_json(self.run_dir / "result.json", result)
         return result
 
-    async def _loop(self, log: MetricsLog, start_step: int) -> dict[str, Any]:
+    async def _loop(self, log: RunLog, start_step: int) -> dict[str, Any]:
         cfg = self.config.trainer
         stop = cfg.total_steps if cfg.stop_after is None else min(cfg.total_steps, start_step + cfg.stop_after)
         bar = _progress(self.progress, total=cfg.total_steps, initial=start_step)
@@ -158,7 +156,7 @@ class AgentTrainer:
         bar.close()
         return metrics
 
-    async def _train_step(self, step: int, log: MetricsLog) -> dict[str, Any]:
+    async def _train_step(self, step: int, log: RunLog) -> dict[str, Any]:
         cfg = self.config
         tasks = self.sampler.take(cfg.trainer.tasks_per_step)
         started = time.perf_counter()
@@ -199,7 +197,7 @@ class AgentTrainer:
             log.log_episodes(step, episodes, "train")
         return metrics
 
-    async def _validate(self, log: MetricsLog, step: int) -> dict[str, float]:
+    async def _validate(self, log: RunLog, step: int) -> dict[str, float]:
         """Greedy (`rollout.val_temperature`) episodes on the validation tasks, logged under `val/`."""
         if not self.val_dataset:
             return {"success_rate": float("nan"), "reward_mean": float("nan"), "episodes": 0}
@@ -265,11 +263,9 @@ class AgentTrainer:
 
     def _new_run_dir(self) -> None:
         cfg = self.config
-        name = cfg.trainer.name or f"train-{cfg.data.task}-{cfg.algorithm.advantage}-{time.strftime('%Y%m%d-%H%M%S')}"
-        self.run_dir = Path(cfg.trainer.run_dir) / name
-        self.run_dir.mkdir(parents=True, exist_ok=False)
-        (self.run_dir / "config.yaml").write_text(dump_config(cfg), encoding="utf-8")
-        write_json(self.run_dir / "manifest.json", _manifest(cfg))
+        self.run_dir = create_run_dir(cfg.trainer.run_dir, cfg.trainer.name, "train", cfg.data.task,
+                                      cfg.algorithm.advantage)  # fmt: skip
+        write_manifest(self.run_dir, "train", cfg)
 
     async def _close_rollout(self) -> None:
         model = getattr(self, "rollout_model", None)
@@ -295,6 +291,26 @@ class AgentTrainer:
             "weight_version": self.rollout_model.weight_version,
         }
         save_checkpoint(self.run_dir, self.step, {"backend": self.backend.state_dict(), "trainer": trainer_state})
+
+
+class TaskSampler:
+    """Hands out tasks in epochs, each a seeded shuffle of the dataset; `position` (tasks handed out so far) fully
+    determines what comes next, so a resumed run sees the same tasks as an uninterrupted one."""
+
+    def __init__(self, tasks: list[dict], seed: int, position: int = 0) -> None:
+        if not tasks:
+            raise ValueError("the training dataset is empty: give train_dataset rows or set data.train_size >= 1")
+        self.tasks, self.seed, self.position = tasks, seed, position
+
+    def take(self, k: int) -> list[dict]:
+        out = []
+        for _ in range(k):
+            epoch, index = divmod(self.position, len(self.tasks))
+            order = list(range(len(self.tasks)))
+            random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+            out.append(self.tasks[order[index]])
+            self.position += 1
+        return out
 
 
 # ---- helpers --------------------------------------------------------------------------------------------------
@@ -361,23 +377,6 @@ def _find_checkpoint(path: Path) -> Path:
     return found
 
 
-def _manifest(cfg: TrainConfig) -> dict[str, Any]:
-    import platform
-
-    import torch
-    import transformers
-
-    from rllm import __version__
-
-    return {
-        "versions": {"rllm": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": platform.python_version()},
-        "seed": cfg.trainer.seed,
-        "data_seeds": {"train": cfg.data.seed, "val": cfg.data.val_seed},
-        "model": cfg.model.name,
-    }  # fmt: skip
-
-
 def _progress(enabled: bool, *, total: int, initial: int):
     from tqdm import tqdm
 
@@ -398,8 +397,3 @@ def format_result_table(result: dict[str, Any]) -> str:
         f"validation tasks: {after.get('episodes', 0)}   steps: {result['steps']}   run: {result['run_dir']}",
     ]
     return "\n".join(lines)
-
-
-def load_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -33,8 +33,9 @@ Choices worth knowing:
   `compute_values(rows)` before the update, turns them into advantages and returns with
   `rllm.training.advantages.apply_gae` (which stores them on the rows), and `update` trains the head on
   `row.returns` with the clipped value loss around `row.old_values`. The head's parameters get their own learning
-  rate (`optim.critic_lr`): a zero-initialised head moving at a LoRA learning rate would need thousands of steps to
-  reach the scale of the returns.
+  rate (`optim.critic_lr`, default 1e-4): at a LoRA learning rate (~1e-5) the zero-initialised head would need
+  hundreds of steps to reach the scale of the returns. Measured on Qwen2.5-Coder-0.5B with 0/1 rewards: 1e-3
+  overshoots (mean value 0 -> 2.2 after one step), 1e-4 tracks the mean return within about six steps.
 - Warm-up counts trainer steps like `total_steps` (the config's unit); the schedule itself ticks per optimizer step,
   `total_steps * ppo_epochs * mini_batches` of them (see `torch_model.lr_factor`).
 """

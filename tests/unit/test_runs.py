@@ -1,0 +1,84 @@
+"""The one run directory (`rllm.runs`): naming, the manifest, one episodes.jsonl record format for eval and train,
+and reading every kind of run back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rllm.config import load_config
+from rllm.runs import (
+    RunFormatError,
+    RunLog,
+    create_run_dir,
+    load_metrics,
+    read_episode_records,
+    read_episodes,
+    write_manifest,
+)
+from rllm.types import Episode, Step, TerminationReason, Trajectory
+
+
+def _episode(i: int) -> Episode:
+    trajectory = Trajectory(steps=[Step(reward=float(i))])
+    return Episode(id=f"t{i}:0", trajectories=[trajectory], termination_reason=TerminationReason.ENV_DONE)
+
+
+def test_run_dirs_are_named_by_kind_task_and_time_and_never_reused(tmp_path):
+    first = create_run_dir(tmp_path, None, "eval", "math")
+    second = create_run_dir(tmp_path, None, "eval", "math")  # same second: a suffix, not the same folder
+    assert first.name.startswith("eval-math-") and first != second and second.name.startswith(first.name)
+    assert create_run_dir(tmp_path, "mine").name == "mine"
+    with pytest.raises(RunFormatError, match="exists already"):
+        create_run_dir(tmp_path, "mine")
+
+
+def test_manifest_and_config_are_written_for_every_run(tmp_path):
+    config = load_config(None, ["trainer.seed=7"])
+    write_manifest(tmp_path, "eval", config)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["kind"] == "eval" and manifest["seed"] == 7 and "python" in manifest["versions"]
+    assert load_config(tmp_path / "config.yaml") == config
+
+
+def test_eval_and_train_records_read_back_with_their_step_and_split(tmp_path):
+    log = RunLog(tmp_path)
+    log.log_episodes(0, [_episode(0)], "val")
+    log.log_episodes(1, [_episode(1), _episode(2)], "train")
+    records = read_episode_records(tmp_path)
+    assert [(r["step"], r["split"], r["episode"].id) for r in records] == [
+        (0, "val", "t0:0"), (1, "train", "t1:0"), (1, "train", "t2:0")]  # fmt: skip
+    assert [e.id for e in read_episodes(tmp_path / "episodes.jsonl", split="train")] == ["t1:0", "t2:0"]
+    with pytest.raises(ValueError, match="split"):
+        log.log_episodes(0, [], "test")
+
+
+def test_bare_episodes_of_older_eval_runs_still_read(tmp_path):
+    (tmp_path / "episodes.jsonl").write_text(_episode(3).model_dump_json() + "\n")
+    (record,) = read_episode_records(tmp_path)
+    assert (record["step"], record["split"], record["episode"].id) == (0, "eval", "t3:0")
+
+
+def test_anything_else_is_a_clear_error_naming_file_and_line(tmp_path):
+    path = tmp_path / "episodes.jsonl"
+    path.write_text('{"step": 1, "split": "train", "episode": {"id": "a:0"}}\n{"loss": 0.5}\n')
+    with pytest.raises(RunFormatError, match=r"episodes.jsonl, line 2 is neither an episode record .*'loss'"):
+        read_episodes(path)
+    path.write_text('not json\n{"id": "a:0", "trajectories": []}\n')
+    with pytest.raises(RunFormatError, match="line 1 is not JSON"):
+        read_episodes(path)
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning_and_dropped_on_resume(tmp_path):
+    log = RunLog(tmp_path)
+    log.log(1, {"reward_mean": 0.5})
+    log.log(2, {"reward_mean": 0.7})
+    log.log_episodes(1, [_episode(1)], "train")
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3, "reward_me')  # killed mid-write
+    with pytest.warns(UserWarning, match="torn last line"):
+        assert [m["step"] for m in load_metrics(tmp_path)] == [1, 2]
+    RunLog(tmp_path, resume_step=1)  # resuming from the step-1 checkpoint
+    assert [m["step"] for m in load_metrics(tmp_path)] == [1]
+    assert [e.id for e in read_episodes(tmp_path)] == ["t1:0"]
