@@ -62,7 +62,7 @@ class InstantModel:
 
 def make_engine(model, n_parallel: int, turns: int) -> AgentExecutionEngine:
     return AgentExecutionEngine(
-        agent_class=BaseAgent, env_class=CountdownEnv, model=model, n_parallel_agents=n_parallel,
+        agent_class=BaseAgent, env_class=CountdownEnv, model=model, n_parallel=n_parallel,
         max_steps=turns, sampling=SamplingParams(max_tokens=16, temperature=1.0), retry_limit=0,
     )
 

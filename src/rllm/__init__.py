@@ -23,6 +23,9 @@ install_moved_module_finder()  # old module paths keep working for one release (
 # Public names that live in modules with heavier imports: loaded on first attribute access.
 _LAZY = {
     "AgentExecutionEngine": "rllm.engine.execution",
+    "AgentTrainer": "rllm.training.trainer",
+    "TrainConfig": "rllm.config",
+    "load_config": "rllm.config",
     "AgentWorkflowEngine": "rllm.engine.workflow_engine",
     "TerminationEvent": "rllm.workflows.runtime",
     "Workflow": "rllm.workflows.base",
@@ -37,6 +40,7 @@ _LAZY = {
 __all__ = [
     "Action",
     "AgentExecutionEngine",
+    "AgentTrainer",
     "AgentWorkflowEngine",
     "BaseAgent",
     "BaseEnv",
@@ -55,9 +59,11 @@ __all__ = [
     "TerminationEvent",
     "TerminationReason",
     "ToolCall",
+    "TrainConfig",
     "Trajectory",
     "Workflow",
     "check_env",
+    "load_config",
     "rollout",
 ]
 

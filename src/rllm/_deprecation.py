@@ -19,7 +19,8 @@ import sys
 import warnings
 from typing import Any
 
-__all__ = ["MOVED_MODULES", "install_moved_module_finder", "renamed_kwargs", "warn_renamed"]
+__all__ = ["MOVED_MODULES", "MOVED_NAMES", "install_moved_module_finder", "moved_attribute", "renamed_kwargs",
+           "warn_renamed"]  # fmt: skip
 
 # old module path -> new module path
 MOVED_MODULES: dict[str, str] = {
@@ -38,6 +39,31 @@ MOVED_MODULES: dict[str, str] = {
     "rllm.data.math": "rllm.tasks.math",
     "rllm.envs.math": "rllm.tasks.math",
 }
+
+
+# old `module.attribute` -> its new `module.attribute`; a module serves its rows with `moved_attribute` from its
+# `__getattr__` (the old module path may itself be an alias, see MOVED_MODULES)
+MOVED_NAMES: dict[str, str] = {
+    "rllm.data.BuiltinTask": "rllm.tasks.Task",
+    "rllm.data.get_builtin_task": "rllm.tasks.get_task",
+    "rllm.tasks.BuiltinTask": "rllm.tasks.Task",  # reached as rllm.data.builtin.BuiltinTask
+    "rllm.tasks.get_builtin_task": "rllm.tasks.get_task",
+    "rllm.tasks.code.HUMANEVAL_SIZE": "rllm.tasks.humaneval.HUMANEVAL_SIZE",  # reached as rllm.data.code.*
+    "rllm.tasks.code.load_humaneval": "rllm.tasks.humaneval.load_humaneval",
+    "rllm.tasks.code.make_humaneval_tasks": "rllm.tasks.humaneval.make_humaneval_tasks",
+    "rllm.training.trainer.load_metrics": "rllm.runs.load_metrics",
+    "rllm.workflows.runtime.ModelThread": "rllm.workflows.runtime.Conversation",
+}
+
+
+def moved_attribute(module: str, name: str) -> Any:
+    """For a module's `__getattr__`: what `module.name` moved to (`MOVED_NAMES`), after a warning naming it."""
+    new = MOVED_NAMES.get(f"{module}.{name}")
+    if new is None:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    warn_renamed(f"{module}.{name}", new, stacklevel=4)
+    path, _, attribute = new.rpartition(".")
+    return getattr(importlib.import_module(path), attribute)
 
 
 def warn_renamed(old: str, new: str, *, stacklevel: int = 3) -> None:

@@ -31,16 +31,20 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from rllm._deprecation import warn_renamed
 from rllm.errors import RllmError
 from rllm.models.base import SamplingParams
 
 __all__ = [
-    "AlgorithmConfig", "ConfigError", "DataConfig", "LoraConfig", "ModelConfig", "OptimConfig", "RoleAlgorithmConfig",
-    "RolloutConfig", "TrainConfig", "TrainerConfig", "VLLMConfig", "config_help", "dump_config", "load_config",
+    "AlgorithmConfig", "ConfigError", "DataConfig", "LoraConfig", "ModelConfig", "OpenAIEndpointConfig", "OptimConfig",
+    "RoleAlgorithmConfig", "RolloutConfig", "TrainConfig", "TrainerConfig", "VLLMConfig", "config_help", "dump_config",
+    "load_config", "override_config",
 ]  # fmt: skip
 
 # Same string as `rllm.models.registry.DEFAULT_MODEL` (a test pins it); copied so this module imports no registry.
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
+# old key -> new key inside `rollout`, for one release (rllm._deprecation)
+_RENAMED_ROLLOUT_KEYS = {"backend": "server", "trajectory_timeout": "episode_timeout"}
 # Estimators whose baseline is the other samples of the same task: a group of one has no baseline.
 GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
 
@@ -95,10 +99,10 @@ class ModelConfig(_Section):
 
 
 class VLLMConfig(_Section):
-    """The vLLM rollout server of `rollout.backend: vllm` (rllm.models.vllm_server, rllm.models.weight_sync)."""
+    """The vLLM server of `rollout.server: vllm` (rllm.models.vllm_server, rllm.models.weight_sync)."""
 
     base_url: str | None = Field(None, description="Attach to this running server (http://host:port/v1, started "
-                                 "with VLLM_SERVER_DEV_MODE=1); null: rllm starts one for the run.")  # fmt: skip
+                                 "with VLLM_SERVER_DEV_MODE=1 to train); null: rllm starts one for the run.")  # fmt: skip
     python: str | None = Field(None, description="Python that runs vLLM; null: $RLLM_VLLM_PYTHON, ./.venv-vllm "
                                "(make vllm), or this one if it has vllm.")  # fmt: skip
     sync: Literal["reload", "lora", "nccl"] = Field("reload", description="Weight sync: reload (whole model from "
@@ -112,12 +116,27 @@ class VLLMConfig(_Section):
     extra_args: list[str] = Field(default_factory=list, description="More `vllm serve` arguments.")
 
 
-class RolloutConfig(_Section):
-    """How episodes are sampled from the policy during training and validation."""
+class OpenAIEndpointConfig(_Section):
+    """Any OpenAI-compatible endpoint, for `rllm eval` (`rollout.server: openai`; rllm.models.openai)."""
 
-    backend: Literal["local", "vllm"] = Field("local", description="Who samples: local (LocalModel sharing the "
-                                              "trainer's weights) or vllm (a vLLM server, weights synced).")  # fmt: skip
-    vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="The vLLM server (backend: vllm).")
+    base_url: str | None = Field(None, description="The endpoint, e.g. https://api.openai.com/v1 or "
+                                 "http://host:8000/v1.")  # fmt: skip
+    model: str | None = Field(None, description="The served model's name; null: model.name.")
+    tokenizer: str | None = Field(None, description="Tokenizer name or folder for token-in/token-out (exact ids and "
+                                  "logprobs, vLLM/SGLang); null: chat mode, no token ids.")  # fmt: skip
+    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key.")
+
+
+class RolloutConfig(_Section):
+    """How episodes are sampled from the policy during training, validation and `rllm eval`."""
+
+    server: Literal["local", "vllm", "openai"] = Field("local", description="Who samples: local (LocalModel; in "
+                                                       "training it shares the trainer's weights), vllm (a vLLM "
+                                                       "server; weights synced in training) or openai (any "
+                                                       "OpenAI-compatible endpoint; eval only).")  # fmt: skip
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="The vLLM server (server: vllm).")
+    openai: OpenAIEndpointConfig = Field(default_factory=OpenAIEndpointConfig, description="The endpoint "
+                                         "(server: openai).")  # fmt: skip
 
     n: int = Field(4, ge=1, description="Samples per task: the group size of grpo/dr_grpo/rloo.")
     temperature: float = Field(1.0, ge=0, description="Sampling temperature for training rollouts.")
@@ -130,9 +149,25 @@ class RolloutConfig(_Section):
     max_response_length: int = Field(2048, ge=1, description="Most tokens after the first prompt (model replies and "
                                      "observations) per trajectory; more ends the episode.")  # fmt: skip
     step_timeout: float | None = Field(None, gt=0, description="Seconds for one model call + env step; null: none.")
-    trajectory_timeout: float | None = Field(None, gt=0, description="Seconds for one whole episode; null: none.")
+    episode_timeout: float | None = Field(None, gt=0, description="Seconds for one whole episode; null: none.")
     retry_limit: int = Field(2, ge=0, description="Retries of an episode that hit an infrastructure error.")
-    val_temperature: float = Field(0.0, ge=0, description="Temperature for validation; 0 is greedy.")
+    val_temperature: float = Field(0.0, ge=0, description="Temperature for validation and eval; 0 is greedy.")
+    val_n: int = Field(1, ge=1, description="Samples per task in validation and eval.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        """Old key names keep working for one release, with a DeprecationWarning naming the new one."""
+        if isinstance(data, dict) and any(old in data for old in _RENAMED_ROLLOUT_KEYS):
+            data = dict(data)
+            for old, new in _RENAMED_ROLLOUT_KEYS.items():
+                if old not in data:
+                    continue
+                if new in data:
+                    raise ValueError(f"rollout.{old} (deprecated) and rollout.{new} are both set; keep only {new}")
+                warn_renamed(f"config key rollout.{old}", f"rollout.{new}", stacklevel=2)
+                data[new] = data.pop(old)
+        return data
 
     def to_sampling(self, *, validation: bool = False, seed: int | None = None) -> SamplingParams:
         """Sampling parameters for one model call; `validation=True` uses `val_temperature`."""
@@ -142,15 +177,14 @@ class RolloutConfig(_Section):
         )
 
     def engine_kwargs(self, *, validation: bool = False) -> dict[str, Any]:
-        """Keyword arguments for `AgentExecutionEngine` (model, classes and their args are the caller's)."""
+        """Keyword arguments for `AgentWorkflowEngine` (the model and the workflow are the caller's; `max_steps` and
+        `step_timeout` belong to the agent/env workflow's arguments, see `rllm.workflows.resolve`)."""
         return {
             "sampling": self.to_sampling(validation=validation),
-            "n_parallel_agents": self.n_parallel,
-            "max_steps": self.max_steps,
+            "n_parallel": self.n_parallel,
             "max_prompt_length": self.max_prompt_length,
             "max_response_length": self.max_response_length,
-            "step_timeout": self.step_timeout,
-            "trajectory_timeout": self.trajectory_timeout,
+            "episode_timeout": self.episode_timeout,
             "retry_limit": self.retry_limit,
         }
 
@@ -260,14 +294,16 @@ class OptimConfig(_Section):
 class TrainerConfig(_Section):
     """The training loop: length, validation, checkpoints, logging and where the run is written."""
 
+    backend: Literal["torch"] = Field("torch", description="Training backend: torch (embedded: transformers + peft, "
+                                      "CPU or one GPU).")  # fmt: skip
     total_steps: int = Field(20, ge=1, description="Training steps (each: rollout, update, push weights).")
     tasks_per_step: int = Field(8, ge=1, description="Tasks per step; each is rolled out rollout.n times.")
     val_every: int = Field(0, ge=0, description="Validate every this many steps; 0: only before and after training.")
     save_every: int = Field(0, ge=0, description="Checkpoint every this many steps; 0: only at the end.")
     seed: int = Field(0, description="Seed for sampling, shuffling and initialisation.")
     run_dir: str = Field("runs", min_length=1, description="Parent folder of run directories.")
-    name: str | None = Field(None, description="Run directory name under run_dir; null: made from task, "
-                             "estimator and time.")  # fmt: skip
+    name: str | None = Field(None, description="Run directory name under run_dir; null: made from the kind (train "
+                             "or eval), task, estimator and time.")  # fmt: skip
     resume: str | None = Field(None, description="Run directory or checkpoint to resume from; null: start fresh.")
     stop_after: int | None = Field(None, ge=1, description="Stop this invocation after this many steps (a "
                                    "checkpoint is written); resume continues. For preemptible jobs and tests.")
@@ -277,11 +313,11 @@ class TrainerConfig(_Section):
 
 
 class DataConfig(_Section):
-    """Which tasks to train and validate on."""
+    """Which tasks to train and validate (and `rllm eval`) on."""
 
     task: str = Field("frozenlake", description="Built-in task name (its agent, env and task generator).")
     train_size: int = Field(256, ge=1, description="Training tasks to generate.")
-    val_size: int = Field(32, ge=0, description="Validation tasks to generate; 0: no validation.")
+    val_size: int = Field(32, ge=0, description="Validation (and eval) tasks to generate; 0: no validation.")
     seed: int = Field(0, description="Seed of the training task generator.")
     val_seed: int = Field(1, description="Seed of the validation task generator (differs from seed so they differ).")
     task_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the task generator.")
@@ -292,12 +328,19 @@ class DataConfig(_Section):
     @field_validator("task")
     @classmethod
     def _known_task(cls, task: str) -> str:
-        from rllm.tasks import TASK_NAMES as BUILTIN_TASKS  # light, but only needed here
+        from rllm.tasks import TASK_NAMES  # light, but only needed here
 
-        if task not in BUILTIN_TASKS:
-            raise ValueError(f"unknown built-in task {task!r}{_did_you_mean(task, BUILTIN_TASKS)}; "
-                             f"built-in tasks: {', '.join(sorted(BUILTIN_TASKS))}")  # fmt: skip
+        if task not in TASK_NAMES:
+            raise ValueError(f"unknown built-in task {task!r}{_did_you_mean(task, TASK_NAMES)}; "
+                             f"built-in tasks: {', '.join(sorted(TASK_NAMES))}")  # fmt: skip
         return task
+
+    def make_tasks(self, split: Literal["train", "val"]) -> list[dict]:
+        """The split's rows from the task's generator: `train_size` rows from `seed`, or `val_size` from `val_seed`."""
+        from rllm.tasks import get_task
+
+        size, seed = (self.train_size, self.seed) if split == "train" else (self.val_size, self.val_seed)
+        return get_task(self.task).make_tasks(size, seed=seed, **self.task_args) if size else []
 
 
 class TrainConfig(_Section):
@@ -382,6 +425,16 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {str(path)!r} must be a mapping of sections, got {type(loaded).__name__}")
         data = _empty_sections_to_dicts(loaded or {}, TrainConfig)
+    return _validated(data, overrides, source)
+
+
+def override_config(config: TrainConfig, overrides: Sequence[str], source: str = "a config") -> TrainConfig:
+    """`config` with `key.sub=value` overrides applied, validated as a whole like `load_config`; `source` names
+    where the overrides came from in error messages."""
+    return _validated(config.model_dump(mode="json"), overrides, source)
+
+
+def _validated(data: dict[str, Any], overrides: Sequence[str], source: str) -> TrainConfig:
     if isinstance(overrides, str):  # a lone string would be split into characters
         overrides = [overrides]
     for override in overrides:
@@ -414,6 +467,9 @@ def _apply_override(data: dict[str, Any], override: str) -> None:
     if not raw.strip():
         raise ConfigError(f"override {override!r} has no value after '='; write {key}=null to unset it")
     parts = key.split(".")
+    if len(parts) == 2 and parts[0] == "rollout" and parts[1] in _RENAMED_ROLLOUT_KEYS:
+        warn_renamed(f"config key rollout.{parts[1]}", f"rollout.{_RENAMED_ROLLOUT_KEYS[parts[1]]}", stacklevel=4)
+        parts[1] = _RENAMED_ROLLOUT_KEYS[parts[1]]
     _check_path(parts, override)
     try:
         value = _parse_yaml(raw)
@@ -472,6 +528,8 @@ def _describe(error: dict[str, Any]) -> str:
     if field is None:
         return f"{dotted} = {_show(value)}: {message}"
     if _is_model(field.annotation):
+        if kind == "value_error":  # a rule of the section itself (its validator names the keys)
+            return f"{dotted}: {message}"
         return f"{dotted} = {_show(value)}: {dotted} is a section; set its keys instead, e.g. {dotted}.<key>=<value>"
     choices = _literal_choices(field.annotation)
     if choices:  # pydantic already lists the choices

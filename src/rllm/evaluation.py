@@ -1,23 +1,101 @@
-"""Evaluate an agent/env pair on a set of tasks and summarise the episodes (used by `rllm eval`)."""
+"""`evaluate(config)`: the validation pass of training, run on its own (what `rllm eval` calls).
+
+    summary, run_dir = evaluate(load_config("configs/math_grpo.yaml", ["data.val_size=100"]))
+
+It reads the same config tree as training, so an eval and a training run of one config cannot drift: the tasks are
+the config's validation split (`data.val_size` rows from `data.val_seed`), each rolled out `rollout.val_n` times with
+the validation sampling (`rollout.val_temperature`, seeded by `trainer.seed`), played by the workflow training
+would use (`rllm.workflows.resolve.workflow_for_config`). The model is `rollout.server`'s:
+
+- `local`: the embedded model or local folder `model.name` (`LocalModel`, `model.dtype`);
+- `vllm`: a vLLM server on `model.name`'s folder, started for the run (or attached: `rollout.vllm.base_url`),
+  token-in/token-out with the model's own tokenizer;
+- `openai`: any OpenAI-compatible endpoint (`rollout.openai.base_url`, `.model`, `.tokenizer`, `.api_key_env`).
+
+The run directory (`rllm.runs`) holds config.yaml, manifest.json, episodes.jsonl (split "eval") and summary.json
+(`rllm.metrics` vocabulary, plus `wall_time_s`).
+"""
 
 from __future__ import annotations
 
-import time
+import os
 from pathlib import Path
+from time import perf_counter
 from typing import Any
 
+from rllm.config import ConfigError, TrainConfig
+from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.metrics import summarize_episodes
-from rllm.runs import RunLog, write_json
+from rllm.models.base import close_model
+from rllm.runs import RunLog, create_run_dir, write_json, write_manifest
+from rllm.workflows.resolve import workflow_for_config
 
-__all__ = ["evaluate"]
+__all__ = ["evaluate", "evaluate_async", "make_eval_model"]
 
-async def evaluate(engine: Any, tasks: list[dict], out_dir: Path, *, n_rollouts: int = 1) -> dict:
-    """Run every task through `engine`, write `episodes.jsonl` and `summary.json` into `out_dir`, return the
-    summary."""
-    start = time.perf_counter()
-    episodes = await engine.execute_tasks_async(tasks, n_rollouts=n_rollouts)
-    wall = time.perf_counter() - start
+
+def evaluate(config: TrainConfig, **kwargs: Any) -> tuple[dict[str, Any], Path]:
+    """Blocking form of `evaluate_async`."""
+    import asyncio
+
+    return asyncio.run(evaluate_async(config, **kwargs))
+
+
+async def evaluate_async(config: TrainConfig, *, workflow_class: Any = None, workflow_args: dict | None = None,
+                         tasks: list[dict] | None = None, progress: bool = False) -> tuple[dict[str, Any], Path]:  # fmt: skip
+    """Evaluate `config` (module docstring); `tasks` replaces the generated validation split. Returns the summary
+    and the run directory."""
+    workflow_class, workflow_args = workflow_for_config(config, workflow_class=workflow_class,
+                                                        workflow_args=workflow_args)  # fmt: skip
+    tasks = config.data.make_tasks("val") if tasks is None else tasks
+    if not tasks:
+        raise ConfigError("nothing to evaluate: data.val_size is 0 (set it to the number of tasks)")
+    run_dir = create_run_dir(config.trainer.run_dir, config.trainer.name, "eval", config.data.task)
+    write_manifest(run_dir, "eval", config)
+    model = make_eval_model(config, run_dir)
+    try:
+        with _progress(progress, len(tasks) * config.rollout.val_n) as bar:
+            engine = AgentWorkflowEngine(workflow_class=workflow_class, workflow_args=workflow_args, model=model,
+                                         on_episode_done=lambda _: bar.update(),
+                                         **config.rollout.engine_kwargs(validation=True))  # fmt: skip
+            engine.sampling = config.rollout.to_sampling(validation=True, seed=config.trainer.seed)
+            started = perf_counter()
+            episodes = await engine.execute_tasks_async(tasks, n_rollouts=config.rollout.val_n)
+            wall = perf_counter() - started
+    finally:
+        await close_model(model)
     summary = {**summarize_episodes(episodes, wall), "wall_time_s": wall}
-    RunLog(out_dir).log_episodes(0, episodes, "eval")
-    write_json(out_dir / "summary.json", summary)
-    return summary
+    RunLog(run_dir).log_episodes(0, episodes, "eval")
+    write_json(run_dir / "summary.json", summary)
+    return summary, run_dir
+
+
+def make_eval_model(config: TrainConfig, run_dir: Path) -> Any:
+    """The model client `rollout.server` names, for evaluation (module docstring)."""
+    rollout = config.rollout
+    if rollout.server == "openai":
+        from rllm.models.openai import OpenAIClient
+
+        if not rollout.openai.base_url:
+            raise ConfigError("rollout.server=openai needs rollout.openai.base_url (e.g. http://localhost:8000/v1)")
+        return OpenAIClient(rollout.openai.base_url, rollout.openai.model or config.model.name,
+                            api_key=os.environ.get(rollout.openai.api_key_env), tokenizer=rollout.openai.tokenizer,
+                            max_connections=max(rollout.n_parallel, 8))  # fmt: skip
+    if rollout.server == "vllm":
+        from rllm.models import registry
+        from rllm.models.vllm_rollout import VLLMRolloutClient
+        from rllm.models.vllm_server import VLLMServer
+
+        server, owns = VLLMServer.from_config(rollout.vllm, lambda: registry.resolve_model_path(config.model.name),
+                                              log_path=run_dir / "vllm" / "server.log")  # fmt: skip
+        return VLLMRolloutClient(server, registry.load_tokenizer(config.model.name), workdir=run_dir / "vllm",
+                                 owns_server=owns, max_connections=max(rollout.n_parallel, 8))  # fmt: skip
+    from rllm.models.local import LocalModel
+
+    return LocalModel.from_pretrained(config.model.name, dtype=config.model.dtype, seed=config.trainer.seed,
+                                      max_batch_size=rollout.n_parallel)  # fmt: skip
+
+
+def _progress(enabled: bool, total: int) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="eval", unit="ep", disable=not enabled)

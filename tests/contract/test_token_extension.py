@@ -17,7 +17,7 @@ def _run(model, *, n_tasks: int, max_tokens: int, max_steps: int, temperature: f
         model=model,
         sampling=SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=7),
         max_steps=max_steps,
-        n_parallel_agents=n_tasks,
+        n_parallel=n_tasks,
     )
     return engine.execute_tasks(make_frozenlake_tasks(n_tasks, seed=3))
 

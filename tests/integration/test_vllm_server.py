@@ -166,7 +166,7 @@ def test_openai_sdk_agent_trains_through_the_gateway_on_vllm(server, smollm2_tok
     overrides = ["rollout.n=2", "rollout.max_tokens=6", "trainer.tasks_per_step=2", "trainer.total_steps=2",
                  "data.train_size=4", "data.val_size=0", "optim.micro_batch_size=4", "rollout.n_parallel=4",
                  "model.lora.rank=4", f"trainer.run_dir={tmp_path}", "trainer.name=gw",
-                 f"rollout.vllm.base_url={server.base_url}", "rollout.backend=vllm"]  # fmt: skip
+                 f"rollout.vllm.base_url={server.base_url}", "rollout.server=vllm"]  # fmt: skip
     config = load_config("configs/openai_agent_grpo.yaml", overrides)
     parity = {"reward_fn": lambda task, answer: float(len(answer) % 2)}  # a reward the random model earns
     # Seed 0: the embedding the server started with (vLLM's reload does not refresh a tied output layer).
@@ -185,3 +185,22 @@ def test_openai_sdk_agent_trains_through_the_gateway_on_vllm(server, smollm2_tok
         assert row.input_ids == last.prompt_ids + last.completion_ids  # vLLM's sampled ids, nothing re-tokenized
         sampled = [row.input_ids[i] for i, mask in enumerate(row.loss_mask) if mask]
         assert sampled == first.completion_ids + last.completion_ids
+
+
+def test_eval_samples_from_an_attached_vllm_server(server, smollm2_tokenizer, tmp_path):
+    """`rllm eval ... rollout.server=vllm`: token-in/token-out episodes from the real server, with its logprobs; an
+    attached server is left running."""
+    from rllm.evaluation import evaluate
+    from rllm.runs import read_episodes
+
+    smollm2_tokenizer.save_pretrained(tmp_path / "tokenizer")  # model.name: what renders the prompts
+    config = load_config(None, [
+        "data.task=arithmetic", "data.val_size=3", "rollout.val_n=2", "rollout.max_tokens=6", "rollout.max_steps=1",
+        "rollout.server=vllm", f"rollout.vllm.base_url={server.base_url}", f"model.name={tmp_path / 'tokenizer'}",
+        f"trainer.run_dir={tmp_path}", "trainer.name=eval",
+    ])  # fmt: skip
+    summary, run_dir = evaluate(config)
+    assert summary["episodes"] == 6 and summary["token_mismatch"] == 0
+    outputs = [step.model_output for ep in read_episodes(run_dir, split="eval") for step in ep.trajectories[0].steps]
+    assert len(outputs) == 6 and all(len(o.logprobs) == len(o.completion_ids) > 0 for o in outputs)
+    assert server.process is not None and server.models()  # attached, so still running

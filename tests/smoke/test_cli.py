@@ -5,9 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+from rllm.config import load_config
 from rllm.runs import read_episodes
 from rllm.testing import FakeReply, run_fake_server
+
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rllm(*args: str, cwd) -> subprocess.CompletedProcess:
@@ -15,51 +20,81 @@ def _rllm(*args: str, cwd) -> subprocess.CompletedProcess:
                           timeout=300)  # fmt: skip
 
 
-def test_eval_on_a_local_model_folder_writes_episodes_and_summary(tmp_path, tiny_model_dir):
-    out = _rllm("eval", "frozenlake", "--n", "3", "--model", str(tiny_model_dir), "--max-tokens", "6",
-                "--max-steps", "2", "--out", str(tmp_path / "runs"), cwd=tmp_path)  # fmt: skip
+def _endpoint(server, *more: str) -> list[str]:
+    """Overrides that point `rllm eval` at a fake OpenAI-compatible server, in chat mode."""
+    return ["rollout.server=openai", f"rollout.openai.base_url={server.base_url}", f"rollout.openai.model={server.model}",
+            *more]  # fmt: skip
+
+
+def test_eval_on_a_local_model_folder_writes_a_run_directory(tmp_path, tiny_model_dir):
+    out = _rllm("eval", "frozenlake", "data.val_size=3", "rollout.val_n=2", f"model.name={tiny_model_dir}",
+                "rollout.max_tokens=6", "rollout.max_steps=2", f"trainer.run_dir={tmp_path / 'runs'}",
+                cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "success rate" in out.stdout and "tokens/s" in out.stdout
     (run_dir,) = (tmp_path / "runs").iterdir()
+    assert run_dir.name.startswith("eval-frozenlake-")
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["episodes"] == 3 and summary["token_mismatch"] == 0
-    episodes = read_episodes(run_dir / "episodes.jsonl")
-    assert [ep.id.split(":")[1] for ep in episodes] == ["0", "0", "0"]
+    assert summary["episodes"] == 6 and summary["token_mismatch"] == 0
+    assert load_config(run_dir / "config.yaml").rollout.val_n == 2  # the resolved config is kept, as in training
+    assert json.loads((run_dir / "manifest.json").read_text())["kind"] == "eval"
+    episodes = read_episodes(run_dir, split="eval")
+    assert [ep.id.split(":")[1] for ep in episodes] == ["0", "1"] * 3
     assert all(s.model_output.completion_ids for ep in episodes for s in ep.trajectories[0].steps)
+
+
+def test_eval_of_a_training_config_uses_its_validation_split_and_sampling(tmp_path, tiny_model_dir):
+    config = load_config("configs/arithmetic_grpo.yaml", ["data.val_size=4"])
+    out = _rllm("eval", str(ROOT / "configs/arithmetic_grpo.yaml"), "data.val_size=4", f"model.name={tiny_model_dir}",
+                f"trainer.run_dir={tmp_path / 'runs'}", "--no-progress", cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    episodes = read_episodes(run_dir)
+    assert [ep.task for ep in episodes] == config.data.make_tasks("val")  # the very rows training validates on
+    assert all(ep.trajectories[0].steps[0].model_output.completion_length <= 12 for ep in episodes)  # max_tokens
 
 
 def test_eval_against_an_openai_compatible_endpoint_in_chat_mode(tmp_path):
     with run_fake_server() as server:
         server.queue_replies(*[FakeReply("Action: down")] * 6)
-        out = _rllm("eval", "frozenlake", "--n", "2", "--base-url", server.base_url, "--model", server.model,
-                    "--max-steps", "3", "--out", str(tmp_path / "runs"), cwd=tmp_path)  # fmt: skip
+        out = _rllm("eval", "frozenlake", "data.val_size=2", "rollout.max_steps=3",
+                    f"trainer.run_dir={tmp_path / 'runs'}", *_endpoint(server), cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "episodes" in out.stdout
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert json.loads((run_dir / "summary.json").read_text())["episodes"] == 2
 
 
+def test_the_first_releases_eval_flags_still_work_and_say_what_replaces_them(tmp_path):
+    with run_fake_server() as server:
+        server.queue_replies(*[FakeReply("Action: down")] * 6)
+        out = _rllm("eval", "frozenlake", "--n", "2", "--base-url", server.base_url, "--model", server.model,
+                    "--max-steps", "3", "--out", str(tmp_path / "runs"), cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "DeprecationWarning: rllm eval --n is deprecated" in out.stderr and "use data.val_size=2" in out.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    config = load_config(run_dir / "config.yaml")
+    assert (config.rollout.server, config.rollout.openai.model, config.data.val_size) == ("openai", server.model, 2)
+
+
 def test_unknown_task_is_a_clear_error(tmp_path):
-    out = _rllm("eval", "nosuchtask", "--n", "1", cwd=tmp_path)
+    out = _rllm("eval", "nosuchtask", cwd=tmp_path)
     assert out.returncode != 0
-    assert (
-        "error: unknown task 'nosuchtask'; built-in tasks: arithmetic, code, countdown, frozenlake, humaneval, math, mcp_kb"
-        in out.stderr
-    )
+    known = "arithmetic, code, countdown, frozenlake, humaneval, math, mcp_kb"
+    assert f"data.task = 'nosuchtask': unknown built-in task 'nosuchtask'; built-in tasks: {known}" in out.stderr
     assert "Traceback" not in out.stderr
 
 
 def test_eval_countdown_with_the_solver_judge_workflow_against_an_endpoint(tmp_path):
     from rllm.tasks.countdown import make_countdown_tasks
 
-    solution = make_countdown_tasks(1, seed=1234)[0]["solution"]  # the task `--n 1` generates with the default seed
+    solution = make_countdown_tasks(1, seed=1)[0]["solution"]  # the task `data.val_size=1` makes (data.val_seed 1)
     with run_fake_server() as server:
         # one episode: two solver calls (a right and a wrong answer), then the judge, who picks candidate 2
         server.queue_replies(FakeReply(f"<answer>{solution}</answer>"), FakeReply("<answer>1 + 1</answer>"),
                              FakeReply("<answer>2</answer>"))  # fmt: skip
-        out = _rllm("eval", "countdown", "--workflow", "solver_judge", "--n", "1", "--n-parallel", "1",
-                    "--base-url", server.base_url, "--model", server.model, "--out", str(tmp_path / "runs"),
-                    cwd=tmp_path)  # fmt: skip
+        out = _rllm("eval", "countdown", "workflow=solver_judge", "data.val_size=1", "rollout.n_parallel=1",
+                    f"trainer.run_dir={tmp_path / 'runs'}", *_endpoint(server), cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -76,13 +111,13 @@ def test_eval_countdown_with_the_solver_judge_workflow_against_an_endpoint(tmp_p
 def test_eval_math_against_an_endpoint_scores_by_verified_equivalence(tmp_path):
     from rllm.tasks.math import make_math_tasks
 
-    first, second = make_math_tasks(2, seed=1234)  # what `--n 2` generates with the default seed
+    first, second = make_math_tasks(2, seed=1)  # what `data.val_size=2` generates (data.val_seed 1)
     with run_fake_server() as server:
         # a right answer written differently (a sum that sympy evaluates), and a wrong one
         server.queue_replies(FakeReply(f"So the answer is \\boxed{{({first['answer']}) + 0}}."),
                              FakeReply(f"\\boxed{{{second['answer']} + 1}}"))  # fmt: skip
-        out = _rllm("eval", "math", "--n", "2", "--n-parallel", "1", "--base-url", server.base_url,
-                    "--model", server.model, "--out", str(tmp_path / "runs"), cwd=tmp_path)  # fmt: skip
+        out = _rllm("eval", "math", "data.val_size=2", "rollout.n_parallel=1", f"trainer.run_dir={tmp_path / 'runs'}",
+                    *_endpoint(server), cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     episodes = read_episodes(run_dir / "episodes.jsonl")
@@ -93,13 +128,13 @@ def test_eval_math_against_an_endpoint_scores_by_verified_equivalence(tmp_path):
 def test_eval_humaneval_against_an_endpoint_runs_the_tests_in_the_sandbox(tmp_path):
     from rllm.tasks.humaneval import make_humaneval_tasks
 
-    first, second = make_humaneval_tasks(2, seed=1234)  # what `--n 2` picks with the default seed
+    first, second = make_humaneval_tasks(2, seed=1)  # what `data.val_size=2` picks (data.val_seed 1)
     right = f"```python\n{first['prompt']}{first['canonical_solution']}\n```"
     wrong = f"```python\n{second['prompt']}    return None\n```"
     with run_fake_server() as server:
         server.queue_replies(FakeReply(right), FakeReply(wrong))
-        out = _rllm("eval", "humaneval", "--n", "2", "--n-parallel", "1", "--base-url", server.base_url,
-                    "--model", server.model, "--out", str(tmp_path / "runs"), cwd=tmp_path)  # fmt: skip
+        out = _rllm("eval", "humaneval", "data.val_size=2", "rollout.n_parallel=1",
+                    f"trainer.run_dir={tmp_path / 'runs'}", *_endpoint(server), cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     episodes = read_episodes(run_dir / "episodes.jsonl")
@@ -112,15 +147,15 @@ def test_eval_humaneval_against_an_endpoint_runs_the_tests_in_the_sandbox(tmp_pa
 def test_eval_mcp_kb_against_an_endpoint_that_parses_tool_calls_itself(tmp_path):
     from rllm.tasks.mcp_kb import PLANETS, make_mcp_kb_tasks
 
-    (task,) = make_mcp_kb_tasks(1, seed=1234)  # what `--n 1` generates with the default seed
+    (task,) = make_mcp_kb_tasks(1, seed=1)  # what `data.val_size=1` generates (data.val_seed 1)
     planet = next(name for name in PLANETS if name in task["question"])
     with run_fake_server() as server:
         # a chat-mode server parses calls itself: the first reply is a lookup call, the second the answer
         server.queue_replies(FakeReply("", tool_calls=[{"name": "lookup", "arguments": {"entity": planet,
                                                                                       "attribute": "moons"}}]),
                              FakeReply(f"<answer>{task['answer']}</answer>"))  # fmt: skip
-        out = _rllm("eval", "mcp_kb", "--n", "1", "--max-steps", "3", "--base-url", server.base_url,
-                    "--model", server.model, "--out", str(tmp_path / "runs"), cwd=tmp_path)  # fmt: skip
+        out = _rllm("eval", "mcp_kb", "data.val_size=1", "rollout.max_steps=3", f"trainer.run_dir={tmp_path / 'runs'}",
+                    *_endpoint(server), cwd=tmp_path)  # fmt: skip
         bodies = [body for path, body in server.requests if path.endswith("/chat/completions")]
     assert out.returncode == 0, out.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()

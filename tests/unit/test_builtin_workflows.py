@@ -33,7 +33,7 @@ QUESTION = {"id": "q1", "question": "What is 2 + 2?"}
 
 def engine_for(workflow_class: type[Workflow], model: FakeModel, **kwargs: Any) -> AgentWorkflowEngine:
     kwargs.setdefault("retry_backoff", 0.0)
-    kwargs.setdefault("n_parallel_tasks", 4)
+    kwargs.setdefault("n_parallel", 4)
     return AgentWorkflowEngine(workflow_class=workflow_class, model=model, **kwargs)
 
 
@@ -267,7 +267,7 @@ def test_each_call_gets_its_own_reproducible_seed():
     runs = []
     for _ in range(2):
         _, model, episodes = run_judge(Scripted([RIGHT, WRONG, RIGHT], pick_right), n_solutions=3,
-                                       sampling=SamplingParams(seed=3), n_rollouts=2, n_parallel_tasks=1,
+                                       sampling=SamplingParams(seed=3), n_rollouts=2, n_parallel=1,
                                        delay=0.002)  # fmt: skip
         assert len(model.calls) == 8 and [e.id for e in episodes] == ["cd:0", "cd:1"]
         runs.append([call.sampling.seed for call in model.calls])

@@ -165,7 +165,9 @@ def test_to_sampling():
     assert isinstance(train, SamplingParams)
     assert (train.temperature, train.max_tokens, train.top_k) == (0.7, 16, 5)
     assert val.greedy and val.max_tokens == 16
-    assert rollout.engine_kwargs()["max_steps"] == rollout.max_steps
+    kwargs = rollout.engine_kwargs()
+    assert kwargs["n_parallel"] == rollout.n_parallel and kwargs["episode_timeout"] == rollout.episode_timeout
+    assert "max_steps" not in kwargs  # the agent/env workflow's argument, not the engine's
 
 
 def test_every_field_has_a_description_and_is_in_help():

@@ -33,3 +33,74 @@ def test_old_path_warns_once_per_process(moved_types, recwarn):
         importlib.import_module("rllm._old_types")
     importlib.import_module("rllm._old_types")
     assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
+
+
+# ---- renamed names: each still works for one release and names its replacement ------------------------------
+
+
+def test_renamed_engine_arguments_still_work():
+    from rllm import AgentExecutionEngine, AgentWorkflowEngine, BaseAgent, FakeModel
+    from rllm.tasks.frozenlake import FrozenLakeEnv
+    from rllm.workflows.single_turn import SingleTurnWorkflow
+
+    with pytest.warns(DeprecationWarning, match=r"n_parallel_agents=.*use n_parallel="):
+        engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=FrozenLakeEnv, model=FakeModel("up"),
+                                      n_parallel_agents=3)  # fmt: skip
+    assert engine.n_parallel == 3
+    with pytest.warns(DeprecationWarning, match=r"trajectory_timeout=.*use episode_timeout="):
+        engine = AgentWorkflowEngine(workflow_class=SingleTurnWorkflow, model=FakeModel("x"), n_parallel=2,
+                                     trajectory_timeout=4.0)  # fmt: skip
+    assert engine.episode_timeout == 4.0
+    with pytest.warns(DeprecationWarning, match="use n_parallel"):
+        assert engine.n_parallel_tasks == 2
+
+
+def test_thread_is_now_conversation():
+    from rllm import AgentWorkflowEngine, FakeModel, Step, Trajectory, Workflow
+    from rllm.workflows import runtime
+
+    class OldStyle(Workflow):
+        async def run(self, task, uid):
+            messages = [{"role": "user", "content": "hi"}]
+            output = await self.generate(messages, thread="solver")
+            assert self.thread("solver") is self.conversation("solver")
+            self.commit(Trajectory(steps=[Step(chat_completions=messages, model_output=output)]))
+
+    engine = AgentWorkflowEngine(workflow_class=OldStyle, model=FakeModel("ok"))
+    with pytest.warns(DeprecationWarning) as caught:
+        (episode,) = engine.execute_tasks([{}])
+    assert episode.termination_reason.value == "env_done"
+    messages = [str(w.message) for w in caught]
+    assert any("generate(thread=...)" in m and "use conversation=" in m for m in messages)
+    assert any("Workflow.thread()" in m and "use Workflow.conversation()" in m for m in messages)
+    with pytest.warns(DeprecationWarning, match="use rllm.workflows.runtime.Conversation"):
+        assert runtime.ModelThread is runtime.Conversation
+
+
+def test_renamed_config_keys_still_load_from_yaml_overrides_and_python(tmp_path):
+    from rllm.config import ConfigError, RolloutConfig, load_config
+
+    path = tmp_path / "old.yaml"
+    path.write_text("rollout:\n  backend: vllm\n  trajectory_timeout: 30\n")
+    with pytest.warns(DeprecationWarning) as caught:
+        config = load_config(path)
+    assert {str(w.message).split(" is deprecated")[0] for w in caught} == {
+        "config key rollout.backend", "config key rollout.trajectory_timeout"}  # fmt: skip
+    assert (config.rollout.server, config.rollout.episode_timeout) == ("vllm", 30)
+    with pytest.warns(DeprecationWarning, match=r"rollout\.trajectory_timeout.*use rollout\.episode_timeout"):
+        assert load_config(None, ["rollout.trajectory_timeout=5"]).rollout.episode_timeout == 5
+    with pytest.warns(DeprecationWarning, match="rollout.server"):
+        assert RolloutConfig(backend="vllm").server == "vllm"
+    path.write_text("rollout:\n  backend: vllm\n  server: local\n")
+    with pytest.raises(ConfigError, match="both set; keep only server"):
+        load_config(path)
+
+
+def test_load_metrics_moved_to_the_run_module():
+    import rllm.training.trainer as trainer
+    from rllm import runs
+
+    with pytest.warns(DeprecationWarning, match=r"rllm\.training\.trainer\.load_metrics.*use rllm\.runs\.load_metrics"):
+        assert trainer.load_metrics is runs.load_metrics
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        trainer.nothing_here  # noqa: B018

@@ -187,10 +187,10 @@ def test_step_timeout_covers_a_slow_env_step():
     assert episode.termination_reason is R.TIMEOUT and log["close"] == 1
 
 
-def test_trajectory_timeout():
+def test_episode_timeout():
     model = FakeModel("no", delay=0.03)
-    episode = only(make_engine(model, trajectory_timeout=0.2, max_steps=100).execute_tasks([{"k": 100}]))
-    assert episode.termination_reason is R.TIMEOUT and "trajectory timed out" in episode.info["error"]
+    episode = only(make_engine(model, episode_timeout=0.2, max_steps=100).execute_tasks([{"k": 100}]))
+    assert episode.termination_reason is R.TIMEOUT and "episode timed out" in episode.info["error"]
     assert 1 <= episode.metrics["steps"] < 10
 
 
@@ -372,7 +372,7 @@ def test_a_prompt_that_does_not_extend_starts_a_new_row_bounded_by_max_prompt_le
 
 def test_concurrent_rollouts_overlap():
     model = FakeModel("no", delay=0.05)
-    engine = make_engine(model, n_parallel_agents=64, max_steps=3)
+    engine = make_engine(model, n_parallel=64, max_steps=3)
     start = time.perf_counter()
     episodes = engine.execute_tasks([{"k": 3}] * 64)
     elapsed = time.perf_counter() - start
@@ -380,7 +380,7 @@ def test_concurrent_rollouts_overlap():
     assert elapsed < 64 * 3 * 0.05 / 8  # serial would take 9.6 s; a loose bound for a busy machine
 
 
-def test_n_parallel_agents_bounds_concurrency():
+def test_n_parallel_bounds_concurrency():
     active = Counter()
 
     class TrackingModel(FakeModel):
@@ -392,7 +392,7 @@ def test_n_parallel_agents_bounds_concurrency():
             finally:
                 active["now"] -= 1
 
-    engine = make_engine(TrackingModel("no", delay=0.01), n_parallel_agents=3, max_steps=2)
+    engine = make_engine(TrackingModel("no", delay=0.01), n_parallel=3, max_steps=2)
     assert len(engine.execute_tasks([{"k": 2}] * 10)) == 10
     assert active["max"] == 3
 
@@ -426,7 +426,7 @@ class UnsafeEnv(CounterEnv):
 
 
 def test_non_thread_safe_env_never_runs_concurrently():
-    engine = make_engine(FakeModel("no", delay=0.001), n_parallel_agents=16, max_steps=3, env_workers=8)
+    engine = make_engine(FakeModel("no", delay=0.001), n_parallel=16, max_steps=3, env_workers=8)
     engine.env_class = UnsafeEnv
     episodes = engine.execute_tasks([{"k": 3}] * 16)
     assert all(ep.termination_reason is R.ENV_DONE for ep in episodes)
@@ -440,8 +440,8 @@ def test_inline_env_workers_zero():
 
 
 def test_invalid_settings_are_refused():
-    with pytest.raises(ValueError, match="n_parallel_agents"):
-        make_engine(FakeModel("x"), n_parallel_agents=0)
+    with pytest.raises(ValueError, match="n_parallel"):
+        make_engine(FakeModel("x"), n_parallel=0)
     with pytest.raises(TypeError, match="tasks must be dicts"):
         make_engine(FakeModel("x")).execute_tasks(["not a dict"])
 

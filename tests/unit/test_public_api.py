@@ -4,10 +4,10 @@ import sys
 import rllm
 
 PINNED_API = [
-    "Action", "AgentExecutionEngine", "AgentWorkflowEngine", "BaseAgent", "BaseEnv", "ChatRenderer", "Episode",
-    "FakeModel", "InfraError", "LocalModel", "ModelClient", "ModelNotAvailableError", "ModelOutput", "OpenAIClient",
-    "PolicyError", "SamplingParams", "Step", "TerminationEvent", "TerminationReason", "ToolCall", "Trajectory",
-    "Workflow", "check_env", "rollout",
+    "Action", "AgentExecutionEngine", "AgentTrainer", "AgentWorkflowEngine", "BaseAgent", "BaseEnv", "ChatRenderer",
+    "Episode", "FakeModel", "InfraError", "LocalModel", "ModelClient", "ModelNotAvailableError", "ModelOutput",
+    "OpenAIClient", "PolicyError", "SamplingParams", "Step", "TerminationEvent", "TerminationReason", "ToolCall",
+    "TrainConfig", "Trajectory", "Workflow", "check_env", "load_config", "rollout",
 ]
 
 
@@ -25,6 +25,8 @@ def test_import_rllm_is_light():
     heavy = ["torch", "transformers", "vllm", "ray", "verl", "openai", "peft"]
     code = (
         "import sys, rllm, rllm.engine, rllm.envs, rllm.agents, rllm.models, rllm.tasks, rllm.data, rllm.cli.main\n"
+        "import rllm.config, rllm.runs, rllm.metrics, rllm.evaluation\n"
+        "from rllm import load_config, TrainConfig\n"
         "import rllm.engine.workflow_engine, rllm.workflows.resolve, rllm.workflows.solver_judge\n"
         "import rllm.gateway, rllm.workflows.rollout_fn, rllm.cli.serve, rllm.tasks.countdown\n"
         f"print([m for m in {heavy!r} if m in sys.modules])"

@@ -79,6 +79,27 @@ def test_readme_tool_example_derives_the_schema_from_signature_and_docstring():
     assert parameters["properties"]["value"] == {"type": "number", "description": "the amount"}
 
 
+def test_readme_training_block_runs_from_the_public_api(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    """The "Train" block imports from `rllm` and trains the Guess pair; the test only shrinks the run (tiny model,
+    one step) by adding overrides to the block's own `load_config` call."""
+    import rllm.config
+    from rllm.runs import load_metrics
+
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
+    code = next(b for b in blocks if "AgentTrainer(agent_class=GuessAgent" in b)
+    assert "from rllm import AgentTrainer, load_config" in code
+    real = rllm.config.load_config
+    shrink = [f"model.name={tiny_model_dir}", "trainer.total_steps=1", "rollout.max_tokens=4", "rollout.max_steps=2",
+              "trainer.tensorboard=false", f"trainer.run_dir={tmp_path}"]  # fmt: skip
+    monkeypatch.setattr(rllm.config, "load_config", lambda path, overrides: real(path, [*overrides, *shrink]))
+    namespace: dict = {}
+    exec(compile(_example().split("engine =")[0] + code, str(README), "exec"), namespace)  # noqa: S102
+    run_dir = namespace["result"]["run_dir"]
+    assert run_dir in capsys.readouterr().out
+    steps = [m for m in load_metrics(run_dir) if "reward_mean" in m]
+    assert len(steps) == 1 and steps[0]["skipped_update"] == 0 and steps[0]["role/agent/count"] == 8 * 4  # trainer.tasks_per_step x rollout.n
+
+
 def test_readme_openai_sdk_agent_example_runs(capsys):
     """The `@rllm.rollout` example: an openai-SDK agent through the gateway, with a scripted model."""
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)

@@ -83,7 +83,7 @@ def test_async_function_concurrent_rollouts():
             return 1.0 if reply.choices[0].message.content == "yes" else 0.0
 
     tasks = [{"id": f"t{i}"} for i in range(3)]
-    episodes, model = run(solve, "yes", tasks=tasks, n=2, n_parallel_tasks=6)
+    episodes, model = run(solve, "yes", tasks=tasks, n=2, n_parallel=6)
     assert [e.id for e in episodes] == ["t0:0", "t0:1", "t1:0", "t1:1", "t2:0", "t2:1"]
     assert all(e.is_correct and e.trajectories[0].reward == 1.0 for e in episodes)
     assert len(model.calls) == 6
@@ -177,7 +177,7 @@ def test_timeout_keeps_the_calls_made_and_closes_the_session():
             time.sleep(0.6)
             client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])  # 404 now
 
-    [episode], model = run(rollout(reward_fn=exact)(slow), ["a", "b"], trajectory_timeout=0.3)
+    [episode], model = run(rollout(reward_fn=exact)(slow), ["a", "b"], episode_timeout=0.3)
     assert episode.termination_reason is R.TIMEOUT and len(episode.trajectories[0].steps) == 1
     time.sleep(0.5)  # the abandoned thread finishes (its second call fails): no model call was made for it
     assert len(model.calls) == 1

@@ -114,7 +114,7 @@ def test_mcp_episodes_against_the_real_example_server_and_no_server_left_after_t
                     attribute="discoverer")  # fmt: skip
 
     engine = AgentExecutionEngine(agent_class=ToolAgent, env_class=MCPKnowledgeBaseEnv, model=FakeModel(script),
-                                  max_steps=3, n_parallel_agents=2)  # fmt: skip
+                                  max_steps=3, n_parallel=2)  # fmt: skip
     episodes = engine.execute_tasks(tasks, n_rollouts=2)
     assert [ep.termination_reason for ep in episodes] == [TerminationReason.ENV_DONE] * 4
     assert all(ep.is_correct for ep in episodes), [ep.trajectories[0].steps[-1].info for ep in episodes]

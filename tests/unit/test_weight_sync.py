@@ -170,7 +170,7 @@ def test_trainer_with_vllm_rollouts_on_an_attached_server(fake, smollm2_tokenize
                  "data.train_size=4", "data.val_size=0", "optim.micro_batch_size=2", "trainer.total_steps=2",
                  "model.lora.rank=4", "model.lora.target_modules=[q_proj,v_proj]",
                  f"trainer.run_dir={tmp_path}", "trainer.name=fake", f"rollout.vllm.base_url={server.base_url}",
-                 "rollout.backend=vllm"]  # fmt: skip
+                 "rollout.server=vllm"]  # fmt: skip
     config = load_config("configs/frozenlake_grpo.yaml", overrides)
     trainer = AgentTrainer(config=config, model=sharp_tiny_model(smollm2_tokenizer, 0), tokenizer=smollm2_tokenizer,
                            progress=False)  # the weights the fake serves  # fmt: skip

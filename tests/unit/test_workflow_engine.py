@@ -79,24 +79,24 @@ def test_pool_bounds_concurrency_and_reuses_instances():
                 in_flight -= 1
 
     Counting.instances = 0
-    engine = engine_for(Counting, FakeModel("ok", delay=delay), n_parallel_tasks=3)
+    engine = engine_for(Counting, FakeModel("ok", delay=delay), n_parallel=3)
     episodes = engine.execute_tasks([{"id": i} for i in range(5)], n_rollouts=2)
     assert len(episodes) == 10 and peak == 3
-    assert Counting.instances == 3  # a pool of n_parallel_tasks instances, each reused (reset per episode)
+    assert Counting.instances == 3  # a pool of n_parallel instances, each reused (reset per episode)
 
 
 def test_workflow_class_must_be_a_workflow():
     with pytest.raises(ValueError, match="subclass of rllm.workflows.Workflow"):
         AgentWorkflowEngine(workflow_class=dict, model=FakeModel("x"))
-    with pytest.raises(ValueError, match="n_parallel_tasks"):
-        engine_for(n_parallel_tasks=0)
+    with pytest.raises(ValueError, match="n_parallel"):
+        engine_for(n_parallel=0)
 
 
 def test_engine_metrics_summarise_roles_terminations_and_times():
     class TwoRoles(Workflow):
         async def run(self, task, uid):
             for role, reward in (("solver", 1.0), ("solver", 0.0), ("judge", task["judge"])):
-                output = await self.generate([{"role": "user", "content": role}], thread=f"{role}{reward}")
+                output = await self.generate([{"role": "user", "content": role}], conversation=f"{role}{reward}")
                 self.commit(Trajectory(name=role, steps=[Step(model_output=output, reward=reward)]))
             if task["judge"] < 0:
                 raise TerminationEvent(R.MAX_TURNS)
@@ -168,7 +168,7 @@ def _crash():
     raise RuntimeError("crashed")
 
 
-def test_trajectory_timeout_keeps_what_was_committed():
+def test_episode_timeout_keeps_what_was_committed():
     class Slow(Workflow):
         async def run(self, task, uid):
             trajectory = Trajectory()
@@ -177,12 +177,12 @@ def test_trajectory_timeout_keeps_what_was_committed():
                 trajectory.steps.append(Step(model_output=await self.generate([{"role": "user", "content": "x"}])))
 
     model = FakeModel("ok", delay=0.02)
-    episode = only(engine_for(Slow, model, trajectory_timeout=0.15).execute_tasks([{}]))
-    assert episode.termination_reason is R.TIMEOUT and "trajectory timed out" in episode.info["error"]
+    episode = only(engine_for(Slow, model, episode_timeout=0.15).execute_tasks([{}]))
+    assert episode.termination_reason is R.TIMEOUT and "episode timed out" in episode.info["error"]
     assert 1 <= len(episode.trajectories[0].steps) < 100
 
 
-def test_the_length_budget_ends_a_thread_with_max_prompt_length():
+def test_the_length_budget_ends_a_conversation_with_max_prompt_length():
     model = FakeModel("ok", tokenizer=FakeTokenizer())
     episode = only(engine_for(model=model, max_prompt_length=3).execute_tasks([{"id": "a long task name"}]))
     assert episode.termination_reason is R.MAX_PROMPT_LENGTH and model.calls == []
@@ -243,11 +243,11 @@ def test_hooks_override_reward_correctness_and_metrics_and_a_returned_episode_is
     assert episode.metrics["total"] == 50.0 and episode.metrics["mine"] == 7 and episode.info["note"] == "x"
 
 
-def test_each_thread_gets_its_own_reproducible_seeds():
+def test_each_conversation_gets_its_own_reproducible_seeds():
     class Threads(Workflow):
         async def run(self, task, uid):
-            for thread in ("main", "main", "other"):
-                await self.generate([{"role": "user", "content": thread}], thread=thread)
+            for name in ("main", "main", "other"):
+                await self.generate([{"role": "user", "content": name}], conversation=name)
 
     def seeds():
         model = FakeModel("ok")

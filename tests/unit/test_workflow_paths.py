@@ -71,11 +71,11 @@ def test_agent_env_engine_builtin_workflow_and_hand_written_workflow_give_identi
     tasks = make_frozenlake_tasks(4, seed=5)
     common = {"model": local_model, "sampling": SAMPLING, "max_response_length": 256}
     agent_env = AgentExecutionEngine(agent_class=FrozenLakeAgent, env_class=FrozenLakeEnv, max_steps=MAX_STEPS,
-                                     n_parallel_agents=1, **common)  # fmt: skip
+                                     n_parallel=1, **common)  # fmt: skip
     workflow_class, args = resolve_workflow(agent_class=FrozenLakeAgent, env_class=FrozenLakeEnv, max_steps=MAX_STEPS)
     assert workflow_class is AgentEnvWorkflow
-    builtin = AgentWorkflowEngine(workflow_class=workflow_class, workflow_args=args, n_parallel_tasks=1, **common)
-    hand = AgentWorkflowEngine(workflow_class=HandWrittenLoop, n_parallel_tasks=1, **common)
+    builtin = AgentWorkflowEngine(workflow_class=workflow_class, workflow_args=args, n_parallel=1, **common)
+    hand = AgentWorkflowEngine(workflow_class=HandWrittenLoop, n_parallel=1, **common)
 
     first = _comparable(agent_env.execute_tasks(tasks, n_rollouts=2))
     assert first == _comparable(builtin.execute_tasks(tasks, n_rollouts=2))
@@ -93,7 +93,7 @@ def test_a_different_seed_gives_different_episodes(local_model):
     def run(seed):
         engine = AgentExecutionEngine(agent_class=FrozenLakeAgent, env_class=FrozenLakeEnv, model=local_model,
                                       sampling=SAMPLING.model_copy(update={"seed": seed}), max_steps=2,
-                                      n_parallel_agents=1)  # fmt: skip
+                                      n_parallel=1)  # fmt: skip
         return [s.model_output.completion_ids for ep in engine.execute_tasks(tasks) for s in ep.trajectories[0].steps]
 
     assert run(11) == run(11) and run(11) != run(12)

@@ -1,105 +1,83 @@
-"""`rllm eval TASK [--workflow NAME]`: evaluate a built-in task's agent/env (or a workflow) on N generated tasks against the embedded model or any
-OpenAI-compatible endpoint; prints success rate, mean reward, mean turns and tokens/s, and writes
-`episodes.jsonl` + `summary.json` into a run directory."""
+"""`rllm eval CONFIG|TASK [key=value ...]`: evaluate with the config tree training reads (`rllm.evaluation`).
+
+    rllm eval configs/math_grpo.yaml                       # the validation split of that training config
+    rllm eval frozenlake data.val_size=16                  # a built-in task with the default config
+    rllm eval math rollout.server=openai rollout.openai.base_url=http://localhost:8000/v1 \\
+        rollout.openai.model=Qwen/Qwen2.5-0.5B-Instruct rollout.openai.tokenizer=Qwen/Qwen2.5-0.5B-Instruct
+
+Prints success rate, mean reward, mean turns, tokens/s, terminations and per-role numbers, and writes a run
+directory (config, manifest, episodes.jsonl, summary.json). The flags of the first release (`--n`, `--base-url`,
+...) still work for one release, each mapped onto its config key with a DeprecationWarning.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
+from pathlib import Path
+
+# the first release's flags -> the config keys they set (one release; rllm._deprecation)
+_OLD_FLAGS = {
+    "n": ["data.val_size"],
+    "rollouts": ["rollout.val_n"],
+    "seed": ["data.val_seed", "trainer.seed"],
+    "temperature": ["rollout.val_temperature"],
+    "max_tokens": ["rollout.max_tokens"],
+    "max_steps": ["rollout.max_steps"],
+    "n_parallel": ["rollout.n_parallel"],
+    "out": ["trainer.run_dir"],
+    "workflow": ["workflow"],
+    "base_url": ["rollout.openai.base_url"],
+    "tokenizer": ["rollout.openai.tokenizer"],
+    "model": ["model.name"],
+}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="evaluate an agent on a built-in task")
-    p.add_argument("task", help="built-in task name, e.g. frozenlake")
-    p.add_argument("--workflow", default=None,
-                   help="what plays the task: agent_env, single_turn, solver_judge or package.module:Class "
-                        "(default: the task's own)")  # fmt: skip
-    p.add_argument("--n", type=int, default=16, help="number of tasks (default 16)")
-    p.add_argument("--rollouts", type=int, default=1, help="rollouts per task (default 1)")
-    p.add_argument("--seed", type=int, default=1234, help="seed of the task generator and of sampling")
-    p.add_argument(
-        "--model",
-        default=None,
-        help="embedded model name or local folder (default: the embedded default); "
-        "with --base-url, the served model's name",
-    )
-    p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
-    p.add_argument(
-        "--tokenizer",
-        default=None,
-        help="with --base-url: tokenizer name/folder for token-in/token-out (exact ids and logprobs)",
-    )
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--max-tokens", type=int, default=64, help="most new tokens per model call")
-    p.add_argument("--max-steps", type=int, default=8, help="most agent turns per episode")
-    p.add_argument("--n-parallel", type=int, default=16, help="concurrent rollouts")
-    p.add_argument("--out", default="runs", help="parent folder of the run directory")
+    p = sub.add_parser("eval", help="evaluate an agent: a config's validation split, or a built-in task's")
+    p.add_argument("config", help="a YAML config (e.g. configs/math_grpo.yaml) or a built-in task name (e.g. math)")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.val_size=100 rollout.val_n=4")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    for name in _OLD_FLAGS:
+        p.add_argument(f"--{name.replace('_', '-')}", dest=f"old_{name}", default=None, help=argparse.SUPPRESS)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    return asyncio.run(_run(args))
-
-
-async def _run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from rllm.engine.workflow_engine import AgentWorkflowEngine
+    from rllm.config import load_config
     from rllm.evaluation import evaluate
-    from rllm.models.base import SamplingParams
-    from rllm.runs import create_run_dir
-    from rllm.tasks import get_task
-    from rllm.workflows.resolve import resolve_workflow
 
-    spec = get_task(args.task)
-    tasks = spec.make_tasks(args.n, seed=args.seed)
-    workflow_class, workflow_args = resolve_workflow(spec, workflow=args.workflow, max_steps=args.max_steps)
-    model = _make_model(args)
-    out_dir = create_run_dir(args.out, None, "eval", args.task)
-    with tqdm(total=len(tasks) * args.rollouts, desc=f"eval {args.task}", unit="ep") as bar:
-        engine = AgentWorkflowEngine(
-            workflow_class=workflow_class,
-            workflow_args=workflow_args,
-            model=model,
-            sampling=SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed),
-            n_parallel_tasks=args.n_parallel,
-            on_episode_done=lambda _: bar.update(),
-        )
-        summary = await evaluate(engine, tasks, out_dir, n_rollouts=args.rollouts)
-    await _close(model)
-    _print_summary(summary, out_dir)
+    path, overrides = (args.config, []) if Path(args.config).is_file() else (None, [f"data.task={args.config}"])
+    config = load_config(path, [*overrides, *_old_flag_overrides(args), *args.overrides])
+    summary, run_dir = evaluate(config, progress=not args.no_progress)
+    _print_summary(summary, run_dir)
     return 0
 
 
-def _make_model(args: argparse.Namespace):
-    if args.base_url:
-        from rllm.models.openai import OpenAIClient
+def _old_flag_overrides(args: argparse.Namespace) -> list[str]:
+    from rllm._deprecation import warn_renamed
 
-        if not args.model:
-            raise SystemExit("--base-url needs --model (the served model's name)")
-        return OpenAIClient(args.base_url, args.model, tokenizer=args.tokenizer)
-    from rllm.models.local import LocalModel
-
-    return LocalModel.from_pretrained(args.model or "default", seed=args.seed)
-
-
-async def _close(model) -> None:
-    closer = getattr(model, "aclose", None) or getattr(model, "close", None)
-    if closer is not None:
-        result = closer()
-        if asyncio.iscoroutine(result):
-            await result
+    given = {name: getattr(args, f"old_{name}") for name in _OLD_FLAGS if getattr(args, f"old_{name}") is not None}
+    if "base_url" in given:  # an endpoint: --model is the served model's name
+        keys = {**_OLD_FLAGS, "model": ["rollout.openai.model"]}
+        given["server"], keys["server"] = "openai", ["rollout.server"]
+    else:
+        keys = _OLD_FLAGS
+    overrides = []
+    for name, value in given.items():
+        new = [f"{key}={value}" for key in keys[name]]
+        if name != "server":
+            warn_renamed(f"rllm eval --{name.replace('_', '-')}", " ".join(new), stacklevel=2)
+        overrides.extend(new)
+    return overrides
 
 
-def _print_summary(summary: dict, out_dir) -> None:
+def _print_summary(summary: dict, run_dir: Path) -> None:
     print(f"success rate   {summary['success_rate']:.3f}  ({summary['episodes']} episodes)")
     print(f"mean reward    {summary['reward_mean']:.3f}")
     print(f"mean turns     {summary['turns_mean']:.2f}")
-    print(
-        f"tokens/s       {summary['tokens_per_s']:.1f}  ({summary['completion_tokens']} tokens "
-        f"in {summary['wall_time_s']:.1f} s)"
-    )
+    print(f"tokens/s       {summary['tokens_per_s']:.1f}  ({summary['completion_tokens']} tokens "
+          f"in {summary['wall_time_s']:.1f} s)")  # fmt: skip
     endings = {k.removeprefix("termination/"): round(v, 3) for k, v in summary.items() if k.startswith("termination/")}
     print(f"terminations   {json.dumps(endings)}")
     print(f"token mismatch {summary['token_mismatch']}")
@@ -109,4 +87,4 @@ def _print_summary(summary: dict, out_dir) -> None:
             print(f"role {role:9} success {summary[f'role/{role}/success_rate']:.3f}  "
                   f"mean reward {summary[f'role/{role}/reward_mean']:.3f}  "
                   f"({summary[f'role/{role}/count']} trajectories)")  # fmt: skip
-    print(f"run directory  {out_dir}")
+    print(f"run directory  {run_dir}")

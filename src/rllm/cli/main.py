@@ -1,7 +1,7 @@
 """`rllm` command line: thin subcommands over the library.
 
-    rllm eval frozenlake --n 16                      # the embedded model on a CPU
-    rllm eval frozenlake --base-url URL --model NAME # any OpenAI-compatible endpoint
+    rllm eval frozenlake data.val_size=16            # the embedded model on a CPU
+    rllm eval configs/math_grpo.yaml rollout.server=openai rollout.openai.base_url=URL   # any endpoint
     rllm train configs/frozenlake_grpo.yaml trainer.total_steps=20   # RL on the embedded model
     rllm fetch qwen2.5-coder-0.5b-instruct           # download + verify + convert an embedded model
     rllm serve gateway --upstream URL --model NAME --tokenizer NAME   # OpenAI-compatible gateway, exact token ids
@@ -31,8 +31,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
     from rllm.errors import RllmError
 
+    # A command line is an application: show our deprecations (Python hides those raised outside __main__).
+    warnings.filterwarnings("default", message=".*deprecated and will be removed in the next release",
+                            category=DeprecationWarning)  # fmt: skip
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args) or 0)

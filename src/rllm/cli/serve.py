@@ -56,7 +56,7 @@ def _make_model(args: argparse.Namespace):
 
 async def _serve(model, args: argparse.Namespace) -> None:
     from rllm.gateway import Gateway
-    from rllm.models.base import SamplingParams
+    from rllm.models.base import SamplingParams, close_model
 
     name = args.model or args.embedded
     gateway = Gateway(model, sampling=SamplingParams(max_tokens=args.max_tokens), model_name=name)
@@ -71,8 +71,4 @@ async def _serve(model, args: argparse.Namespace) -> None:
         await stop.wait()
     finally:
         await gateway.stop()
-        closer = getattr(model, "aclose", None)
-        if closer is not None:
-            await closer()
-        elif hasattr(model, "close"):
-            model.close()
+        await close_model(model)

@@ -7,17 +7,9 @@ import importlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from rllm._deprecation import warn_renamed
+from rllm._deprecation import moved_attribute, warn_renamed
 
 __all__: list[str] = []
-
-# old name -> what replaces it
-_REPLACEMENTS = {
-    "BUILTIN_TASKS": "rllm.tasks.get_task(name) (names: rllm.tasks.TASK_NAMES)",
-    "BuiltinTask": "rllm.tasks.Task",
-    "get_builtin_task": "rllm.tasks.get_task",
-}
-
 
 class _TasksByName(Mapping):
     """What `BUILTIN_TASKS` was, name -> task; a task's module is imported when it is looked up."""
@@ -35,16 +27,13 @@ class _TasksByName(Mapping):
         return len(importlib.import_module("rllm.tasks").REGISTRY)
 
 
-def _old_registry_name(name: str) -> Any:
-    """The object an old registry name stands for, after a DeprecationWarning naming its replacement. Called from a
-    module `__getattr__` (this one's, or `rllm.tasks`' for the old path `rllm.data.builtin`), so the warning points
-    at the caller's caller."""
-    warn_renamed(f"rllm.data.{name}", _REPLACEMENTS[name], stacklevel=4)
-    tasks = importlib.import_module("rllm.tasks")
-    return {"BUILTIN_TASKS": _TasksByName(), "BuiltinTask": tasks.Task, "get_builtin_task": tasks.get_task}[name]
+def builtin_tasks_mapping(module: str) -> _TasksByName:
+    """The old `BUILTIN_TASKS`, served by this package and by `rllm.tasks` (the old `rllm.data.builtin`)."""
+    warn_renamed(f"{module}.BUILTIN_TASKS", "rllm.tasks.get_task(name) (names: rllm.tasks.TASK_NAMES)", stacklevel=4)
+    return _TasksByName()
 
 
 def __getattr__(name: str) -> Any:
-    if name in _REPLACEMENTS:
-        return _old_registry_name(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name == "BUILTIN_TASKS":
+        return builtin_tasks_mapping(__name__)
+    return moved_attribute(__name__, name)  # BuiltinTask, get_builtin_task: rllm._deprecation.MOVED_NAMES

@@ -7,8 +7,8 @@ It is the `AgentWorkflowEngine` (engine/workflow_engine.py: scheduling, ordering
 the built-in `AgentEnvWorkflow` (workflows/agent_env.py: the step loop, length budget, step timeout), so agent/env
 rollouts and free-form workflows share one rollout core. The two front doors produce identical episodes.
 
-Agent/env specifics: the env is built from `{**env_args, **task}`; `n_parallel_agents` rollouts run at once; env code
-runs on `env_workers` threads (default `n_parallel_agents`), or inline on the event loop when the env class says
+Agent/env specifics: the env is built from `{**env_args, **task}`; `n_parallel` rollouts run at once; env code
+runs on `env_workers` threads (default `n_parallel`), or inline on the event loop when the env class says
 `blocking = False` (or `env_workers=0`); envs whose `is_multithread_safe()` is False run one call at a time.
 `agent_class`, `env_class` and the other attributes are read when `execute_tasks` starts, so they can be changed
 between calls.
@@ -16,12 +16,11 @@ between calls.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
+from rllm._deprecation import warn_renamed
 from rllm.engine.workflow_engine import AgentWorkflowEngine, _require
-from rllm.models.base import ModelClient, SamplingParams
-from rllm.types import Episode
+from rllm.models.base import ModelClient
 from rllm.workflows.agent_env import AgentEnvWorkflow
 from rllm.workflows.base import Workflow
 from rllm.workflows.resolve import resolve_workflow
@@ -40,41 +39,23 @@ class AgentExecutionEngine(AgentWorkflowEngine):
         model: ModelClient,
         agent_args: dict[str, Any] | None = None,
         env_args: dict[str, Any] | None = None,
-        sampling: SamplingParams | None = None,
-        n_parallel_agents: int = 64,
         max_steps: int = 10,
-        max_prompt_length: int = 2048,
-        max_response_length: int = 4096,
         step_timeout: float | None = None,
-        trajectory_timeout: float | None = None,
-        retry_limit: int = 2,
-        retry_backoff: float = 0.5,
-        env_workers: int | None = None,
-        on_episode_done: Callable[[Episode], None] | None = None,
+        **engine_kwargs: Any,
     ) -> None:
-        _require(n_parallel_agents >= 1, "n_parallel_agents must be >= 1")
+        """`engine_kwargs` are `AgentWorkflowEngine`'s: sampling, n_parallel, max_prompt_length,
+        max_response_length, episode_timeout, retry_limit, retry_backoff, env_workers, on_episode_done."""
         _require(max_steps >= 1, "max_steps must be >= 1")
         _require(step_timeout is None or step_timeout > 0, "step_timeout must be > 0 or None")
-        super().__init__(
-            workflow_class=AgentEnvWorkflow,
-            model=model,
-            sampling=sampling,
-            n_parallel_tasks=n_parallel_agents,
-            max_prompt_length=max_prompt_length,
-            max_response_length=max_response_length,
-            trajectory_timeout=trajectory_timeout,
-            retry_limit=retry_limit,
-            retry_backoff=retry_backoff,
-            env_workers=env_workers,
-            on_episode_done=on_episode_done,
-        )
+        super().__init__(workflow_class=AgentEnvWorkflow, model=model, **engine_kwargs)
         self.agent_class, self.env_class = agent_class, env_class
         self.agent_args, self.env_args = dict(agent_args or {}), dict(env_args or {})
         self.max_steps, self.step_timeout = max_steps, step_timeout
 
     @property
     def n_parallel_agents(self) -> int:
-        return self.n_parallel_tasks
+        warn_renamed("AgentExecutionEngine.n_parallel_agents", "n_parallel")
+        return self.n_parallel
 
     def _workflow_spec(self) -> tuple[type[Workflow], dict[str, Any]]:
         return resolve_workflow(

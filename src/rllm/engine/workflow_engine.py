@@ -6,10 +6,10 @@
 
 Design choices:
 
-- Everything runs on one asyncio event loop. Each call builds a pool of `n_parallel_tasks` workflow instances
+- Everything runs on one asyncio event loop. Each call builds a pool of `n_parallel` workflow instances
   (fewer if there are fewer rollouts); a rollout takes an instance from the pool for one attempt and gives it
-  back, so at most `n_parallel_tasks` rollouts are in flight. Blocking env code runs on a thread pool of
-  `env_workers` threads (default: `n_parallel_tasks`, or 0, i.e. inline on the loop, when the workflow says its env
+  back, so at most `n_parallel` rollouts are in flight. Blocking env code runs on a thread pool of
+  `env_workers` threads (default: `n_parallel`, or 0, i.e. inline on the loop, when the workflow says its env
   code does not block; see `Workflow.env_policy`).
 - Every (task, rollout) yields exactly one Episode, in task order with a task's rollouts together
   (`tasks[0]:0, tasks[0]:1, ..., tasks[1]:0, ...`), whatever order they finished in. Its id (the workflow's `uid`)
@@ -19,7 +19,7 @@ Design choices:
   (the instance goes back to the pool while waiting). If it still fails the episode is kept with `INFRA_ERROR` and
   the error in `info`; earlier attempts' errors are in `info["retry_errors"]`. Policy errors and workflow bugs are
   not retried (`POLICY_ERROR`, `ERROR` with `info["traceback"]`).
-- `trajectory_timeout` bounds one attempt of a whole rollout (a retry gets a fresh budget) and ends it with
+- `episode_timeout` bounds one attempt of a whole rollout (a retry gets a fresh budget) and ends it with
   `TIMEOUT`, keeping what was committed so far.
 - Metrics per episode: steps, token counts, token_mismatch, time_model / time_env / time_reward / time_total (of the
   last attempt), retries and infra_errors (over all attempts), and the workflow's own (per role by default).
@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter
 from typing import Any
 
+from rllm._deprecation import renamed_kwargs, warn_renamed
 from rllm.metrics import summarize_episodes
 from rllm.models.base import ModelClient, SamplingParams
 from rllm.types import Episode, TerminationReason
@@ -44,6 +45,9 @@ from rllm.workflows.base import Workflow, WorkflowServices
 from rllm.workflows.runtime import EnvRunner
 
 __all__ = ["AgentWorkflowEngine"]
+
+# old keyword -> new, for one release (rllm._deprecation)
+_RENAMED = {"n_parallel_tasks": "n_parallel", "n_parallel_agents": "n_parallel", "trajectory_timeout": "episode_timeout"}
 
 
 class AgentWorkflowEngine:
@@ -56,35 +60,47 @@ class AgentWorkflowEngine:
         model: ModelClient,
         workflow_args: dict[str, Any] | None = None,
         sampling: SamplingParams | None = None,
-        n_parallel_tasks: int = 64,
+        n_parallel: int = 64,
         max_prompt_length: int = 2048,
         max_response_length: int = 4096,
-        trajectory_timeout: float | None = None,
+        episode_timeout: float | None = None,
         retry_limit: int = 2,
         retry_backoff: float = 0.5,
         env_workers: int | None = None,
         on_episode_done: Callable[[Episode], None] | None = None,
+        **deprecated: Any,
     ) -> None:
+        if deprecated:  # old names, given explicitly: they win over the new names' defaults
+            old = renamed_kwargs(type(self).__name__, deprecated, _RENAMED)
+            n_parallel = old.pop("n_parallel", n_parallel)
+            episode_timeout = old.pop("episode_timeout", episode_timeout)
+            if old:
+                raise TypeError(f"{type(self).__name__}() got unexpected keyword arguments {sorted(old)}")
         _require(isinstance(workflow_class, type) and issubclass(workflow_class, Workflow),
                  f"workflow_class must be a subclass of rllm.workflows.Workflow, got {workflow_class!r}")  # fmt: skip
-        _require(n_parallel_tasks >= 1, "n_parallel_tasks must be >= 1")
+        _require(n_parallel >= 1, "n_parallel must be >= 1")
         _require(max_prompt_length >= 1 and max_response_length >= 1, "length limits must be >= 1")
         _require(retry_limit >= 0 and retry_backoff >= 0, "retry_limit and retry_backoff must be >= 0")
-        _require(trajectory_timeout is None or trajectory_timeout > 0, "trajectory_timeout must be > 0 or None")
+        _require(episode_timeout is None or episode_timeout > 0, "episode_timeout must be > 0 or None")
         _require(env_workers is None or env_workers >= 0, "env_workers must be >= 0 or None")
         self.workflow_class = workflow_class
         self.workflow_args = dict(workflow_args or {})
         self.model = model
         self.sampling = sampling or SamplingParams()
-        self.n_parallel_tasks = n_parallel_tasks
+        self.n_parallel = n_parallel
         self.max_prompt_length = max_prompt_length
         self.max_response_length = max_response_length
-        self.trajectory_timeout = trajectory_timeout
+        self.episode_timeout = episode_timeout
         self.retry_limit = retry_limit
         self.retry_backoff = retry_backoff
         self.env_workers = env_workers
         self.on_episode_done = on_episode_done
         self.metrics: dict[str, Any] = {}
+
+    @property
+    def n_parallel_tasks(self) -> int:
+        warn_renamed("AgentWorkflowEngine.n_parallel_tasks", "n_parallel")
+        return self.n_parallel
 
     # ---- public API ---------------------------------------------------------------------------------------
 
@@ -109,12 +125,12 @@ class AgentWorkflowEngine:
         blocking, thread_safe = workflow_class.env_policy(workflow_args)
         workers = self.env_workers
         if workers is None:
-            workers = self.n_parallel_tasks if blocking else 0
+            workers = self.n_parallel if blocking else 0
         executor = ThreadPoolExecutor(workers, thread_name_prefix="rllm-env") if workers else None
         services = WorkflowServices(self.model, self.sampling, EnvRunner(executor, serialize=not thread_safe),
                                     self.max_prompt_length, self.max_response_length)  # fmt: skip
         pool: asyncio.Queue[Workflow] = asyncio.Queue()
-        for _ in range(min(self.n_parallel_tasks, len(jobs))):
+        for _ in range(min(self.n_parallel, len(jobs))):
             pool.put_nowait(workflow_class(**workflow_args))
         try:
             futures = [asyncio.ensure_future(self._run_episode(services, pool, task, uid)) for task, uid in jobs]
@@ -164,7 +180,7 @@ class AgentWorkflowEngine:
     async def _attempt(self, workflow: Workflow, services: WorkflowServices, task: dict, uid: str) -> Episode:
         started = perf_counter()
         workflow.start_episode(services, task, uid)
-        timeout = self.trajectory_timeout
+        timeout = self.episode_timeout
         try:
             try:
                 async with asyncio.timeout(timeout) as deadline:
@@ -173,7 +189,7 @@ class AgentWorkflowEngine:
                 if not deadline.expired():
                     raise
                 reason, returned = TerminationReason.TIMEOUT, None
-                info = {"error": f"trajectory timed out after {timeout}s", "error_site": "timeout"}
+                info = {"error": f"episode timed out after {timeout}s (episode_timeout)", "error_site": "timeout"}
         finally:
             try:
                 await workflow.cleanup()

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rllm.types import ModelOutput
 
-__all__ = ["ModelClient", "Prompt", "SamplingParams"]
+__all__ = ["ModelClient", "Prompt", "SamplingParams", "close_model"]
 
 # Token ids, or OpenAI-style chat messages.
 Prompt = list[int] | list[dict[str, Any]]
@@ -47,3 +47,12 @@ class ModelClient(Protocol):
     tokenizer: Any
 
     async def generate(self, prompt: Prompt, sampling: SamplingParams | None = None) -> ModelOutput: ...
+
+
+async def close_model(model: Any) -> None:
+    """Release what a client holds, whichever it has: its HTTP session (`aclose`), then its worker or the server it
+    started (`close`)."""
+    if hasattr(model, "aclose"):
+        await model.aclose()
+    if hasattr(model, "close"):
+        model.close()

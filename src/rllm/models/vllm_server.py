@@ -36,6 +36,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
@@ -94,6 +95,18 @@ class VLLMServer:
         if not served_name:
             server.served_name = server.models()[0]
         return server
+
+    @classmethod
+    def from_config(cls, settings: Any, model: Callable[[], str | os.PathLike], *, log_path: str | os.PathLike,
+                    enable_lora: bool = False) -> tuple[Self, bool]:  # fmt: skip
+        """(server, whether rllm started it) for a `VLLMConfig`: attach to `settings.base_url`, else launch on the
+        folder `model()` returns (called only then, so nothing is written for a server that is attached)."""
+        if settings.base_url:
+            return cls.attach(settings.base_url), False
+        server = cls.launch(model(), python=settings.python, dtype=settings.dtype, max_model_len=settings.max_model_len,
+                            enable_lora=enable_lora, max_lora_rank=settings.max_lora_rank, extra_args=settings.extra_args,
+                            log_path=log_path, startup_timeout=settings.startup_timeout)  # fmt: skip
+        return server, True
 
     @classmethod
     def launch(

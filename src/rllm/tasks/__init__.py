@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rllm._deprecation import moved_attribute
 from rllm.errors import RllmError
 
 __all__ = ["REGISTRY", "TASK_NAMES", "Task", "UnknownTaskError", "get_task"]
@@ -34,8 +35,6 @@ REGISTRY: dict[str, str] = {
     "mcp_kb": "rllm.tasks.mcp_kb",
 }
 
-# names of the registry's old home (rllm.data.builtin, which now imports this module), served by rllm.data
-_OLD_NAMES = ("BUILTIN_TASKS", "BuiltinTask", "get_builtin_task")
 
 
 class UnknownTaskError(RllmError, ValueError):
@@ -103,8 +102,8 @@ def get_task(name: str) -> Task:
 def __getattr__(name: str) -> Any:
     if name == "TASK_NAMES":  # computed on access, so a task registered at run time passes config validation
         return tuple(sorted(REGISTRY))
-    if name in _OLD_NAMES:
-        from rllm.data import _old_registry_name
+    if name == "BUILTIN_TASKS":  # reached as the old rllm.data.builtin.BUILTIN_TASKS
+        from rllm.data import builtin_tasks_mapping
 
-        return _old_registry_name(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return builtin_tasks_mapping(__name__)
+    return moved_attribute(__name__, name)  # the old registry names: rllm._deprecation.MOVED_NAMES

@@ -28,7 +28,6 @@ Choices:
 from __future__ import annotations
 
 import base64
-import importlib
 import io
 import json
 import pickle
@@ -38,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from rllm._deprecation import warn_renamed
+from rllm._deprecation import moved_attribute
 from rllm.agents.base import BaseAgent
 from rllm.envs.feedback import FeedbackEnv
 from rllm.rewards.code import code_reward, normalise_tests
@@ -341,12 +340,5 @@ TASK = Task(
     default_workflow="single_turn",
 )
 
-# HumanEval's loader lived here when this module was `rllm.data.code` (that old path now imports this module).
-_MOVED_TO_HUMANEVAL = ("HUMANEVAL_SIZE", "load_humaneval", "make_humaneval_tasks")
-
-
 def __getattr__(name: str) -> Any:
-    if name not in _MOVED_TO_HUMANEVAL:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warn_renamed(f"rllm.data.code.{name}", f"rllm.tasks.humaneval.{name}")
-    return getattr(importlib.import_module("rllm.tasks.humaneval"), name)
+    return moved_attribute(__name__, name)  # HumanEval's loader lived here as rllm.data.code, for one release

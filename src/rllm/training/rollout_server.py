@@ -1,4 +1,4 @@
-"""The trainer's vLLM rollout backend (`rollout.backend: vllm`): start or attach the server, sync the trainer's
+"""The trainer's vLLM rollouts (`rollout.server: vllm`): start or attach the server, sync the trainer's
 weights into it before the first rollout, and hand back the client the engines sample from.
 
 The server starts from a checkpoint the trainer writes itself (`<run>/vllm/served-model`), not from the model's
@@ -24,23 +24,12 @@ def start_vllm_rollout(cfg: TrainConfig, backend: Any, run_dir: Path) -> VLLMRol
     settings = cfg.rollout.vllm
     source = TorchWeightSource(backend)
     workdir = run_dir / "vllm"
-    if settings.base_url:
-        server, owns = VLLMServer.attach(settings.base_url), False
-    else:
-        # With sync=lora the server holds the base weights and the adapter is hot-loaded on top of them.
-        served = source.save_model(workdir / "served-model", merge_lora=settings.sync != "lora")
-        server = VLLMServer.launch(
-            served,
-            python=settings.python,
-            dtype=settings.dtype,
-            max_model_len=settings.max_model_len,
-            enable_lora=settings.sync == "lora",
-            max_lora_rank=settings.max_lora_rank,
-            extra_args=settings.extra_args,
-            log_path=workdir / "server.log",
-            startup_timeout=settings.startup_timeout,
-        )
-        owns = True
+
+    def served() -> Path:  # with sync=lora the server holds the base weights; the adapter is hot-loaded on top
+        return source.save_model(workdir / "served-model", merge_lora=settings.sync != "lora")
+
+    server, owns = VLLMServer.from_config(settings, served, log_path=workdir / "server.log",
+                                          enable_lora=settings.sync == "lora")  # fmt: skip
     client = VLLMRolloutClient(server, backend.tokenizer, sync=settings.sync, workdir=workdir,
                                logprob_tolerance=settings.logprob_tolerance, owns_server=owns,
                                max_connections=max(cfg.rollout.n_parallel, 8))  # fmt: skip

@@ -52,14 +52,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rllm.config import TrainConfig
+from rllm._deprecation import moved_attribute
+from rllm.config import ConfigError, TrainConfig, override_config
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.metrics import summarize_episodes
+from rllm.models.base import close_model
 from rllm.runs import RunLog, create_run_dir, write_json, write_manifest
 from rllm.training.advantages import apply_gae, group_key, score_episodes, trajectory_reward
 from rllm.training.batch import build_rows
 from rllm.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from rllm.workflows.resolve import resolve_workflow
+from rllm.workflows.resolve import workflow_for_config
 
 __all__ = ["AgentTrainer"]
 
@@ -85,28 +87,19 @@ class AgentTrainer:
         tokenizer: Any = None,
         progress: bool = True,
     ) -> None:
-        if backend != "torch":
-            raise ValueError(f"backend={backend!r}: only the embedded 'torch' backend exists so far")
-        cfg = config or TrainConfig()
-        if rollout is not None:  # AgentTrainer(rollout="vllm") is `rollout.backend: vllm` in the config
-            if rollout not in ("local", "vllm"):
-                raise ValueError(f"rollout={rollout!r}: choose 'local' (LocalModel) or 'vllm' (a vLLM server)")
-            cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"backend": rollout})})
+        # backend= and rollout= are the config's trainer.backend and rollout.server, checked like config keys
+        arguments = [f"trainer.backend={backend}", *([f"rollout.server={rollout}"] if rollout is not None else [])]
+        cfg = override_config(config or TrainConfig(), arguments, "AgentTrainer(backend=..., rollout=...)")
+        if cfg.rollout.server == "openai":
+            raise ConfigError("rollout.server=openai samples from an endpoint whose weights the trainer cannot update; "
+                              "train with rollout.server=local or vllm (openai is for rllm eval)")  # fmt: skip
         self.config = cfg
-        self.train_dataset, self.val_dataset = _resolve_datasets(cfg, train_dataset, val_dataset)
-        spec = None if _explicit(agent_class, env_class, workflow_class) else _task_spec(cfg)
-        self.workflow_class, self.workflow_args = resolve_workflow(
-            spec,
-            workflow=workflow_class or cfg.workflow,
-            workflow_args={**cfg.workflow_args, **(workflow_args or {})},
-            agent_class=agent_class,
-            env_class=env_class,
-            agent_args={**cfg.agent_args, **(agent_args or {})},
-            env_args={**cfg.env_args, **(env_args or {})},
-            max_steps=cfg.rollout.max_steps,
-            step_timeout=cfg.rollout.step_timeout,
-            reward_args=cfg.data.reward_args,
-        )
+        self.workflow_class, self.workflow_args = workflow_for_config(
+            cfg, workflow_class=workflow_class, workflow_args=workflow_args, agent_class=agent_class,
+            env_class=env_class, agent_args=agent_args, env_args=env_args,
+        )  # fmt: skip
+        self.train_dataset = train_dataset if train_dataset is not None else cfg.data.make_tasks("train")
+        self.val_dataset = val_dataset if val_dataset is not None else cfg.data.make_tasks("val")
         self._model, self._tokenizer, self.progress = model, tokenizer, progress
         self.run_dir: Path | None = None
 
@@ -203,7 +196,7 @@ class AgentTrainer:
             return {"success_rate": float("nan"), "reward_mean": float("nan"), "episodes": 0}
         self.val_engine.sampling = self.config.rollout.to_sampling(validation=True, seed=self.config.trainer.seed)
         started = time.perf_counter()
-        episodes = await self.val_engine.execute_tasks_async(self.val_dataset)
+        episodes = await self.val_engine.execute_tasks_async(self.val_dataset, n_rollouts=self.config.rollout.val_n)
         summary = summarize_episodes(episodes, time.perf_counter() - started)
         log.log(step, {f"val/{k}": v for k, v in summary.items()})
         if self.config.trainer.log_episodes:
@@ -239,7 +232,7 @@ class AgentTrainer:
             resumed_version = self._resume(Path(cfg.trainer.resume))
         else:
             self._new_run_dir()
-        if cfg.rollout.backend == "vllm":
+        if cfg.rollout.server == "vllm":
             from rllm.training.rollout_server import start_vllm_rollout
 
             self.rollout_model = start_vllm_rollout(cfg, self.backend, self.run_dir)
@@ -268,20 +261,12 @@ class AgentTrainer:
         write_manifest(self.run_dir, "train", cfg)
 
     async def _close_rollout(self) -> None:
-        model = getattr(self, "rollout_model", None)
-        if model is None:
-            return
-        if hasattr(model, "aclose"):
-            await model.aclose()
-        model.close()
+        if getattr(self, "rollout_model", None) is not None:
+            await close_model(self.rollout_model)
 
     def _make_engine(self) -> AgentWorkflowEngine:
-        kwargs = self.config.rollout.engine_kwargs()
-        for key in ("max_steps", "step_timeout"):  # the agent/env workflow's, already in workflow_args
-            kwargs.pop(key)
         return AgentWorkflowEngine(workflow_class=self.workflow_class, workflow_args=self.workflow_args,
-                                   model=self.rollout_model, n_parallel_tasks=kwargs.pop("n_parallel_agents"),
-                                   **kwargs)  # fmt: skip
+                                   model=self.rollout_model, **self.config.rollout.engine_kwargs())  # fmt: skip
 
     def _save(self) -> None:
         trainer_state = {
@@ -314,29 +299,6 @@ class TaskSampler:
 
 
 # ---- helpers --------------------------------------------------------------------------------------------------
-
-
-def _explicit(agent_class, env_class, workflow_class) -> bool:
-    """Whether the caller said what plays the task, so the built-in task is needed only for data."""
-    return workflow_class is not None or (agent_class is not None and env_class is not None)
-
-
-def _task_spec(cfg: TrainConfig):
-    from rllm.tasks import get_task
-
-    return get_task(cfg.data.task)
-
-
-def _resolve_datasets(cfg: TrainConfig, train, val) -> tuple[list[dict], list[dict]]:
-    """Explicit datasets win; what is missing comes from the generator of the built-in task `data.task`."""
-    if train is not None and val is not None:
-        return train, val
-    args = cfg.data.task_args
-    if train is None:
-        train = _task_spec(cfg).make_tasks(cfg.data.train_size, seed=cfg.data.seed, **args)
-    if val is None:
-        val = _task_spec(cfg).make_tasks(cfg.data.val_size, seed=cfg.data.val_seed, **args) if cfg.data.val_size else []
-    return train, val
 
 
 def _step_seed(seed: int, step: int) -> int:
@@ -397,3 +359,7 @@ def format_result_table(result: dict[str, Any]) -> str:
         f"validation tasks: {after.get('episodes', 0)}   steps: {result['steps']}   run: {result['run_dir']}",
     ]
     return "\n".join(lines)
+
+
+def __getattr__(name: str) -> Any:
+    return moved_attribute(__name__, name)  # old names, for one release

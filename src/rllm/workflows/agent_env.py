@@ -125,7 +125,7 @@ class AgentEnvWorkflow(Workflow):
             raise
         action = action.action if isinstance(action, Action) else action
         step = self._own_step(n_steps, messages, n_messages, output, action)
-        if self.thread().row_full and output.finish_reason == "length":
+        if self.conversation().row_full and output.finish_reason == "length":
             raise TerminationEvent(_Reason.MAX_RESPONSE_LENGTH)
 
         self.phase = "env"

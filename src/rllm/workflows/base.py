@@ -10,10 +10,10 @@
 
 `AgentWorkflowEngine` runs many of these concurrently and turns each run into an `Episode`. Inside `run`:
 
-- `await self.generate(messages, thread=...)` calls the model. Each independent conversation is a *thread* (a name):
-  its prompts render so that each extends the last (token exactness), it has its own length budget, and its calls
-  get seeds derived from (sampling seed, episode id, thread, call number), so samples do not depend on scheduling.
-  Concurrent conversations (k solvers at once) must use different threads.
+- `await self.generate(messages, conversation=...)` calls the model. Each independent conversation has a name: its
+  prompts render so that each extends the last (token exactness), it has its own length budget, and its calls get
+  seeds derived from (sampling seed, episode id, conversation, call number), so samples do not depend on
+  scheduling. Concurrent conversations (k solvers at once) must use different names.
 - `await self.call_env(fn, *args)` runs blocking env code on the engine's thread pool; `await self.call_reward(fn,
   *args)` runs a reward function there. Both are timed, and an exception is classified by where it came from
   (`rllm.workflows.runtime`).
@@ -40,10 +40,11 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
+from rllm._deprecation import warn_renamed
 from rllm.metrics import role_metrics
 from rllm.models.base import ModelClient, SamplingParams
 from rllm.types import Episode, ModelOutput, TerminationReason, Trajectory
-from rllm.workflows.runtime import EnvRunner, ModelThread, TerminationEvent, classify_error, error_site, tag_site
+from rllm.workflows.runtime import Conversation, EnvRunner, TerminationEvent, classify_error, error_site, tag_site
 
 __all__ = ["Workflow", "WorkflowServices"]
 
@@ -108,23 +109,30 @@ class Workflow:
     def sampling(self) -> SamplingParams:
         return self._services.sampling
 
-    def thread(self, name: str = "main", tools: list[dict] | None = None) -> ModelThread:
+    def conversation(self, name: str = "main", tools: list[dict] | None = None) -> Conversation:
         """The conversation called `name`, created on first use with the tool schemas its prompts render."""
-        thread = self._threads.get(name)
-        if thread is None:
+        conversation = self._conversations.get(name)
+        if conversation is None:
             services = self._services
             tokenizer = getattr(services.model, "tokenizer", None)
-            thread = ModelThread(tokenizer, services.max_prompt_length, services.max_response_length, tools)
-            self._threads[name] = thread
-        return thread
+            conversation = Conversation(tokenizer, services.max_prompt_length, services.max_response_length, tools)
+            self._conversations[name] = conversation
+        return conversation
+
+    def thread(self, name: str = "main", tools: list[dict] | None = None) -> Conversation:
+        warn_renamed("Workflow.thread()", "Workflow.conversation()")
+        return self.conversation(name, tools)
 
     async def generate(
-        self, messages: list[dict], *, thread: str = "main", tools: list[dict] | None = None, **sampling: Any
+        self, messages: list[dict], *, conversation: str = "main", tools: list[dict] | None = None, **sampling: Any
     ) -> ModelOutput:
-        """One model call in conversation `thread`; keyword arguments override sampling fields (max_tokens, ...).
-        `tools` (OpenAI function schemas) are rendered into the conversation's prompts by the chat template, or sent
-        to a chat-mode server; give them from the first call of the thread on."""
-        conversation = self.thread(thread, tools)
+        """One model call in the conversation named `conversation`; keyword arguments override sampling fields
+        (max_tokens, ...). `tools` (OpenAI function schemas) are rendered into the conversation's prompts by the chat
+        template, or sent to a chat-mode server; give them from the conversation's first call on."""
+        if "thread" in sampling:
+            warn_renamed("Workflow.generate(thread=...)", "conversation=")
+            conversation = sampling.pop("thread")
+        name, conversation = conversation, self.conversation(conversation, tools)
         if tools:
             sampling["tools"] = tools
         try:
@@ -134,7 +142,7 @@ class Workflow:
         except Exception as exc:
             tag_site(exc, "render")
             raise
-        params = self._call_sampling(thread, conversation.calls, sampling)
+        params = self._call_sampling(name, conversation.calls, sampling)
         if remaining is not None and remaining < params.max_tokens:
             params = params.model_copy(update={"max_tokens": remaining})
         started = perf_counter()
@@ -173,7 +181,7 @@ class Workflow:
     def start_episode(self, services: WorkflowServices, task: dict, uid: str) -> None:
         self._services = services
         self._uid = uid
-        self._threads: dict[str, ModelThread] = {}
+        self._conversations: dict[str, Conversation] = {}
         self._committed: list[Any] = []
         self._times = {"model": 0.0, "env": 0.0, "reward": 0.0}
         self.episode_info: dict[str, Any] = {}  # free-form notes of this attempt, merged into `episode.info`
@@ -202,13 +210,13 @@ class Workflow:
         episode = Episode(id=uid, task=task, trajectories=trajectories, termination_reason=reason,
                           info={**(returned.info if returned else {}), **self.episode_info, **info})  # fmt: skip
         episode.is_correct = reason is not _Reason.INFRA_ERROR and bool(self.assign_episode_correctness(episode))
-        threads = self._threads.values()
+        conversations = self._conversations.values()
         episode.metrics = {
             "steps": sum(len(t.steps) for t in trajectories),
-            "token_mismatch": sum(t.mismatches for t in threads),
-            "prompt_tokens": sum(t.first_prompt_length for t in threads),
-            "completion_tokens": sum(t.completion_tokens for t in threads),
-            "response_tokens": sum(t.response_tokens for t in threads),
+            "token_mismatch": sum(c.mismatches for c in conversations),
+            "prompt_tokens": sum(c.first_prompt_length for c in conversations),
+            "completion_tokens": sum(c.completion_tokens for c in conversations),
+            "response_tokens": sum(c.response_tokens for c in conversations),
             **{f"time_{k}": v for k, v in self._times.items()},
             "time_total": time_total,
             **(returned.metrics if returned else {}),
@@ -226,8 +234,8 @@ class Workflow:
         unique = {id(t): t for t in out}  # a trajectory both committed and returned counts once
         return list(unique.values())
 
-    def _call_sampling(self, thread: str, call: int, overrides: dict[str, Any]) -> SamplingParams:
-        """With a seed set, each call gets its own seed derived from (seed, episode id, thread, call number):
+    def _call_sampling(self, conversation: str, call: int, overrides: dict[str, Any]) -> SamplingParams:
+        """With a seed set, each call gets its own seed derived from (seed, episode id, conversation, call number):
         samples are reproducible whatever order concurrent rollouts reach the model in, and the n rollouts of one
         task (and the turns of one rollout) still differ. A retry of the episode replays the same seeds."""
         sampling = self._services.sampling
@@ -235,7 +243,7 @@ class Workflow:
             sampling = sampling.model_copy(update=overrides)
         if sampling.seed is None:
             return sampling
-        scope = self._uid if thread == "main" else f"{self._uid}:{thread}"
+        scope = self._uid if conversation == "main" else f"{self._uid}:{conversation}"
         key = f"{sampling.seed}:{scope}:{call}".encode()
         derived = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") & 0x7FFF_FFFF_FFFF_FFFF
         return sampling.model_copy(update={"seed": derived})

@@ -18,7 +18,7 @@ from rllm.workflows import get_workflow
 from rllm.workflows.agent_env import AgentEnvWorkflow
 from rllm.workflows.base import Workflow
 
-__all__ = ["resolve_workflow"]
+__all__ = ["resolve_workflow", "workflow_for_config"]
 
 
 def resolve_workflow(
@@ -56,3 +56,33 @@ def resolve_workflow(
     inputs = task_spec.workflow_inputs(reward_args) if task_spec is not None else {}
     accepted = inspect.signature(workflow_class.__init__).parameters
     return workflow_class, {**{k: v for k, v in inputs.items() if k in accepted}, **(workflow_args or {})}
+
+
+def workflow_for_config(
+    config: Any,
+    *,
+    workflow_class: str | type[Workflow] | None = None,
+    workflow_args: dict[str, Any] | None = None,
+    agent_class: type | None = None,
+    env_class: type | None = None,
+    agent_args: dict[str, Any] | None = None,
+    env_args: dict[str, Any] | None = None,
+) -> tuple[type[Workflow], dict[str, Any]]:
+    """`resolve_workflow` for a `TrainConfig` (the one rule of `rllm train`, `rllm eval` and `AgentTrainer`): explicit
+    classes win over `config.workflow`, which wins over the built-in task's own; explicit arguments win over the
+    config's. The task `config.data.task` is consulted only when the caller did not say what plays it."""
+    from rllm.tasks import get_task
+
+    explicit = workflow_class is not None or (agent_class is not None and env_class is not None)
+    return resolve_workflow(
+        None if explicit else get_task(config.data.task),
+        workflow=workflow_class or config.workflow,
+        workflow_args={**config.workflow_args, **(workflow_args or {})},
+        agent_class=agent_class,
+        env_class=env_class,
+        agent_args={**config.agent_args, **(agent_args or {})},
+        env_args={**config.env_args, **(env_args or {})},
+        max_steps=config.rollout.max_steps,
+        step_timeout=config.rollout.step_timeout,
+        reward_args=config.data.reward_args,
+    )

@@ -13,7 +13,7 @@ The decorator turns `fn(task, base_url) -> answer` (a sync or an async function)
 usable wherever a workflow class is. Each episode:
 
 1. opens a session on the running loop's shared gateway (`rllm.gateway.shared_gateway`) whose handler is this
-   workflow's `generate` (thread "main"): gateway calls go through the same rendering, length budget, seeds and
+   workflow's `generate` (conversation "main"): gateway calls go through the same rendering, length budget, seeds and
    mismatch counting as native rollouts, and the gateway restores its own replies to their sampled text so the
    turns merge into one training row;
 2. runs `fn(task, session_url)` on a worker thread (a coroutine function in its own event loop there), so a
@@ -109,7 +109,7 @@ class RolloutWorkflow(Workflow):
             self._finish(self._session)
 
     async def _complete(self, messages: list[dict], tools: list[dict] | None, overrides: dict[str, Any]):
-        return await self.generate(messages, thread="main", tools=tools, **overrides)
+        return await self.generate(messages, conversation="main", tools=tools, **overrides)
 
     def _finish(self, session: Any) -> Trajectory:
         """Close the session and commit its calls as a trajectory (also when the episode fails)."""

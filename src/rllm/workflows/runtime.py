@@ -26,11 +26,12 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
+from rllm._deprecation import moved_attribute
 from rllm.errors import InfraError, PolicyError
 from rllm.models.chat import ChatRenderer
 from rllm.types import ModelOutput, TerminationReason
 
-__all__ = ["EnvRunner", "ModelThread", "TerminationEvent", "classify_error", "error_site", "tag_site"]
+__all__ = ["Conversation", "EnvRunner", "TerminationEvent", "classify_error", "error_site", "tag_site"]
 
 _Reason = TerminationReason
 _SITE_ATTR = "_rllm_site"
@@ -96,9 +97,9 @@ class EnvRunner:
             return fn(*args)
 
 
-class ModelThread:
+class Conversation:
     """One conversation with the model: its prompts render so that each extends the last (ChatRenderer), and its
-    length budget is kept (module docstring). A workflow has one per independent conversation ("thread")."""
+    length budget is kept (module docstring). A workflow has one per independent conversation, by name."""
 
     def __init__(
         self, tokenizer: Any, max_prompt_length: int, max_response_length: int, tools: list[dict] | None = None
@@ -145,3 +146,7 @@ class ModelThread:
         self.completion_tokens += output.completion_length
         self.response_tokens = len(prompt) - self._row_prompt_length + output.completion_length
         self.row_full = self.response_tokens >= self.max_response_length
+
+
+def __getattr__(name: str) -> Any:
+    return moved_attribute(__name__, name)  # old names, for one release

@@ -70,7 +70,7 @@ class SolverJudgeWorkflow(Workflow):
 
     async def _solve(self, task: dict, problem: str, index: int, trajectory: Trajectory) -> None:
         messages = build_messages(self.system_prompt, problem)
-        output = await self.generate(messages, thread=f"{self.solver_name}{index}")
+        output = await self.generate(messages, conversation=f"{self.solver_name}{index}")
         step = Step(chat_completions=messages, model_output=output, action=reply_text(output), done=True)
         trajectory.steps.append(step)
         trajectory.is_correct = (await score_step(self, step, task)).correct
@@ -83,7 +83,7 @@ class SolverJudgeWorkflow(Workflow):
         messages = build_messages(self.system_prompt, prompt)
         judge = Trajectory(name=self.judge_name)
         self.commit(judge)
-        output = await self.generate(messages, thread=self.judge_name)
+        output = await self.generate(messages, conversation=self.judge_name)
         choice = parse_choice(reply_text(output), len(solvers))
         self.picked_correct = choice is not None and bool(solvers[choice].is_correct)
         reward = 1.0 if self.picked_correct else 0.0
