@@ -6,14 +6,19 @@ PY := $(VENV)/bin/python
 RLLM := $(VENV)/bin/rllm
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install models sandbox vllm bench clean
+.PHONY: demo test lint install models sandbox vllm bench clean
 
 # The main job: GRPO + LoRA on the embedded Qwen2.5-Coder-0.5B, on a CPU (about 8 minutes on 2 cores).
 demo: models
 	$(RLLM) train configs/arithmetic_grpo.yaml
 
-test: models sandbox vllm
+test: models sandbox vllm lint
 	$(PY) -m pytest -q tests
+
+# ruff (the version pinned in the dev extra, the rules in pyproject.toml): formatting and lint, no fixes.
+lint: install
+	$(PY) -m ruff format --check src tests benchmarks examples
+	$(PY) -m ruff check src tests benchmarks examples
 
 install: $(STAMP)
 

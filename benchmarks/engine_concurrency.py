@@ -56,14 +56,24 @@ class InstantModel:
         self._reply = tokenizer.encode("Hello.", add_special_tokens=False) + [tokenizer.eos_token_id]
 
     async def generate(self, prompt, sampling=None) -> ModelOutput:
-        return ModelOutput(text="Hello.", prompt_ids=list(prompt), completion_ids=self._reply,
-                           logprobs=[-0.5] * len(self._reply), finish_reason="stop")
+        return ModelOutput(
+            text="Hello.",
+            prompt_ids=list(prompt),
+            completion_ids=self._reply,
+            logprobs=[-0.5] * len(self._reply),
+            finish_reason="stop",
+        )
 
 
 def make_engine(model, n_parallel: int, turns: int) -> AgentExecutionEngine:
     return AgentExecutionEngine(
-        agent_class=BaseAgent, env_class=CountdownEnv, model=model, n_parallel=n_parallel,
-        max_steps=turns, sampling=SamplingParams(max_tokens=16, temperature=1.0), retry_limit=0,
+        agent_class=BaseAgent,
+        env_class=CountdownEnv,
+        model=model,
+        n_parallel=n_parallel,
+        max_steps=turns,
+        sampling=SamplingParams(max_tokens=16, temperature=1.0),
+        retry_limit=0,
     )
 
 
@@ -85,8 +95,14 @@ async def run_http(base_url: str, tokenizer, args, n_parallel: int) -> dict:
     assert steps == args.episodes * args.turns, f"expected {args.episodes * args.turns} steps, got {steps}"
     waves = args.episodes / min(n_parallel, args.episodes)
     ideal = waves * args.turns * args.latency_ms / 1000
-    return {"n_parallel": n_parallel, "wall": wall, "ideal": ideal, "efficiency": ideal / wall,
-            "added_ms": (wall - ideal) / (waves * args.turns) * 1000, "cpu_ms": cpu / steps * 1000}
+    return {
+        "n_parallel": n_parallel,
+        "wall": wall,
+        "ideal": ideal,
+        "efficiency": ideal / wall,
+        "added_ms": (wall - ideal) / (waves * args.turns) * 1000,
+        "cpu_ms": cpu / steps * 1000,
+    }
 
 
 async def run_instant(tokenizer, args) -> float:
@@ -112,15 +128,21 @@ def main() -> None:
     from rllm.testing import spawn_fake_server
 
     tokenizer = load_tokenizer(args.tokenizer)
-    print(f"{args.episodes} episodes x {args.turns} turns, server latency {args.latency_ms:.0f} ms, "
-          f"token-in/token-out with the {args.tokenizer} chat template")
-    print(f"{'n_parallel':>10} {'ideal s':>8} {'wall s':>8} {'efficiency':>10} {'added ms/step':>13} "
-          f"{'client CPU ms/step':>18}")
+    print(
+        f"{args.episodes} episodes x {args.turns} turns, server latency {args.latency_ms:.0f} ms, "
+        f"token-in/token-out with the {args.tokenizer} chat template"
+    )
+    print(
+        f"{'n_parallel':>10} {'ideal s':>8} {'wall s':>8} {'efficiency':>10} {'added ms/step':>13} "
+        f"{'client CPU ms/step':>18}"
+    )
     with spawn_fake_server(latency_ms=args.latency_ms) as server:
         for n_parallel in args.parallel:
             r = asyncio.run(run_http(server.base_url, tokenizer, args, n_parallel))
-            print(f"{r['n_parallel']:>10} {r['ideal']:>8.2f} {r['wall']:>8.2f} {r['efficiency']:>10.3f} "
-                  f"{r['added_ms']:>13.2f} {r['cpu_ms']:>18.3f}")
+            print(
+                f"{r['n_parallel']:>10} {r['ideal']:>8.2f} {r['wall']:>8.2f} {r['efficiency']:>10.3f} "
+                f"{r['added_ms']:>13.2f} {r['cpu_ms']:>18.3f}"
+            )
     overhead = asyncio.run(run_instant(tokenizer, args))
     print(f"framework overhead per step (engine + chat rendering, instant in-process model): {overhead:.3f} ms")
 

@@ -343,7 +343,7 @@ class Child:
     def __init__(self, side: str, args: argparse.Namespace, argv: list[str], workdir: Path) -> None:
         self.side = side
         self.log_path = workdir / f"{side}.log"
-        self._log = None if args.verbose else open(self.log_path, "w")  # noqa: SIM115
+        self._log = None if args.verbose else open(self.log_path, "w")
         cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--child", side, "--workdir", str(workdir)]
         env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,

@@ -24,10 +24,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from local_generation import build_prompts  # noqa: E402 - the same prompts as the LocalModel benchmark
+from local_generation import build_prompts
 
-from rllm.models.base import SamplingParams  # noqa: E402
-from rllm.models.local import LocalModel  # noqa: E402
+from rllm.models.base import SamplingParams
+from rllm.models.local import LocalModel
 
 
 async def _timed(client, prompts, sampling) -> tuple[int, float]:
@@ -62,8 +62,10 @@ def main(argv=None) -> None:
     print(f"vLLM server up in {time.perf_counter() - started:.0f} s (log: {workdir / 'server.log'})")
     vllm = VLLMRolloutClient(server, tokenizer, workdir=workdir, extra_body={"ignore_eos": True})
     lengths = [len(p) for p in prompts]
-    print(f"model={args.model} fp32 torch threads={torch.get_num_threads()} prompts={len(prompts)} (tokens "
-          f"{min(lengths)}-{max(lengths)}, mean {statistics.mean(lengths):.0f}) new_tokens={args.new_tokens}")  # fmt: skip
+    print(
+        f"model={args.model} fp32 torch threads={torch.get_num_threads()} prompts={len(prompts)} (tokens "
+        f"{min(lengths)}-{max(lengths)}, mean {statistics.mean(lengths):.0f}) new_tokens={args.new_tokens}"
+    )
 
     async def run() -> None:
         warm = SamplingParams(temperature=0.0, max_tokens=4)

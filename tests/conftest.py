@@ -3,6 +3,9 @@ unit tests are tiny random-init ones built around those tokenizers, so the suite
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 SMOLLM2 = "smollm2-135m-instruct"
@@ -58,3 +61,9 @@ def sharp_tiny_model(tokenizer, seed: int = 0, **shape):
                 scale = 2.0 / param.shape[1] ** 0.5 * (8 if "embed" in name else 1)
                 param.copy_(torch.randn(param.shape, generator=generator) * scale)
     return model
+
+
+def run_rllm(*args: str, cwd=None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """The `rllm` command line in a subprocess, as a user types it; the caller checks `returncode`."""
+    return subprocess.run([sys.executable, "-m", "rllm.cli.main", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, check=False)  # fmt: skip

@@ -5,7 +5,8 @@ Two kinds, one table each, so a release can drop them by deleting rows:
 - `MOVED_MODULES`: a module that moved (`rllm.envs.frozenlake` -> `rllm.tasks.frozenlake`). An import finder
   installed by `import rllm` answers the old path with the new module object itself (no copy: classes keep their
   identity) after warning once per path; `python -m old.path` runs the new module.
-- `renamed_kwargs(...)`: a keyword argument that was renamed (`n_parallel_agents` -> `n_parallel`).
+- `MOVED_NAMES` + `moved_attribute`: a module attribute that moved, served from the old module's `__getattr__`.
+- `apply_renames(...)`: keyword arguments or config keys that were renamed (`n_parallel_agents` -> `n_parallel`).
 
 Light on purpose: `import rllm` installs the finder, so this module imports nothing heavy.
 """
@@ -19,7 +20,7 @@ import sys
 import warnings
 from typing import Any
 
-__all__ = ["MOVED_MODULES", "MOVED_NAMES", "install_moved_module_finder", "moved_attribute", "renamed_kwargs",
+__all__ = ["MOVED_MODULES", "MOVED_NAMES", "apply_renames", "install_moved_module_finder", "moved_attribute",
            "warn_renamed"]  # fmt: skip
 
 # old module path -> new module path
@@ -74,15 +75,23 @@ def _renamed_message(old: str, new: str) -> str:
     return f"{old} is deprecated and will be removed in the next release; use {new}"
 
 
-def renamed_kwargs(owner: str, kwargs: dict[str, Any], renames: dict[str, str]) -> dict[str, Any]:
-    """`kwargs` with old keyword names replaced by new ones (warning for each); giving both is an error."""
-    out = dict(kwargs)
+class RenamedTwiceError(TypeError, ValueError):
+    """An old name and its new one were both given (a TypeError for arguments, a ValueError for pydantic)."""
+
+
+def apply_renames(
+    values: dict[str, Any], renames: dict[str, str], label: str, *, stacklevel: int = 4
+) -> dict[str, Any]:
+    """`values` with old keys replaced by their new ones, warning for each; giving both is an error. `label` shows
+    a key as the user wrote it: `"AgentWorkflowEngine({}=...)"`, `"config key rollout.{}"`."""
+    out = dict(values)
     for old, new in renames.items():
         if old not in out:
             continue
         if new in out:
-            raise TypeError(f"{owner}: got both {old}= (deprecated) and {new}=; pass only {new}=")
-        warn_renamed(f"{owner}({old}=...)", f"{new}=", stacklevel=4)
+            raise RenamedTwiceError(f"{label.format(old)} (deprecated) and {label.format(new)} are both given; "
+                                    f"keep only {label.format(new)}")  # fmt: skip
+        warn_renamed(label.format(old), label.format(new), stacklevel=stacklevel)
         out[new] = out.pop(old)
     return out
 

@@ -31,7 +31,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from rllm._deprecation import warn_renamed
+from rllm._deprecation import apply_renames, warn_renamed
 from rllm.errors import RllmError
 from rllm.models.base import SamplingParams
 
@@ -101,12 +101,17 @@ class ModelConfig(_Section):
 class VLLMConfig(_Section):
     """The vLLM server of `rollout.server: vllm` (rllm.models.vllm_server, rllm.models.weight_sync)."""
 
-    base_url: str | None = Field(None, description="Attach to this running server (http://host:port/v1, started "
-                                 "with VLLM_SERVER_DEV_MODE=1 to train); null: rllm starts one for the run.")  # fmt: skip
+    base_url: str | None = Field(
+        None,
+        description="Attach to this running server (http://host:port/v1, started "
+        "with VLLM_SERVER_DEV_MODE=1 to train); null: rllm starts one for the run.",
+    )
     python: str | None = Field(None, description="Python that runs vLLM; null: $RLLM_VLLM_PYTHON, ./.venv-vllm "
                                "(make vllm), or this one if it has vllm.")  # fmt: skip
-    sync: Literal["reload", "lora", "nccl"] = Field("reload", description="Weight sync: reload (whole model from "
-                                                    "safetensors), lora (hot-load the adapter), nccl (GPU slot).")  # fmt: skip
+    sync: Literal["reload", "lora", "nccl"] = Field(
+        "reload",
+        description="Weight sync: reload (whole model from safetensors), lora (hot-load the adapter), nccl (GPU slot).",
+    )
     dtype: str = Field("float32", description="Server dtype; float32 matches the CPU trainer's logprobs.")
     max_model_len: int | None = Field(None, ge=1, description="Context length of the server; null: the model's.")
     max_lora_rank: int = Field(16, ge=1, description="Largest adapter rank the server accepts (sync: lora).")
@@ -158,15 +163,8 @@ class RolloutConfig(_Section):
     @classmethod
     def _renamed_keys(cls, data: Any) -> Any:
         """Old key names keep working for one release, with a DeprecationWarning naming the new one."""
-        if isinstance(data, dict) and any(old in data for old in _RENAMED_ROLLOUT_KEYS):
-            data = dict(data)
-            for old, new in _RENAMED_ROLLOUT_KEYS.items():
-                if old not in data:
-                    continue
-                if new in data:
-                    raise ValueError(f"rollout.{old} (deprecated) and rollout.{new} are both set; keep only {new}")
-                warn_renamed(f"config key rollout.{old}", f"rollout.{new}", stacklevel=2)
-                data[new] = data.pop(old)
+        if isinstance(data, dict):
+            return apply_renames(data, _RENAMED_ROLLOUT_KEYS, "config key rollout.{}", stacklevel=2)
         return data
 
     def to_sampling(self, *, validation: bool = False, seed: int | None = None) -> SamplingParams:
@@ -305,10 +303,17 @@ class TrainerConfig(_Section):
     name: str | None = Field(None, description="Run directory name under run_dir; null: made from the kind (train "
                              "or eval), task, estimator and time.")  # fmt: skip
     resume: str | None = Field(None, description="Run directory or checkpoint to resume from; null: start fresh.")
-    stop_after: int | None = Field(None, ge=1, description="Stop this invocation after this many steps (a "
-                                   "checkpoint is written); resume continues. For preemptible jobs and tests.")
-    tensorboard: bool = Field(True, description="Also write TensorBoard events to run_dir/<run>/tensorboard "
-                              "(needs the tensorboard package, part of the torch extra).")
+    stop_after: int | None = Field(
+        None,
+        ge=1,
+        description="Stop this invocation after this many steps (a "
+        "checkpoint is written); resume continues. For preemptible jobs and tests.",
+    )
+    tensorboard: bool = Field(
+        True,
+        description="Also write TensorBoard events to run_dir/<run>/tensorboard "
+        "(needs the tensorboard package, part of the torch extra).",
+    )
     log_episodes: bool = Field(True, description="Write every episode to the run's episodes JSONL.")
 
 

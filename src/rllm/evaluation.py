@@ -40,8 +40,14 @@ def evaluate(config: TrainConfig, **kwargs: Any) -> tuple[dict[str, Any], Path]:
     return asyncio.run(evaluate_async(config, **kwargs))
 
 
-async def evaluate_async(config: TrainConfig, *, workflow_class: Any = None, workflow_args: dict | None = None,
-                         tasks: list[dict] | None = None, progress: bool = False) -> tuple[dict[str, Any], Path]:  # fmt: skip
+async def evaluate_async(
+    config: TrainConfig,
+    *,
+    workflow_class: Any = None,
+    workflow_args: dict | None = None,
+    tasks: list[dict] | None = None,
+    progress: bool = False,
+) -> tuple[dict[str, Any], Path]:
     """Evaluate `config` (module docstring); `tasks` replaces the generated validation split. Returns the summary
     and the run directory."""
     workflow_class, workflow_args = workflow_for_config(config, workflow_class=workflow_class,

@@ -3,6 +3,8 @@ sampled completion, for every chat template the project ships; 0 mismatches."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from rllm.engine import AgentExecutionEngine
@@ -27,7 +29,7 @@ def _assert_every_turn_extends(episodes) -> int:
     for episode in episodes:
         assert episode.metrics["token_mismatch"] == 0, episode.id
         steps = episode.trajectories[0].steps
-        for previous, step in zip(steps, steps[1:]):
+        for previous, step in itertools.pairwise(steps):
             context = previous.model_output.prompt_ids + previous.model_output.completion_ids
             prompt = step.model_output.prompt_ids
             assert prompt[: len(context)] == context, f"{episode.id}: turn does not extend the previous one"

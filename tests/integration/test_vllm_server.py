@@ -157,8 +157,8 @@ def test_openai_sdk_agent_trains_through_the_gateway_on_vllm(server, smollm2_tok
     import json
     from pathlib import Path
 
-    from rllm.training.batch import build_rows, episode_trajectories
     from rllm.runs import load_metrics
+    from rllm.training.batch import build_rows, episode_trajectories
     from rllm.training.trainer import AgentTrainer
     from rllm.types import Episode
 

@@ -4,26 +4,28 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from rllm.config import load_config
 from rllm.runs import read_episodes
 from rllm.testing import FakeReply, run_fake_server
-
+from tests.conftest import run_rllm
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rllm(*args: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rllm.cli.main", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    return run_rllm(*args, cwd=cwd, timeout=300)
 
 
 def _endpoint(server, *more: str) -> list[str]:
     """Overrides that point `rllm eval` at a fake OpenAI-compatible server, in chat mode."""
-    return ["rollout.server=openai", f"rollout.openai.base_url={server.base_url}", f"rollout.openai.model={server.model}",
-            *more]  # fmt: skip
+    return [
+        "rollout.server=openai",
+        f"rollout.openai.base_url={server.base_url}",
+        f"rollout.openai.model={server.model}",
+        *more,
+    ]
 
 
 def test_eval_on_a_local_model_folder_writes_a_run_directory(tmp_path, tiny_model_dir):
@@ -63,6 +65,22 @@ def test_eval_against_an_openai_compatible_endpoint_in_chat_mode(tmp_path):
     assert "episodes" in out.stdout
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert json.loads((run_dir / "summary.json").read_text())["episodes"] == 2
+
+
+def test_eval_token_in_token_out_against_an_endpoint_with_a_key_from_the_named_variable(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    monkeypatch.setenv("MY_ENDPOINT_KEY", "secret-123")
+    with run_fake_server() as server:
+        out = _rllm("eval", "arithmetic", "data.val_size=2", "rollout.max_tokens=4",
+                    f"rollout.openai.tokenizer={tiny_model_dir}", "rollout.openai.api_key_env=MY_ENDPOINT_KEY",
+                    f"trainer.run_dir={tmp_path / 'runs'}", *_endpoint(server), cwd=tmp_path)  # fmt: skip
+        paths, keys = [path for path, _ in server.requests], list(server.authorizations)
+    assert out.returncode == 0, out.stderr
+    assert paths == ["/v1/completions"] * 2 and keys == ["Bearer secret-123"] * 2  # token ids in, the named key
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    outputs = [ep.trajectories[0].steps[0].model_output for ep in read_episodes(run_dir)]
+    assert all(o.prompt_ids and len(o.logprobs) == len(o.completion_ids) > 0 for o in outputs)
 
 
 def test_the_first_releases_eval_flags_still_work_and_say_what_replaces_them(tmp_path):

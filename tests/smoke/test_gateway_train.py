@@ -41,8 +41,13 @@ def test_openai_sdk_agent_trains_token_exactly_through_the_gateway(tmp_path, tin
     overrides = [*TINY, f"model.name={tiny_model_dir}", f"trainer.run_dir={tmp_path}", "trainer.name=gw"]
     config = load_config("configs/openai_agent_grpo.yaml", overrides)
     tokenizer = load_tokenizer(str(tiny_model_dir))
-    trainer = AgentTrainer(config=config, progress=False, model=sharp_tiny_model(tokenizer, seed=2), tokenizer=tokenizer,
-                           workflow_args={"reward_fn": _parity_reward})  # fmt: skip
+    trainer = AgentTrainer(
+        config=config,
+        progress=False,
+        model=sharp_tiny_model(tokenizer, seed=2),
+        tokenizer=tokenizer,
+        workflow_args={"reward_fn": _parity_reward},
+    )
     assert trainer.workflow_class.__name__ == "solve"  # examples/openai_agent.py, by the config's path
     assert trainer.train()["steps"] == 2
     steps = [m for m in load_metrics(tmp_path / "gw") if "reward_mean" in m]

@@ -3,8 +3,6 @@ reproducing an uninterrupted run bitwise."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import typing
 
 import pytest
@@ -16,6 +14,7 @@ from rllm.envs.base import BaseEnv
 from rllm.runs import load_metrics, read_episodes
 from rllm.training.checkpoint import latest_checkpoint, load_checkpoint
 from rllm.training.trainer import AgentTrainer, is_time_metric
+from tests.conftest import run_rllm
 
 TINY = [
     "rollout.n=2", "rollout.max_tokens=6", "rollout.max_steps=2", "trainer.tasks_per_step=2",
@@ -26,8 +25,7 @@ TINY = [
 def test_rllm_train_cli_runs_two_steps(tmp_path, tiny_model_dir):
     args = ["configs/frozenlake_grpo.yaml", *TINY, f"model.name={tiny_model_dir}", "trainer.total_steps=2",
             f"trainer.run_dir={tmp_path}", "trainer.name=cli", "--no-progress"]  # fmt: skip
-    out = subprocess.run([sys.executable, "-m", "rllm.cli.main", "train", *args], capture_output=True, text=True,
-                         timeout=600)  # fmt: skip
+    out = run_rllm("train", *args)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "val success rate" in out.stdout
     metrics = load_metrics(tmp_path / "cli")
@@ -66,8 +64,7 @@ def test_every_advantage_estimator_trains_a_step_through_the_cli(tmp_path, tiny_
             "trainer.total_steps=1", "data.val_size=0", "trainer.tensorboard=false", f"trainer.run_dir={tmp_path}",
             "trainer.name=run", f"workflow={tmp_path / 'parity.py'}:Parity", f"algorithm.advantage={advantage}",
             "--no-progress"]  # fmt: skip
-    out = subprocess.run([sys.executable, "-m", "rllm.cli.main", "train", *args], capture_output=True, text=True,
-                         timeout=600)  # fmt: skip
+    out = run_rllm("train", *args)
     assert out.returncode == 0, out.stderr[-3000:]
     (step,) = [m for m in load_metrics(tmp_path / "run") if "reward_mean" in m]
     assert step["skipped_update"] == 0 and step["grad_norm"] > 0 and 0 < step["reward_mean"] < 1

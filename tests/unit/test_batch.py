@@ -66,7 +66,7 @@ def test_three_turn_frozenlake_episode_masks_exactly_the_sampled_tokens(smollm2_
     assert row.input_ids == outputs[-1].prompt_ids + outputs[-1].completion_ids
     # Each completion sits right after that step's prompt, and the mask is 1 there and nowhere else.
     expected_positions, expected_logprobs, expected_advantages = [], [], []
-    for output, advantage in zip(outputs, [0.5, -1.0, 2.0]):
+    for output, advantage in zip(outputs, [0.5, -1.0, 2.0], strict=True):
         start = len(output.prompt_ids)
         positions = list(range(start, start + output.completion_length))
         assert [row.input_ids[p] for p in positions] == output.completion_ids
@@ -100,7 +100,7 @@ def test_rows_split_counts_the_same_events_as_the_engines_token_mismatch():
 
     assert stats["rows_split"] == episode.metrics["token_mismatch"] == len(rows) - 1
     outputs = [step.model_output for step in episode.trajectories[0].steps]
-    for row, output, index in zip(rows, outputs, range(3)):
+    for row, output, index in zip(rows, outputs, range(3), strict=True):
         assert row.step_indices == [index]
         assert row.input_ids == output.prompt_ids + output.completion_ids
         assert _sampled(row) == list(range(len(output.prompt_ids), len(row)))

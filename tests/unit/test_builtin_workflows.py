@@ -256,6 +256,7 @@ def test_three_solvers_rewards_and_role_metrics():
     assert metrics["role/judge/reward_mean"] == 1.0 and metrics["role/judge/success_rate"] == 1.0
     assert metrics["role/judge/count"] == 1
     assert metrics["steps"] == 4
+
     def roles(summary):
         return {key: value for key, value in summary.items() if key.startswith("role/")}
 

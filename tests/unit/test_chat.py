@@ -3,9 +3,16 @@ import pytest
 from rllm.models.chat import ChatRenderer, render_messages, render_text
 from rllm.types import ModelOutput
 
-TOOLS = [{"type": "function", "function": {
-    "name": "calc", "description": "Evaluate arithmetic.",
-    "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calc",
+            "description": "Evaluate arithmetic.",
+            "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]},
+        },
+    }
+]
 
 
 def _sample(tokenizer, prompt_ids, reply, *, end_with_eos=True):
@@ -33,13 +40,13 @@ def test_delta_prompts_equal_the_full_render_when_replies_end_the_turn(shipped_t
     final = renderer.render(messages)
     assert renderer.mismatches == 0
     assert final == render_messages(shipped_tokenizer, messages)
-    for shorter, longer in zip(prompts, prompts[1:] + [final]):
+    for shorter, longer in zip(prompts, prompts[1:] + [final], strict=True):
         assert longer[: len(shorter)] == shorter
 
 
 def test_a_reply_cut_by_max_tokens_gets_the_end_of_turn_as_context(shipped_tokenizer):
     renderer = ChatRenderer(shipped_tokenizer)
-    messages, prompts = _converse(shipped_tokenizer, renderer, turns=2, end_with_eos=False)
+    messages, _prompts = _converse(shipped_tokenizer, renderer, turns=2, end_with_eos=False)
     assert renderer.mismatches == 0
     # the model never sampled <|im_end|>; the delta supplies it, so the text is the same as a full render
     text = shipped_tokenizer.decode(renderer.render(messages), skip_special_tokens=False)

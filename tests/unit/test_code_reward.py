@@ -55,7 +55,7 @@ def test_every_humaneval_canonical_solution_passes(sandbox, humaneval):
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda r: _run(sandbox, r["canonical_solution"], r["tests"]), rows))
     elapsed = time.monotonic() - start
-    failed = {r["id"]: res.first_failure or res.error for r, res in zip(rows, results) if not res.passed}
+    failed = {r["id"]: res.first_failure or res.error for r, res in zip(rows, results, strict=True) if not res.passed}
     assert len(rows) == 164 and failed == {}
     print(f"HumanEval: {len(rows) - len(failed)}/{len(rows)} canonical solutions pass in {elapsed:.1f} s")
 
@@ -362,4 +362,4 @@ def test_generated_tasks_are_deterministic_and_their_solutions_pass(sandbox):
     assert len({t["fn_name"] for t in tasks}) >= 8 and all(len(code_prompt(t)) < 300 for t in tasks)
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda t: _run(sandbox, t["solution"], t["tests"]), tasks))
-    assert [t["id"] for t, r in zip(tasks, results) if not r.passed] == []
+    assert [t["id"] for t, r in zip(tasks, results, strict=True) if not r.passed] == []

@@ -201,3 +201,16 @@ def test_empty_section_in_yaml_means_defaults(tmp_path):
     path = _write(tmp_path, "trainer:\n  # total_steps: 5\nmodel:\n  lora:\n")
     assert load_config(path) == TrainConfig()
     assert load_config(path, ["trainer.total_steps=3"]).trainer.total_steps == 3
+
+
+def test_agent_trainer_arguments_are_checked_like_config_keys():
+    from rllm.training.trainer import AgentTrainer
+
+    small = load_config(None, ["data.train_size=2", "data.val_size=0"])
+    with pytest.raises(ConfigError, match=r"(?s)AgentTrainer\(backend=.*trainer.backend = 'verl': input should be 'torch'"):
+        AgentTrainer(backend="verl", config=small)
+    with pytest.raises(ConfigError, match="rollout.server=openai samples from an endpoint whose weights"):
+        AgentTrainer(rollout="openai", config=small)
+    trainer = AgentTrainer(rollout="vllm", config=small)  # nothing starts before train()
+    assert (trainer.config.rollout.server, trainer.config.trainer.backend) == ("vllm", "torch")
+    assert small.rollout.server == "local"  # the caller's config is not changed

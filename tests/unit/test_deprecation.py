@@ -43,11 +43,11 @@ def test_renamed_engine_arguments_still_work():
     from rllm.tasks.frozenlake import FrozenLakeEnv
     from rllm.workflows.single_turn import SingleTurnWorkflow
 
-    with pytest.warns(DeprecationWarning, match=r"n_parallel_agents=.*use n_parallel="):
+    with pytest.warns(DeprecationWarning, match=r"n_parallel_agents=.*use AgentExecutionEngine\(n_parallel="):
         engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=FrozenLakeEnv, model=FakeModel("up"),
                                       n_parallel_agents=3)  # fmt: skip
     assert engine.n_parallel == 3
-    with pytest.warns(DeprecationWarning, match=r"trajectory_timeout=.*use episode_timeout="):
+    with pytest.warns(DeprecationWarning, match=r"trajectory_timeout=.*use AgentWorkflowEngine\(episode_timeout="):
         engine = AgentWorkflowEngine(workflow_class=SingleTurnWorkflow, model=FakeModel("x"), n_parallel=2,
                                      trajectory_timeout=4.0)  # fmt: skip
     assert engine.episode_timeout == 4.0
@@ -92,7 +92,7 @@ def test_renamed_config_keys_still_load_from_yaml_overrides_and_python(tmp_path)
     with pytest.warns(DeprecationWarning, match="rollout.server"):
         assert RolloutConfig(backend="vllm").server == "vllm"
     path.write_text("rollout:\n  backend: vllm\n  server: local\n")
-    with pytest.raises(ConfigError, match="both set; keep only server"):
+    with pytest.raises(ConfigError, match="both given; keep only config key rollout.server"):
         load_config(path)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 import warnings
 
 import numpy as np
@@ -305,13 +306,15 @@ def test_placeholder_actions_warn():
 def test_all_problems_are_collected_in_a_numbered_list():
     class ManyMistakes(CountEnv):
         def step(self, action):
-            observation, _, done, info = super().step(action)
+            observation, _, done, _info = super().step(action)
             self.done = False
             return observation, None, int(done), {"array": np.zeros(2)}
 
     message = problems_of(ManyMistakes)
     assert message.startswith("ManyMistakes has 4 problems")
-    for number, words in enumerate(["reward is None", "done is 0 of type int", "info['array']", "silently accepted"], 1):
+    for number, words in enumerate(
+        ["reward is None", "done is 0 of type int", "info['array']", "silently accepted"], 1
+    ):
         assert f"  {number}. " in message and words in message
 
 
@@ -328,7 +331,7 @@ def test_an_instance_without_a_task_is_reused():
 
 def test_sample_action_that_takes_an_rng_gets_the_checks_rng():
     class Sampling(CountEnv):
-        drawn: list = []
+        drawn: typing.ClassVar[list] = []
 
         def sample_action(self, rng):
             Sampling.drawn.append(rng.random())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 
@@ -242,7 +243,7 @@ def test_agent_history_is_append_only_and_prompt_is_short():
         action = agent.update_from_model(ModelOutput(text=reply)).action
         observation, reward, done, info = env.step(action)
         agent.update_from_env(observation, reward, done, info)
-    for before, after in zip(seen, seen[1:]):
+    for before, after in itertools.pairwise(seen):
         assert after[: len(before)] == before  # earlier messages never change
     assert agent.messages[0] == {"role": "system", "content": FROZENLAKE_SYSTEM_PROMPT}
     steps = agent.trajectory.steps

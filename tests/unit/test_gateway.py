@@ -202,8 +202,11 @@ def _create(sdk: openai.OpenAI, messages: list, stream: bool) -> dict:
         delta = chunk.choices[0].delta
         content += delta.content or ""
         for call in delta.tool_calls or []:
-            calls[call.index] = {"id": call.id, "type": "function",
-                                 "function": {"name": call.function.name, "arguments": call.function.arguments}}  # fmt: skip
+            calls[call.index] = {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.function.name, "arguments": call.function.arguments},
+            }
     return {"role": "assistant", "content": content or None, "tool_calls": list(calls.values()) or None}
 
 
@@ -333,7 +336,14 @@ def test_training_mode_ignores_request_sampling_and_counts_it():
                                        honor_sampling=False, tokenizer=FakeTokenizer())  # fmt: skip
         with client(gateway, "t") as sdk:
             for max_tokens in (100, 10):
-                sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], temperature=0.2,
-                                            top_p=1.0, seed=3, max_tokens=max_tokens, frequency_penalty=0.5)  # fmt: skip
+                sdk.chat.completions.create(
+                    model="m",
+                    messages=[{"role": "user", "content": "hi"}],
+                    temperature=0.2,
+                    top_p=1.0,
+                    seed=3,
+                    max_tokens=max_tokens,
+                    frequency_penalty=0.5,
+                )
     assert seen == [{"max_tokens": 50}, {"max_tokens": 10}]  # the request's max_tokens only lowers the trainer's
     assert dict(session.ignored) == {"temperature": 2, "seed": 2, "frequency_penalty": 2}  # top_p=1.0 changes nothing

@@ -81,7 +81,7 @@ def test_greedy_batched_equals_one_at_a_time(make_model, prompts):
     batched = run(gather(model, prompts, GREEDY))
     alone = [run(model.generate(p, GREEDY)) for p in prompts]
     assert [o.completion_ids for o in batched] == [o.completion_ids for o in alone]
-    assert all(o.prompt_ids == p for o, p in zip(batched, prompts))
+    assert all(o.prompt_ids == p for o, p in zip(batched, prompts, strict=True))
     assert len({tuple(o.completion_ids) for o in batched}) > 1  # the model is not degenerate
 
 
@@ -105,7 +105,7 @@ def test_top_k_top_p_logprobs_are_untruncated_and_samples_stay_in_the_nucleus(ma
         with torch.no_grad():
             logits = model.model(input_ids=ids).logits[0, len(out.prompt_ids) - 1 : -1]
         top5 = logits.topk(5).indices
-        assert all(tok in row.tolist() for tok, row in zip(out.completion_ids, top5))
+        assert all(tok in row.tolist() for tok, row in zip(out.completion_ids, top5, strict=True))
 
 
 def test_max_tokens_and_finish_reason(make_model, prompts):
@@ -151,7 +151,7 @@ def test_seeded_sample_does_not_depend_on_the_batch(make_model, prompts):
     others = [SamplingParams(temperature=0.8, max_tokens=n, seed=n) for n in (3, 15, 7, 20, 2)]
 
     async def crowded():
-        crowd = [model.generate(p, s) for p, s in zip(prompts, others)]
+        crowd = [model.generate(p, s) for p, s in zip(prompts, others, strict=False)]
         return await asyncio.gather(*crowd[:2], model.generate(prompts[3], sampling), *crowd[2:])
 
     in_crowd = run(crowded())[2]
@@ -220,7 +220,7 @@ def test_more_requests_than_slots_all_complete(make_model, prompts):
     model = make_model(max_batch_size=3)
     requests = [(prompts[i % len(prompts)], SamplingParams(max_tokens=2 + i % 7, seed=i)) for i in range(20)]
     outs = run(gather_each(model, requests))
-    for (prompt, sampling), out in zip(requests, outs):
+    for (prompt, sampling), out in zip(requests, outs, strict=True):
         assert out.prompt_ids == prompt
         assert len(out.completion_ids) <= sampling.max_tokens
     assert model.stats["decode_rows"] <= 3 * model.stats["decode_steps"]
@@ -309,7 +309,7 @@ def test_prefix_cache_gives_the_same_multi_turn_rollout(make_model, prompts, sam
     plain = make_model(eos_token_ids=(), dtype=dtype, prefix_cache_tokens=0)
     with_cache = _three_turns(cached, prompts[3], prompts[1], sampling)
     without = _three_turns(plain, prompts[3], prompts[1], sampling)
-    for a, b in zip(with_cache, without):
+    for a, b in zip(with_cache, without, strict=True):
         assert a.prompt_ids == b.prompt_ids and a.completion_ids == b.completion_ids
         assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=atol, rtol=0)
         expected = reference_logprobs(cached.model, a.prompt_ids, a.completion_ids, sampling.temperature)

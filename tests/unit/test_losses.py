@@ -30,6 +30,7 @@ def _leaf(values):
 
 # --- aggregate ---------------------------------------------------------------------------------------------------
 
+
 def test_aggregate_modes_on_two_partial_rows():
     values = T([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     mask = T([[1, 1, 0], [1, 0, 0]])
@@ -44,8 +45,12 @@ def test_aggregate_all_masked_row_counts_for_nothing_and_makes_no_nan():
     # row 1 has no loss tokens (and NaN garbage): every mode sees only row 0 = [1, _, 3]
     values = _leaf([[1.0, 2.0, 3.0], [float("nan")] * 3])
     mask = T([[1, 0, 1], [0, 0, 0]])
-    expected = {"token-mean": 2.0, "seq-mean-token-sum": 4.0, "seq-mean-token-mean": 2.0,
-                "seq-mean-token-sum-norm": 4 / 3}  # 4 / 2 tokens; row sum 4; 4/2; 4 / horizon 3
+    expected = {
+        "token-mean": 2.0,
+        "seq-mean-token-sum": 4.0,
+        "seq-mean-token-mean": 2.0,
+        "seq-mean-token-sum-norm": 4 / 3,
+    }  # 4 / 2 tokens; row sum 4; 4/2; 4 / horizon 3
     for mode in AGG_MODES:
         loss = aggregate(values, mask, mode)
         close(loss, expected[mode])
@@ -62,13 +67,15 @@ def test_aggregate_no_tokens_at_all_is_zero_and_unknown_mode_raises():
 
 # --- policy loss -------------------------------------------------------------------------------------------------
 
+
 def test_positive_advantage_above_clip_high_is_clipped_with_zero_gradient():
     # token 0: ratio 1.5 > 1 + 0.28 -> loss -1 * 1.28, constant in logprobs -> gradient 0
     # token 1: ratio 1.1 inside the range -> loss -1.1, d/dlp (-A e^lp) = -1.1
     # token-mean: (-1.28 - 1.1) / 2 = -1.19; gradients [0, -1.1 / 2 = -0.55]
     logprobs = _leaf([[math.log(1.5), math.log(1.1)]])
-    loss, metrics = policy_loss(logprobs, torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2),
-                                clip_low=0.2, clip_high=0.28)
+    loss, metrics = policy_loss(
+        logprobs, torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2), clip_low=0.2, clip_high=0.28
+    )
     close(loss, -1.19)
     loss.backward()
     close(logprobs.grad, [[0.0, -0.55]])
@@ -87,8 +94,9 @@ def test_negative_advantage_clip_is_at_one_minus_clip_low_and_pessimistic_above(
     # ratio 1.5 > 1.28: max(3.0, 2.56)  = 3.0 -> NOT clipped (pessimistic bound), gradient 3.0
     # token-mean: (1.6 + 1.8 + 3.0) / 3 = 2.13333; gradients / 3 = [0, 0.6, 1.0]
     logprobs = _leaf([[math.log(0.7), math.log(0.9), math.log(1.5)]])
-    loss, metrics = policy_loss(logprobs, torch.zeros(1, 3), torch.full((1, 3), -2.0), torch.ones(1, 3),
-                                clip_low=0.2, clip_high=0.28)
+    loss, metrics = policy_loss(
+        logprobs, torch.zeros(1, 3), torch.full((1, 3), -2.0), torch.ones(1, 3), clip_low=0.2, clip_high=0.28
+    )
     close(loss, 6.4 / 3)
     loss.backward()
     close(logprobs.grad, [[0.0, 0.6, 1.0]])
@@ -136,6 +144,7 @@ def test_masked_garbage_never_overflows():
 
 # --- KL, entropy, log-probs ----------------------------------------------------------------------------------------
 
+
 def test_kl_estimators_on_known_numbers():
     # d = logprobs - ref = [0.5, -1, 0]
     logprobs, ref = T([0.0, -1.0, -0.3]), T([-0.5, 0.0, -0.3])
@@ -177,6 +186,7 @@ def test_token_logprobs_divides_by_temperature_first():
 
 
 # --- value loss ----------------------------------------------------------------------------------------------------
+
 
 def test_value_loss_clipping():
     # token 0: old 0, new 0.5, return 1: unclipped (0.5-1)^2 = 0.25; v_clip = 0 + clip(0.5, +-0.2) = 0.2,

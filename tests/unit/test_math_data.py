@@ -67,7 +67,8 @@ def test_parquet_and_datasets_sources(tmp_path):
 @pytest.mark.parametrize("rows, message", [
     ([{"question": "ok", "answer": "1"}, {"question": "no answer here"}],
      r"row 1 of list has no 'answer' \(the answer\); its keys are \['question'\]"),
-    ([{"problem": "p", "answer": "1"}], r"row 0 of list has no 'question' \(the question\); its keys are \['answer', 'problem'\]"),
+    ([{"problem": "p", "answer": "1"}],
+     r"row 0 of list has no 'question' \(the question\); its keys are \['answer', 'problem'\]"),
     ([{"question": "q", "answer": "  "}], r"row 0 of list has an empty or non-text 'answer'"),
     ([{"question": "q", "answer": [1, 2]}], r"non-text 'answer' \(\[1, 2\]\)"),
 ])  # fmt: skip

@@ -4,10 +4,33 @@ import sys
 import rllm
 
 PINNED_API = [
-    "Action", "AgentExecutionEngine", "AgentTrainer", "AgentWorkflowEngine", "BaseAgent", "BaseEnv", "ChatRenderer",
-    "Episode", "FakeModel", "InfraError", "LocalModel", "ModelClient", "ModelNotAvailableError", "ModelOutput",
-    "OpenAIClient", "PolicyError", "SamplingParams", "Step", "TerminationEvent", "TerminationReason", "ToolCall",
-    "TrainConfig", "Trajectory", "Workflow", "check_env", "load_config", "rollout",
+    "Action",
+    "AgentExecutionEngine",
+    "AgentTrainer",
+    "AgentWorkflowEngine",
+    "BaseAgent",
+    "BaseEnv",
+    "ChatRenderer",
+    "Episode",
+    "FakeModel",
+    "InfraError",
+    "LocalModel",
+    "ModelClient",
+    "ModelNotAvailableError",
+    "ModelOutput",
+    "OpenAIClient",
+    "PolicyError",
+    "SamplingParams",
+    "Step",
+    "TerminationEvent",
+    "TerminationReason",
+    "ToolCall",
+    "TrainConfig",
+    "Trajectory",
+    "Workflow",
+    "check_env",
+    "load_config",
+    "rollout",
 ]
 
 

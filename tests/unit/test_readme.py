@@ -93,18 +93,20 @@ def test_readme_training_block_runs_from_the_public_api(tmp_path, tiny_model_dir
               "trainer.tensorboard=false", f"trainer.run_dir={tmp_path}"]  # fmt: skip
     monkeypatch.setattr(rllm.config, "load_config", lambda path, overrides: real(path, [*overrides, *shrink]))
     namespace: dict = {}
-    exec(compile(_example().split("engine =")[0] + code, str(README), "exec"), namespace)  # noqa: S102
+    exec(compile(_example().split("engine =")[0] + code, str(README), "exec"), namespace)
     run_dir = namespace["result"]["run_dir"]
     assert run_dir in capsys.readouterr().out
     steps = [m for m in load_metrics(run_dir) if "reward_mean" in m]
-    assert len(steps) == 1 and steps[0]["skipped_update"] == 0 and steps[0]["role/agent/count"] == 8 * 4  # trainer.tasks_per_step x rollout.n
+    assert (
+        len(steps) == 1 and steps[0]["skipped_update"] == 0 and steps[0]["role/agent/count"] == 8 * 4
+    )  # trainer.tasks_per_step x rollout.n
 
 
 def test_readme_openai_sdk_agent_example_runs(capsys):
     """The `@rllm.rollout` example: an openai-SDK agent through the gateway, with a scripted model."""
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
     code = next(b for b in blocks if "@rllm.rollout" in b)
-    exec(compile(code, "README.md", "exec"), {"__name__": "readme_rollout"})  # noqa: S102 - the README's own code
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme_rollout"})
     assert capsys.readouterr().out.splitlines()[-1] == "1.0 2 0"
 
 

@@ -112,7 +112,7 @@ def test_solver_grpo_and_judge_reinforce_per_role():
     # u:judge alone (reinforce): its raw 0.5 -- GRPO would give a group of one 0
     expected = [[0.5], [-1.5] * 3, [1.0], [-1.0], [0.5] * 3, [0.5], [0.70711], [-0.70711] * 2, [0.5]]
     assert len(batch.step_advantages) == len(expected)
-    for got, want in zip(batch.step_advantages, expected):
+    for got, want in zip(batch.step_advantages, expected, strict=True):
         assert got == pytest.approx(want, abs=1e-4)
     assert batch.stats["groups"] == 4 and batch.stats["kept"] == 9
 
@@ -120,7 +120,7 @@ def test_solver_grpo_and_judge_reinforce_per_role():
 def test_without_roles_every_trajectory_uses_the_global_estimator():
     batch = score_episodes(_solver_judge_batch(), AlgorithmConfig(advantage="grpo"))
     # t:judge [1, -1]: mean 0, std sqrt(2) = 1.41421 -> +-0.70711; u:judge is a group of one -> 0
-    judge = [a[0] for (_, t), a in zip(batch.trajectories, batch.step_advantages) if t.name == "judge"]
+    judge = [a[0] for (_, t), a in zip(batch.trajectories, batch.step_advantages, strict=True) if t.name == "judge"]
     assert judge == pytest.approx([0.70711, -0.70711, 0.0], abs=1e-4)
 
 

@@ -77,7 +77,9 @@ def sample_rows(backend, tokenizer, advantages, *, max_tokens=6, temperature=1.0
 
 def loss_token_logprobs(backend, rows, **kwargs):
     lps = backend.compute_logprobs(rows, temperature=1.0, **kwargs)
-    return [[lp for lp, m in zip(row_lp, row.loss_mask) if m] for row_lp, row in zip(lps, rows)]
+    return [
+        [lp for lp, m in zip(row_lp, row.loss_mask, strict=True) if m] for row_lp, row in zip(lps, rows, strict=True)
+    ]
 
 
 def synthetic_rows(n=6, seed=0, backend=None):
@@ -105,9 +107,9 @@ def synthetic_rows(n=6, seed=0, backend=None):
             )
         )
     if backend is not None:
-        for row, lps in zip(rows, backend.compute_logprobs(rows, temperature=1.0)):
+        for row, lps in zip(rows, backend.compute_logprobs(rows, temperature=1.0), strict=True):
             noise = (torch.rand(len(row), generator=g) - 0.5).tolist()
-            row.old_logprobs = [(lp + 0.6 * e) * m for lp, e, m in zip(lps, noise, row.loss_mask)]
+            row.old_logprobs = [(lp + 0.6 * e) * m for lp, e, m in zip(lps, noise, row.loss_mask, strict=True)]
     return rows
 
 
@@ -118,10 +120,10 @@ def grads(backend):
 def test_on_policy_logprobs_and_first_update_ratio_is_one(tokenizer, base_model):
     backend = make_backend(tokenizer, base_model)
     rows = sample_rows(backend, tokenizer, [1.0, -1.0, 0.5, -0.5])
-    sampled = [[lp for lp, m in zip(r.old_logprobs, r.loss_mask) if m] for r in rows]
+    sampled = [[lp for lp, m in zip(r.old_logprobs, r.loss_mask, strict=True) if m] for r in rows]
     recomputed = loss_token_logprobs(backend, rows)
     assert sum(map(len, sampled)) > 8
-    for a, b in zip(sampled, recomputed):
+    for a, b in zip(sampled, recomputed, strict=True):
         assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-4, rtol=0)
     metrics = backend.update(rows, temperature=1.0)
     assert metrics["approx_kl"] < 1e-8
@@ -134,9 +136,9 @@ def test_temperature_matches_sampling(tokenizer, base_model):
     backend = make_backend(tokenizer, base_model)
     rows = sample_rows(backend, tokenizer, [0.0] * 4, temperature=0.7)
     lps = backend.compute_logprobs(rows, temperature=0.7)
-    for row, lp in zip(rows, lps):
-        got = torch.tensor([x for x, m in zip(lp, row.loss_mask) if m])
-        want = torch.tensor([x for x, m in zip(row.old_logprobs, row.loss_mask) if m])
+    for row, lp in zip(rows, lps, strict=True):
+        got = torch.tensor([x for x, m in zip(lp, row.loss_mask, strict=True) if m])
+        want = torch.tensor([x for x, m in zip(row.old_logprobs, row.loss_mask, strict=True) if m])
         assert torch.allclose(got, want, atol=1e-4, rtol=0)
 
 
@@ -147,7 +149,7 @@ def test_update_direction_follows_advantage_sign(tokenizer, base_model):
     before = loss_token_logprobs(backend, rows)
     backend.update(rows, temperature=1.0)
     after = loss_token_logprobs(backend, rows)
-    for adv, b, a in zip(advantages, before, after):
+    for adv, b, a in zip(advantages, before, after, strict=True):
         change = sum(a) - sum(b)
         assert change > 0 if adv > 0 else change < 0
 
@@ -167,7 +169,7 @@ def test_lora_trains_only_adapters_and_reference_is_the_base(tokenizer, base_mod
     assert any(not torch.equal(p, adapters[n]) for n, p in backend.model.named_parameters() if n in adapters)
     assert loss_token_logprobs(backend, rows) != before
     reference = loss_token_logprobs(backend, rows, reference=True)
-    for a, b in zip(before, reference):
+    for a, b in zip(before, reference, strict=True):
         assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=0)
 
 
@@ -225,7 +227,7 @@ def test_state_dict_round_trip_is_bitwise(tokenizer, base_model):
     resumed = make_backend(tokenizer, base_model, **kwargs)
     resumed.load_state_dict(state)
     resumed.update(rows, temperature=1.0)
-    for (name, a), (_, b) in zip(first.model.named_parameters(), resumed.model.named_parameters()):
+    for (name, a), (_, b) in zip(first.model.named_parameters(), resumed.model.named_parameters(), strict=True):
         assert torch.equal(a, b), name
     assert torch.equal(first.generator.get_state(), resumed.generator.get_state())
     assert first.scheduler.get_last_lr() == resumed.scheduler.get_last_lr()
@@ -285,7 +287,9 @@ def test_value_head_learns_returns(tokenizer, base_model):
         losses.append(backend.update(rows, temperature=1.0)["value_loss"])
     assert losses[-1] < losses[0]
     assert [len(v) for v in values] == [len(r) for r in rows]
-    assert all(v == 0.0 for row, vs in zip(rows, values) for v, m in zip(vs, row.loss_mask) if not m)
+    assert all(
+        v == 0.0 for row, vs in zip(rows, values, strict=True) for v, m in zip(vs, row.loss_mask, strict=True) if not m
+    )
     assert backend.state_dict()["value_head"] is not None  # the critic is part of every checkpoint
 
 

@@ -11,8 +11,10 @@ def _episode() -> Episode:
         text='<tool_call>{"name": "calc", "arguments": {"x": 1.5}}</tool_call>',
         content="",
         reasoning="think first",
-        tool_calls=[ToolCall(id="c1", name="calc", arguments={"x": 1.5, "nested": {"ys": [1, 2]}}),
-                    ToolCall(name="broken", arguments='{"x": ')],
+        tool_calls=[
+            ToolCall(id="c1", name="calc", arguments={"x": 1.5, "nested": {"ys": [1, 2]}}),
+            ToolCall(name="broken", arguments='{"x": '),
+        ],
         prompt_ids=[1, 2, 3, 151644],
         completion_ids=[9, 8, 2],
         logprobs=[-0.125, -2.5e-07, -13.75],

@@ -59,8 +59,6 @@ class BaseAgent:
     def update_from_model(self, output: ModelOutput) -> Action:
         """Record the reply as a new step and return the action."""
         action = self.parse_action(output)
-        self._trajectory.steps.append(
-            Step(chat_completions=list(self.messages), model_output=output, action=action)
-        )
+        self._trajectory.steps.append(Step(chat_completions=list(self.messages), model_output=output, action=action))
         self.messages.append({"role": "assistant", "content": output.text})
         return Action(action=action)

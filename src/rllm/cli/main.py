@@ -1,10 +1,10 @@
 """`rllm` command line: thin subcommands over the library.
 
-    rllm eval frozenlake data.val_size=16            # the embedded model on a CPU
-    rllm eval configs/math_grpo.yaml rollout.server=openai rollout.openai.base_url=URL   # any endpoint
-    rllm train configs/frozenlake_grpo.yaml trainer.total_steps=20   # RL on the embedded model
-    rllm fetch qwen2.5-coder-0.5b-instruct           # download + verify + convert an embedded model
-    rllm serve gateway --upstream URL --model NAME --tokenizer NAME   # OpenAI-compatible gateway, exact token ids
+rllm eval frozenlake data.val_size=16            # the embedded model on a CPU
+rllm eval configs/math_grpo.yaml rollout.server=openai rollout.openai.base_url=URL   # any endpoint
+rllm train configs/frozenlake_grpo.yaml trainer.total_steps=20   # RL on the embedded model
+rllm fetch qwen2.5-coder-0.5b-instruct           # download + verify + convert an embedded model
+rllm serve gateway --upstream URL --model NAME --tokenizer NAME   # OpenAI-compatible gateway, exact token ids
 """
 
 from __future__ import annotations

@@ -47,8 +47,10 @@ def _make_model(args: argparse.Namespace):
 
         return LocalModel.from_pretrained(args.embedded)
     if not args.model or not args.tokenizer:
-        raise SystemExit("--upstream needs --model (the served model's name) and --tokenizer (its tokenizer's name "
-                         "or folder: prompts are rendered here and sent as token ids, so the ids are exact)")  # fmt: skip
+        raise SystemExit(
+            "--upstream needs --model (the served model's name) and --tokenizer (its tokenizer's name "
+            "or folder: prompts are rendered here and sent as token ids, so the ids are exact)"
+        )
     from rllm.models.openai import OpenAIClient
 
     return OpenAIClient(args.upstream, args.model, tokenizer=args.tokenizer)

@@ -1,8 +1,8 @@
 """`rllm train CONFIG [key=value ...]`: train an agent with the settings of a YAML config plus dotted overrides.
 
-    rllm train configs/frozenlake_grpo.yaml trainer.total_steps=20 rollout.n=8
-    rllm train configs/frozenlake_grpo.yaml --resume runs/train-frozenlake-grpo-20261121-120000
-    rllm train --help-config          # every key, its type, default and meaning
+rllm train configs/frozenlake_grpo.yaml trainer.total_steps=20 rollout.n=8
+rllm train configs/frozenlake_grpo.yaml --resume runs/train-frozenlake-grpo-20261121-120000
+rllm train --help-config          # every key, its type, default and meaning
 """
 
 from __future__ import annotations

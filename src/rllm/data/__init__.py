@@ -11,6 +11,7 @@ from rllm._deprecation import moved_attribute, warn_renamed
 
 __all__: list[str] = []
 
+
 class _TasksByName(Mapping):
     """What `BUILTIN_TASKS` was, name -> task; a task's module is imported when it is looked up."""
 

@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter
 from typing import Any
 
-from rllm._deprecation import renamed_kwargs, warn_renamed
+from rllm._deprecation import apply_renames, warn_renamed
 from rllm.metrics import summarize_episodes
 from rllm.models.base import ModelClient, SamplingParams
 from rllm.types import Episode, TerminationReason
@@ -47,7 +47,11 @@ from rllm.workflows.runtime import EnvRunner
 __all__ = ["AgentWorkflowEngine"]
 
 # old keyword -> new, for one release (rllm._deprecation)
-_RENAMED = {"n_parallel_tasks": "n_parallel", "n_parallel_agents": "n_parallel", "trajectory_timeout": "episode_timeout"}
+_RENAMED = {
+    "n_parallel_tasks": "n_parallel",
+    "n_parallel_agents": "n_parallel",
+    "trajectory_timeout": "episode_timeout",
+}
 
 
 class AgentWorkflowEngine:
@@ -71,7 +75,7 @@ class AgentWorkflowEngine:
         **deprecated: Any,
     ) -> None:
         if deprecated:  # old names, given explicitly: they win over the new names' defaults
-            old = renamed_kwargs(type(self).__name__, deprecated, _RENAMED)
+            old = apply_renames(deprecated, _RENAMED, f"{type(self).__name__}({{}}=...)")
             n_parallel = old.pop("n_parallel", n_parallel)
             episode_timeout = old.pop("episode_timeout", episode_timeout)
             if old:
@@ -193,7 +197,7 @@ class AgentWorkflowEngine:
         finally:
             try:
                 await workflow.cleanup()
-            except Exception as exc:  # noqa: BLE001 - the rollout's data is complete; report, don't lose it
+            except Exception as exc:
                 workflow.episode_info["cleanup_error"] = f"{type(exc).__name__}: {exc}"
         return workflow.build_episode(task, uid, reason, returned, info, perf_counter() - started)
 

@@ -199,7 +199,7 @@ def _check_thread_flag(env_class: type, findings: _Findings) -> bool | None:
     label = f"{env_class.__name__}.is_multithread_safe()"
     try:
         flag = env_class.is_multithread_safe()
-    except Exception as exc:  # noqa: BLE001 - any failure is the user's to hear about
+    except Exception as exc:
         findings.problem(
             "thread-flag",
             f"{label} raised {_describe_exception(exc)}; make it a @staticmethod returning True or False.",
@@ -223,7 +223,7 @@ def _fallback_factory(env_class: type, given: Any) -> Callable[[], Any] | None:
         return lambda: given
     try:
         probe = env_class()
-    except Exception:  # noqa: BLE001 - no way to build one: the from_dict problem already says why
+    except Exception:
         return None
     return _first_then(probe, env_class)
 
@@ -239,7 +239,7 @@ def _env_factory(env_or_class: Any, task: dict | None, findings: _Findings) -> C
         return _fallback_factory(env_class, given)
     try:
         env = env_class.from_dict(row)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         hint = f" (no task was given, so it got {{}}; pass one: check_env({name}, task=...))" if task is None else ""
         findings.problem("from_dict-raises", f"{name}.from_dict(task) raised {_describe_exception(exc)}{hint}.")
         return _fallback_factory(env_class, given)
@@ -256,7 +256,7 @@ def _env_factory(env_or_class: Any, task: dict | None, findings: _Findings) -> C
 def _call(findings: _Findings, key: str, label: str, function: Callable, *args: Any) -> tuple[bool, Any]:
     try:
         return True, function(*args)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         findings.problem(
             key,
             f"{label} raised {_describe_exception(exc)}; an env should only raise on misuse (e.g. step after done).",
@@ -324,7 +324,7 @@ def _run_episode(env: Any, pick_action: Callable[[Any], Any], max_steps: int, fi
     for _ in range(max_steps):
         try:
             action = pick_action(env)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             findings.problem(
                 "sample-action", f"sample_action() raised {_describe_exception(exc)}; fix it or pass actions=[...]."
             )
@@ -351,7 +351,7 @@ def _run_episode(env: Any, pick_action: Callable[[Any], Any], max_steps: int, fi
 def _check_step_after_done(env: Any, action: Any, findings: _Findings) -> None:
     try:
         env.step(action)
-    except Exception:  # noqa: BLE001 - raising is the right behaviour here, whatever the type
+    except Exception:
         return
     findings.problem(
         "step-after-done",
@@ -418,7 +418,7 @@ def _run_episodes(
     for _ in range(n_episodes):
         try:
             env = make_env()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             findings.problem(
                 "from_dict-again",
                 f"from_dict(task) raised {_describe_exception(exc)} when called again with the same task; it "

@@ -157,9 +157,10 @@ def normalize_messages(messages: list[Any]) -> list[dict[str, Any]]:
 def sampling_overrides(request: ChatRequest, base: SamplingParams, honor: bool) -> tuple[dict[str, Any], list[str]]:
     """(the SamplingParams fields this call overrides, the names of request fields ignored).
 
-    `max_tokens` and `stop` always apply (the agent's own limits; stop strings add to the base's). With `honor`, temperature/top_p/top_k/seed apply
-    too; without (training), they are ignored and reported when they differ from `base`, since the trainer's
-    on-policy loss assumes its own sampling. Penalties and logit bias are never applied and always reported."""
+    `max_tokens` and `stop` always apply (the agent's own limits; stop strings add to the base's). With `honor`,
+    temperature/top_p/top_k/seed apply too; without (training), they are ignored and reported when they differ from
+    `base`, since the trainer's on-policy loss assumes its own sampling. Penalties and logit bias are never applied
+    and always reported."""
     overrides: dict[str, Any] = {}
     if request.max_tokens is not None:
         overrides["max_tokens"] = request.max_tokens if honor else min(request.max_tokens, base.max_tokens)

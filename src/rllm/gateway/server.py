@@ -153,8 +153,13 @@ class Gateway:
             handler = self._standalone_handler()
         if tokenizer is None and self.model is not None:
             tokenizer = getattr(self.model, "tokenizer", None)
-        session = GatewaySession(sid, handler, tokenizer=tokenizer, sampling=sampling or self.sampling,
-                                 honor_sampling=self.honor_sampling if honor_sampling is None else honor_sampling)  # fmt: skip
+        session = GatewaySession(
+            sid,
+            handler,
+            tokenizer=tokenizer,
+            sampling=sampling or self.sampling,
+            honor_sampling=self.honor_sampling if honor_sampling is None else honor_sampling,
+        )
         self.sessions[sid] = session
         return session
 
@@ -201,7 +206,7 @@ class Gateway:
             reply = await session.complete(chat)
         except SessionClosedError as exc:
             return _error(404, str(exc), code="session_closed")
-        except Exception as exc:  # noqa: BLE001 - every failure is answered as an OpenAI error
+        except Exception as exc:
             return _failure_response(exc)
         meta = {"completion_id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()),
                 "model": chat.model or self.model_name, "logprobs": chat.logprobs}  # fmt: skip
@@ -252,8 +257,12 @@ def _error(status: int, message: str, *, param: str | None = None, code: str | N
 
 
 def _unknown_session(sid: str) -> web.Response:
-    return _error(404, f"no session {sid!r} on this gateway: rollouts open one per episode and close it when the "
-                  "episode ends; use the base_url your rollout function was given", code="session_not_found")  # fmt: skip
+    return _error(
+        404,
+        f"no session {sid!r} on this gateway: rollouts open one per episode and close it when the "
+        "episode ends; use the base_url your rollout function was given",
+        code="session_not_found",
+    )
 
 
 def _failure_response(exc: Exception) -> web.Response:

@@ -54,9 +54,9 @@ def encode_text(tokenizer: Any, text: str) -> list[int]:
 class ChatRenderer:
     """Renders one rollout's successive prompts so that each extends the last. Use one per trajectory:
 
-        ids = renderer.render(agent.chat_completions)
-        output = await model.generate(ids, sampling)
-        renderer.record(output)
+    ids = renderer.render(agent.chat_completions)
+    output = await model.generate(ids, sampling)
+    renderer.record(output)
     """
 
     def __init__(self, tokenizer: Any, *, tools: list[dict] | None = None) -> None:

@@ -328,7 +328,7 @@ class LocalModel:
             self._scheduler.weight_version = self.weight_version
             self._scheduler.invalidate_prefixes()
             update.done.set_result(self.weight_version)
-        except Exception as exc:  # noqa: BLE001 - reported to the caller of update_weights
+        except Exception as exc:
             update.done.set_exception(exc)
 
     # ------------------------------------------------------------ lifecycle

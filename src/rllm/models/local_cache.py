@@ -131,7 +131,10 @@ class SlotKVCache:
     def read_prefix(self, slot: int, length: int) -> torch.Tensor:
         """A compact copy `[layers, 2, kv_heads, length, head_dim]` of `slot`'s first `length` positions."""
         return torch.stack(
-            [torch.stack([k[slot, :, :length], v[slot, :, :length]]) for k, v in zip(self.keys, self.values)]
+            [
+                torch.stack([k[slot, :, :length], v[slot, :, :length]])
+                for k, v in zip(self.keys, self.values, strict=True)
+            ]
         )
 
     def write_prefix(self, slot: int, kv: torch.Tensor) -> None:

@@ -181,7 +181,7 @@ class BatchScheduler:
         self.stats.decode_steps += 1
         self.stats.decode_rows += len(rows)
         finished = []
-        for row, (token, logprob) in enumerate(zip(tokens, logprobs)):
+        for row, (token, logprob) in enumerate(zip(tokens, logprobs, strict=True)):
             self._record(row, token, logprob)
             if rows[row].finish_reason is not None:
                 finished.append(row)

@@ -103,9 +103,17 @@ class VLLMServer:
         folder `model()` returns (called only then, so nothing is written for a server that is attached)."""
         if settings.base_url:
             return cls.attach(settings.base_url), False
-        server = cls.launch(model(), python=settings.python, dtype=settings.dtype, max_model_len=settings.max_model_len,
-                            enable_lora=enable_lora, max_lora_rank=settings.max_lora_rank, extra_args=settings.extra_args,
-                            log_path=log_path, startup_timeout=settings.startup_timeout)  # fmt: skip
+        server = cls.launch(
+            model(),
+            python=settings.python,
+            dtype=settings.dtype,
+            max_model_len=settings.max_model_len,
+            enable_lora=enable_lora,
+            max_lora_rank=settings.max_lora_rank,
+            extra_args=settings.extra_args,
+            log_path=log_path,
+            startup_timeout=settings.startup_timeout,
+        )
         return server, True
 
     @classmethod

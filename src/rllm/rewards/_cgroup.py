@@ -48,7 +48,7 @@ def _v1_parents() -> list[Path]:
         _, controllers, path = line.split(":", 2)
         own.update(dict.fromkeys(controllers.split(","), path))
     parents = [CGROUP_ROOT / c / own.get(c, "/").lstrip("/") for c in ("pids", "memory")]
-    return [p if p.is_dir() else CGROUP_ROOT / c for p, c in zip(parents, ("pids", "memory"))]
+    return [p if p.is_dir() else CGROUP_ROOT / c for p, c in zip(parents, ("pids", "memory"), strict=True)]
 
 
 @functools.cache

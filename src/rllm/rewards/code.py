@@ -144,8 +144,12 @@ def normalise_tests(tests: Any) -> dict:
     if fmt == "stdio":
         out = {"format": fmt, "cases": [_stdio_case(c, i) for i, c in enumerate(_cases(tests))]}
     elif fmt == "call":
-        out = {"format": fmt, "fn_name": _identifier(tests, "fn_name"), "unwrap_single": bool(tests.get("unwrap_single")),
-               "cases": [_call_case(c, i) for i, c in enumerate(_cases(tests))]}  # fmt: skip
+        out = {
+            "format": fmt,
+            "fn_name": _identifier(tests, "fn_name"),
+            "unwrap_single": bool(tests.get("unwrap_single")),
+            "cases": [_call_case(c, i) for i, c in enumerate(_cases(tests))],
+        }
     elif fmt == "humaneval":
         if not isinstance(tests.get("test"), str) or "def check" not in tests["test"]:
             raise MalformedTestsError("humaneval tests need 'test': the source of `def check(candidate): ...`")
@@ -172,9 +176,9 @@ def _from_shorthand(tests: dict) -> dict:
         if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
             raise MalformedTestsError("'inputs' and 'outputs' must be lists of the same length")
         if tests.get("fn_name"):
-            cases = [{"args": a, "output": o} for a, o in zip(inputs, outputs)]
+            cases = [{"args": a, "output": o} for a, o in zip(inputs, outputs, strict=True)]
             return {"format": "call", "fn_name": tests["fn_name"], "cases": cases, "unwrap_single": True}
-        return {"format": "stdio", "cases": [{"input": a, "output": o} for a, o in zip(inputs, outputs)]}
+        return {"format": "stdio", "cases": [{"input": a, "output": o} for a, o in zip(inputs, outputs, strict=True)]}
     raise MalformedTestsError("tests need a 'format' ('stdio', 'call', 'humaneval') or one of the shorthand shapes")
 
 

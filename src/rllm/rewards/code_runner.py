@@ -64,7 +64,7 @@ def main() -> None:
     started = time.monotonic()
     try:
         job = _load_job()
-    except Exception as exc:  # noqa: BLE001 - a bad job is reported in the verdict, not lost in a crash
+    except Exception as exc:
         _write_verdict({"runner": RUNNER_VERSION, "error": f"could not load the job: {exc!r}", "tests": []})
         return
     hardening = {"non_dumpable": _set_non_dumpable()}
@@ -94,7 +94,7 @@ def _set_non_dumpable() -> bool:
         import ctypes
 
         return ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == 0
-    except Exception:  # noqa: BLE001 - no ctypes or no prctl: recorded in the verdict's "hardening"
+    except Exception:
         return False
 
 
@@ -153,7 +153,7 @@ def _run_one(job: dict, index: int, total_deadline: float) -> dict:
         result.update(_judge(job, index, nonce, line, outcome, status, stdout, stderr, limit))
         if outcome == "timeout" and deadline < per_test_deadline:
             result["error"] = f"stopped by the total time limit of {job['total_timeout_s']} s for all tests"
-    except Exception as exc:  # noqa: BLE001 - a hostile report (JSON nested too deep) fails the test, not the run
+    except Exception as exc:
         result.update(passed=False, status="bad_report", error=f"the test's report could not be judged: {exc!r}")
     return result
 
@@ -334,7 +334,7 @@ def stdio_equal(got: str, expected: str, float_tol: float | None) -> bool:
     if float_tol is None:
         return False
     a, b = got.split(), expected.split()
-    return len(a) == len(b) and all(x == y or _close_tokens(x, y, float_tol) for x, y in zip(a, b))
+    return len(a) == len(b) and all(x == y or _close_tokens(x, y, float_tol) for x, y in zip(a, b, strict=True))
 
 
 def _close_tokens(x: str, y: str, tol: float) -> bool:
@@ -364,7 +364,9 @@ def values_equal(got, expected, float_tol: float | None) -> bool:
             return got == expected or math.isclose(got, expected, rel_tol=float_tol, abs_tol=float_tol)
         return False
     if isinstance(got, list) and isinstance(expected, list):
-        return len(got) == len(expected) and all(values_equal(g, e, float_tol) for g, e in zip(got, expected))
+        return len(got) == len(expected) and all(
+            values_equal(g, e, float_tol) for g, e in zip(got, expected, strict=True)
+        )
     if isinstance(got, dict) and isinstance(expected, dict):
         return got.keys() == expected.keys() and all(values_equal(got[k], expected[k], float_tol) for k in got)
     return type(got) in (int, bool, str, type(None)) and got == expected
@@ -383,12 +385,12 @@ def _child(job, index, nonce, report_w, out_fd, err_fd) -> None:  # pragma: no c
             _SECRETS.clear()
             os.setpgid(0, 0)
             report = _child_run(job, index)
-        except BaseException:  # noqa: BLE001 - not even str(exc): the solution may have made it raise
+        except BaseException:
             report = {"status": "harness_error", "error": "the test harness failed in the child"}
         report["nonce"] = nonce
         try:
             data = (json.dumps(report) + "\n").encode("utf-8")
-        except BaseException:  # noqa: BLE001 - e.g. a str with lone surrogates in an error message
+        except BaseException:
             data = json.dumps({"status": "unserializable", "error": "unencodable report", "nonce": nonce}) + "\n"
             data = data.encode()
         while data:
@@ -429,8 +431,8 @@ def _child_run(job: dict, index: int) -> dict:
     namespace = _module_namespace("__main__" if fmt == "stdio" else "__solution__")
     try:
         if fmt == "call" and job.get("prelude"):
-            exec(job["prelude"], namespace)  # noqa: S102 - running the code under test is this script's job
-        exec(code, namespace)  # noqa: S102
+            exec(job["prelude"], namespace)
+        exec(code, namespace)
         if fmt == "stdio":
             return _finish_stdio()
         if fmt == "call":
@@ -442,7 +444,7 @@ def _child_run(job: dict, index: int) -> dict:
         return {"status": "runtime_error", "error": f"SystemExit: {exc.code!r} (the program exited with an error)"}
     except NotPlainError as exc:
         return {"status": "unserializable", "error": str(exc)}
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         return _runtime_error(exc)
 
 
@@ -594,8 +596,8 @@ def _load_harness(job: dict):
         if isinstance(code, dict):
             return {"status": "harness_error", "error": f"{filename} does not compile: {code['error']}"}
         try:
-            exec(code, test_ns)  # noqa: S102 - the trusted prompt and test code
-        except BaseException as exc:  # noqa: BLE001
+            exec(code, test_ns)
+        except BaseException as exc:
             return {"status": "harness_error", "error": f"{filename} raised {exc!r}"}
     return test_ns
 

@@ -36,7 +36,6 @@ REGISTRY: dict[str, str] = {
 }
 
 
-
 class UnknownTaskError(RllmError, ValueError):
     """No task has that name, or the task lacks what was asked of it (e.g. an agent class)."""
 

@@ -144,7 +144,7 @@ def _apps_tests(row: dict) -> dict:
         raise MalformedCodeRowError("APPS 'input_output' needs as many outputs as inputs")
     if io_spec.get("fn_name"):
         return normalise_tests({"fn_name": io_spec["fn_name"], "inputs": inputs, "outputs": outputs})
-    cases = [{"input": _lines(a), "output": _lines(o)} for a, o in zip(inputs, outputs)]
+    cases = [{"input": _lines(a), "output": _lines(o)} for a, o in zip(inputs, outputs, strict=True)]
     return normalise_tests({"format": "stdio", "cases": cases})
 
 
@@ -287,7 +287,8 @@ _TEMPLATES = [
        lambda r: [[r.randint(0, 5) for _ in range(r.randint(1, 8))]]),
     _T("collatz_steps", "n",
        "how many steps the rule n -> n // 2 (n even) or 3 * n + 1 (n odd) takes to reach 1 from the positive n",
-       "steps = 0\n    while n != 1:\n        n = n // 2 if n % 2 == 0 else 3 * n + 1\n        steps += 1\n    return steps",
+       "steps = 0\n    while n != 1:\n        n = n // 2 if n % 2 == 0 else 3 * n + 1\n"
+       "        steps += 1\n    return steps",
        lambda r: [r.randint(1, 60)]),
 ]  # fmt: skip
 
@@ -305,7 +306,7 @@ def _make_task(rng: random.Random, task_id: str) -> dict:
     name, params, returns, body, make_args = rng.choice(_TEMPLATES)
     solution = f"def {name}({params}):\n    {body}\n"
     namespace: dict = {}
-    exec(solution, namespace)  # noqa: S102 - our own reference solution, to compute the expected outputs
+    exec(solution, namespace)
     cases = []
     for _ in range(_N_CASES):
         args = make_args(rng)
@@ -339,6 +340,7 @@ TASK = Task(
     reward_fn=code_reward,
     default_workflow="single_turn",
 )
+
 
 def __getattr__(name: str) -> Any:
     return moved_attribute(__name__, name)  # HumanEval's loader lived here as rllm.data.code, for one release

@@ -48,8 +48,14 @@ from typing import Any
 from aiohttp import web
 
 __all__ = [
-    "FakeOpenAIServer", "FakeReply", "Fault", "RemoteFakeServer", "read_first_line", "run_fake_server", "spawn_fake_server",
-]  # fmt: skip
+    "FakeOpenAIServer",
+    "FakeReply",
+    "Fault",
+    "RemoteFakeServer",
+    "read_first_line",
+    "run_fake_server",
+    "spawn_fake_server",
+]
 
 DEFAULT_REPLY_TEXT = "Hello from the fake server."
 
@@ -130,6 +136,7 @@ class FakeOpenAIServer:
         self.faults: deque[Fault] = deque()  # deque append/popleft are thread-safe: tests inject from another thread
         self.replies: deque[FakeReply] = deque()
         self.requests: deque[tuple[str, dict[str, Any]]] = deque(maxlen=256)  # recent (path, body), for asserts
+        self.authorizations: deque[str | None] = deque(maxlen=256)  # their Authorization headers
         self.request_count = 0
         self._ids = itertools.count()
         self._runner: web.AppRunner | None = None
@@ -187,6 +194,7 @@ class FakeOpenAIServer:
         except ValueError:
             return _error(400, "request body is not valid JSON")
         self.requests.append((request.path, body))
+        self.authorizations.append(request.headers.get("Authorization"))
         if self.faults:
             fault = self.faults.popleft()
             response = await self._apply_fault(fault, request)

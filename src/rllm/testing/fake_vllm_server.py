@@ -164,4 +164,6 @@ def _prompt_logprobs(model: Any, ids: list[int]) -> list[dict | None]:
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([ids])).logits[0, :-1].float()
     values = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0].tolist()
-    return [None] + [{str(t): {"logprob": v, "rank": 1, "decoded_token": ""}} for t, v in zip(ids[1:], values)]
+    return [None] + [
+        {str(t): {"logprob": v, "rank": 1, "decoded_token": ""}} for t, v in zip(ids[1:], values, strict=True)
+    ]

@@ -435,7 +435,7 @@ class ToolRegistry:
             result = await asyncio.wait_for(tool.acall(**arguments), timeout_s)
         except TimeoutError:
             return error("timeout", f"tool {name!r} timed out after {timeout_s:g} s")
-        except Exception as exc:  # noqa: BLE001 - the tool's fault, or the model's inputs: shown to the model, never raised
+        except Exception as exc:
             return error("exception", f"{type(exc).__name__}: {exc}")
         if isinstance(result, ToolResult):
             return ToolResult(_cap(result.content, max_result_chars), result.is_error, result.error_kind)

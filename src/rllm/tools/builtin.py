@@ -71,7 +71,7 @@ def _evaluate(node: ast.AST) -> int | float:
         except OverflowError:
             raise ValueError(f"the result is larger than {MAX_MAGNITUDE:.0e}") from None
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitXor):
-        raise ValueError("^ is not a power here: write ** (e.g. 2 ** 10)")  # noqa: TRY004
+        raise ValueError("^ is not a power here: write ** (e.g. 2 ** 10)")
     raise ValueError(
         f"unsupported element in the expression: {ast.unparse(node)[:40]!r} (only numbers and + - * / // % **)"
     )
@@ -88,9 +88,7 @@ def _check_power(base: float, exponent: float) -> None:
 
 def _bounded(value: Any) -> int | float:
     if isinstance(value, complex):
-        raise ValueError(  # noqa: TRY004 - a bad expression, not a bad argument type
-            "the result is not a real number"
-        )
+        raise ValueError("the result is not a real number")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError("the result is not a finite number")
     if abs(value) > MAX_MAGNITUDE:

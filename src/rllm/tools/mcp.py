@@ -412,7 +412,7 @@ class MCPConnection:
                     while (request := await self._queue.get()) is not None:
                         group.start_soon(self._handle, session, *request)
                     group.cancel_scope.cancel()
-        except Exception as exc:  # noqa: BLE001 - reported to open() or logged; the finally cleans up
+        except Exception as exc:
             if not self._ready.done():
                 self._ready.set_exception(exc)
             else:
@@ -439,7 +439,7 @@ class MCPConnection:
                 result = ToolResult(f"timeout: took longer than {timeout:g} s", is_error=True, error_kind="timeout")
             else:
                 result = ToolResult(f"MCP error: {exc.error.message}", is_error=True, error_kind="infra")
-        except Exception as exc:  # noqa: BLE001 - a broken pipe, a closed stream: the connection is gone
+        except Exception as exc:
             result = ToolResult(f"MCP connection error: {exc!r}", is_error=True, error_kind="infra")
         finally:  # also when close() cancels the call: its caller gets an answer at once
             if not done.done():

@@ -77,7 +77,7 @@ class AgentEnvWorkflow(Workflow):
         env, self.env = self.env, None
         try:
             await self.call_env(env.close)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.episode_info["close_error"] = f"{type(exc).__name__}: {exc}"
 
     def assign_episode_correctness(self, episode: Episode) -> bool:

@@ -194,7 +194,7 @@ class Workflow:
             return _Reason.ENV_DONE, returned, {}
         except TerminationEvent as event:
             return event.reason, None, _termination_info(event)
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a termination reason, none is dropped
+        except Exception as exc:
             site = error_site(exc)
             info = {"error": f"{type(exc).__name__}: {exc}", "error_site": site,
                     "traceback": "".join(traceback.format_exception(exc))}  # fmt: skip

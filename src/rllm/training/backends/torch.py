@@ -249,7 +249,7 @@ class TorchBackend:
               norm_length: int | None) -> tuple[Tensor, dict[str, float], dict[str, float]]:  # fmt: skip
         """A micro-batch's loss aggregated over itself, its parts, and per-token means for the log:
 
-            loss = pg_loss + kl_coef * kl - entropy_coef * entropy + value_coef * value_loss
+        loss = pg_loss + kl_coef * kl - entropy_coef * entropy + value_coef * value_loss
         """
         algo = self.algorithm
         mask = batch["target_mask"]
