@@ -207,7 +207,8 @@ def test_agent_trainer_arguments_are_checked_like_config_keys():
     from rllm.training.trainer import AgentTrainer
 
     small = load_config(None, ["data.train_size=2", "data.val_size=0"])
-    with pytest.raises(ConfigError, match=r"(?s)AgentTrainer\(backend=.*trainer.backend = 'verl': input should be 'torch'"):
+    wrong_backend = r"(?s)AgentTrainer\(backend=.*trainer.backend = 'verl': input should be 'torch'"
+    with pytest.raises(ConfigError, match=wrong_backend):
         AgentTrainer(backend="verl", config=small)
     with pytest.raises(ConfigError, match="rollout.server=openai samples from an endpoint whose weights"):
         AgentTrainer(rollout="openai", config=small)
