@@ -32,7 +32,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from rllm.errors import RllmError
 from rllm.types import Episode
@@ -46,7 +46,6 @@ __all__ = [
     "read_episodes",
     "versions",
     "write_json",
-    "write_jsonl",
     "write_manifest",
 ]
 
@@ -141,17 +140,6 @@ class RunLog:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
-
-
-def write_jsonl(path: str | os.PathLike, items: Iterable[BaseModel | dict]) -> int:
-    """Write one JSON object per line; returns how many were written."""
-    count = 0
-    with open(path, "w", encoding="utf-8") as f:
-        for item in items:
-            f.write(item.model_dump_json() if isinstance(item, BaseModel) else json.dumps(item))
-            f.write("\n")
-            count += 1
-    return count
 
 
 def write_json(path: str | os.PathLike, data: Any) -> None:

@@ -158,7 +158,6 @@ class AgentTrainer:
         greedy = await self._greedy_baselines(tasks) if cfg.algorithm.uses_advantage("remax") else None
         time_rollout = time.perf_counter() - started
 
-        started = time.perf_counter()
         batch = score_episodes(episodes, cfg.algorithm, greedy)
         rows, row_stats = build_rows(
             batch.trajectories,
@@ -167,6 +166,7 @@ class AgentTrainer:
             max_prompt_length=cfg.rollout.max_prompt_length,
             max_response_length=cfg.rollout.max_response_length,
         )
+        started = time.perf_counter()
         update: dict[str, Any] = {"skipped_update": int(not rows)}
         if rows:
             if cfg.algorithm.advantage == "gae":  # PPO with a critic: advantages and returns from its values
