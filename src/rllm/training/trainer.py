@@ -81,14 +81,15 @@ class AgentTrainer:
         config: TrainConfig | None = None,
         train_dataset: list[dict] | None = None,
         val_dataset: list[dict] | None = None,
-        backend: str = "torch",
+        backend: str | None = None,
         rollout: str | None = None,
         model: Any = None,
         tokenizer: Any = None,
         progress: bool = True,
     ) -> None:
-        # backend= and rollout= are the config's trainer.backend and rollout.server, checked like config keys
-        arguments = [f"trainer.backend={backend}", *([f"rollout.server={rollout}"] if rollout is not None else [])]
+        # backend= and rollout= set the config's trainer.backend and rollout.server, checked like config keys
+        given = {"trainer.backend": backend, "rollout.server": rollout}
+        arguments = [f"{key}={value}" for key, value in given.items() if value is not None]
         cfg = override_config(config or TrainConfig(), arguments, "AgentTrainer(backend=..., rollout=...)")
         if cfg.rollout.server == "openai":
             raise ConfigError("rollout.server=openai samples from an endpoint whose weights the trainer cannot update; "
@@ -250,7 +251,10 @@ class AgentTrainer:
         self.step, parts = load_checkpoint(checkpoint)
         self.backend.load_state_dict(parts["backend"])
         state = parts["trainer"]
-        self.sampler.position, self.val_history = state["sampler_position"], state["val_history"]
+        self.sampler.position = state["sampler_position"]
+        # checkpoints of the first release named these mean_reward / mean_turns (rllm.metrics' vocabulary since)
+        renamed = {"mean_reward": "reward_mean", "mean_turns": "turns_mean"}
+        self.val_history = [{renamed.get(k, k): v for k, v in entry.items()} for entry in state["val_history"]]
         _set_rng_state(state["rng"])
         return state["weight_version"]
 
