@@ -6,14 +6,15 @@ PY := $(VENV)/bin/python
 RLLM := $(VENV)/bin/rllm
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install models sandbox vllm bench clean
+.PHONY: demo test lint install models sandbox vllm verl bench clean
 
 # The main job: GRPO + LoRA on the embedded Qwen2.5-Coder-0.5B, on a CPU (about 8 minutes on 2 cores).
 demo: models
 	$(RLLM) train configs/arithmetic_grpo.yaml
 
-test: models sandbox vllm lint
+test: models sandbox vllm verl lint
 	$(PY) -m pytest -q tests
+	$(VERL_PY) -m pytest -q tests/verl
 
 # ruff (the version pinned in the dev extra, the rules in pyproject.toml): formatting and lint, no fixes.
 lint: install
@@ -57,7 +58,23 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
 	touch $(VLLM_STAMP)
 
-bench: models sandbox vllm
+# verl for `trainer.backend: verl` and its tests (tests/verl run under this venv's Python): verl 0.9.1 pins
+# transformers < 5.11, so it gets its own venv with rllm installed editable beside it (~1 min, 2.5 GB). `rllm train`
+# typed in the main venv hands a verl run over to it.
+VERL_VENV ?= .venv-verl
+VERL_PY := $(VERL_VENV)/bin/python
+VERL_STAMP := $(VERL_VENV)/.installed
+
+verl: $(VERL_STAMP)
+
+$(VERL_STAMP): pyproject.toml
+	test -x $(VERL_PY) || $(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_PY) -m pip install -q --upgrade pip
+	$(VERL_PY) -m pip install -q -e ".[verl,dev,tasks]"
+	$(VERL_PY) -c "import verl.workers.engine_workers"
+	touch $(VERL_STAMP)
+
+bench: models sandbox vllm verl
 	$(PY) benchmarks/engine_concurrency.py
 	$(PY) benchmarks/local_generation.py
 	$(PY) benchmarks/sandbox_throughput.py
@@ -66,4 +83,4 @@ bench: models sandbox vllm
 	$(PY) benchmarks/grpo_vs_trl.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(VERL_VENV) runs .pytest_cache

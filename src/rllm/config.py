@@ -292,8 +292,13 @@ class OptimConfig(_Section):
 class TrainerConfig(_Section):
     """The training loop: length, validation, checkpoints, logging and where the run is written."""
 
-    backend: Literal["torch"] = Field("torch", description="Training backend: torch (embedded: transformers + peft, "
-                                      "CPU or one GPU).")  # fmt: skip
+    backend: Literal["torch", "verl"] = Field(
+        "torch", description="Training backend: torch (embedded: transformers + peft, CPU or one GPU) or verl (FSDP "
+        "workers on Ray; see the verl section).",
+    )  # fmt: skip
+    nodes: int = Field(1, ge=1, description="Ray nodes the verl backend's workers span.")
+    workers_per_node: int = Field(1, ge=1, description="verl training workers (processes; one GPU each on GPUs, one "
+                                  "CPU each on CPUs) per node.")  # fmt: skip
     total_steps: int = Field(20, ge=1, description="Training steps (each: rollout, update, push weights).")
     tasks_per_step: int = Field(8, ge=1, description="Tasks per step; each is rolled out rollout.n times.")
     val_every: int = Field(0, ge=0, description="Validate every this many steps; 0: only before and after training.")
@@ -315,6 +320,25 @@ class TrainerConfig(_Section):
         "(needs the tensorboard package, part of the torch extra).",
     )
     log_episodes: bool = Field(True, description="Write every episode to the run's episodes JSONL.")
+
+
+class VerlConfig(_Section):
+    """The verl backend (`trainer.backend: verl`): verl's FSDP actor (and reference) workers on a Ray cluster."""
+
+    strategy: Literal["fsdp2", "fsdp"] = Field("fsdp2", description="verl's FSDP version (fsdp, FSDP1, is GPU-only).")
+    param_offload: bool = Field(False, description="Keep parameters on the CPU between uses (GPU memory).")
+    optimizer_offload: bool = Field(False, description="Keep optimizer states on the CPU between uses (GPU memory).")
+    micro_batch_size: int | None = Field(None, ge=1, description="Rows per forward/backward on each worker; null: "
+                                         "optim.micro_batch_size.")  # fmt: skip
+    ulysses_sequence_parallel_size: int = Field(1, ge=1, description="Ulysses sequence parallelism across workers.")
+    attn_implementation: str | None = Field(None, description="transformers attention; null: sdpa on CPU, verl's "
+                                            "default (flash_attention_2) on GPU.")  # fmt: skip
+    ray_address: str | None = Field(None, description="Ray cluster to join (host:port or ray://); null: $RAY_ADDRESS, "
+                                    "else a local Ray started (and stopped) by the run.")  # fmt: skip
+    placement_timeout: float = Field(60.0, gt=0, description="Seconds to wait for the workers' CPUs/GPUs before "
+                                     "failing (a cluster too small never places them).")  # fmt: skip
+    overrides: list[str] = Field(default_factory=list, description="More verl (hydra) overrides of its ppo_trainer "
+                                 "config, e.g. actor_rollout_ref.actor.fsdp_config.forward_prefetch=true.")  # fmt: skip
 
 
 class DataConfig(_Section):
@@ -361,6 +385,7 @@ class TrainConfig(_Section):
         default_factory=TrainerConfig, description="Loop length, validation, checkpoints, logs and the run folder."
     )
     data: DataConfig = Field(default_factory=DataConfig, description="Which tasks to train and validate on.")
+    verl: VerlConfig = Field(default_factory=VerlConfig, description="The verl backend (trainer.backend: verl).")
     agent_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the agent class.")
     env_args: dict[str, Any] = Field(default_factory=dict, description="Defaults for every env (a task's own "
                                      "fields win).")  # fmt: skip
@@ -382,6 +407,7 @@ class TrainConfig(_Section):
         if self.algorithm.drop_uniform_groups and n < 2:
             raise ValueError(f"algorithm.drop_uniform_groups=true needs rollout.n >= 2 (got {n}): "
                              "a group of one always looks uniform, so every group would be dropped.")  # fmt: skip
+        self._check_backend()
         episodes = self.trainer.tasks_per_step * n
         if self.algorithm.mini_batches > episodes:
             raise ValueError(
@@ -389,6 +415,22 @@ class TrainConfig(_Section):
                 f"(trainer.tasks_per_step * rollout.n = {episodes}): every optimizer step needs data."
             )
         return self
+
+    def _check_backend(self) -> None:
+        trainer = self.trainer
+        if trainer.backend == "torch" and (trainer.nodes, trainer.workers_per_node) != (1, 1):
+            raise ValueError(f"trainer.nodes={trainer.nodes}, trainer.workers_per_node={trainer.workers_per_node}: the "
+                             "torch backend runs in one process; set trainer.backend=verl to train on several "
+                             "workers")  # fmt: skip
+        if trainer.backend != "verl":
+            return
+        if self.algorithm.uses_advantage("gae"):
+            raise ValueError("algorithm.advantage gae (PPO with a critic) trains on the torch backend only: verl's "
+                             "separate critic workers are not wired in yet; use trainer.backend=torch or another "
+                             "estimator")  # fmt: skip
+        if self.rollout.server == "vllm" and self.rollout.vllm.sync == "lora":
+            raise ValueError("rollout.vllm.sync=lora: the verl backend hands rollouts merged weights; use "
+                             "rollout.vllm.sync=reload")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------- loading

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -207,11 +208,36 @@ def test_agent_trainer_arguments_are_checked_like_config_keys():
     from rllm.training.trainer import AgentTrainer
 
     small = load_config(None, ["data.train_size=2", "data.val_size=0"])
-    wrong_backend = r"(?s)AgentTrainer\(backend=.*trainer.backend = 'verl': input should be 'torch'"
+    wrong_backend = r"(?s)AgentTrainer\(backend=.*trainer.backend = 'jax': input should be 'torch' or 'verl'"
     with pytest.raises(ConfigError, match=wrong_backend):
-        AgentTrainer(backend="verl", config=small)
+        AgentTrainer(backend="jax", config=small)
     with pytest.raises(ConfigError, match="rollout.server=openai samples from an endpoint whose weights"):
         AgentTrainer(rollout="openai", config=small)
     trainer = AgentTrainer(rollout="vllm", config=small)  # nothing starts before train()
     assert (trainer.config.rollout.server, trainer.config.trainer.backend) == ("vllm", "torch")
     assert small.rollout.server == "local"  # the caller's config is not changed
+
+
+def test_backend_keys_are_checked_against_each_other():
+    with pytest.raises(ConfigError, match="the torch backend runs in one process; set trainer.backend=verl"):
+        load_config(None, ["trainer.workers_per_node=2"])
+    with pytest.raises(ConfigError, match="gae .* trains on the torch backend only"):
+        load_config(None, ["trainer.backend=verl", "algorithm.advantage=gae"])
+    with pytest.raises(ConfigError, match="rollout.vllm.sync=lora: the verl backend hands rollouts merged weights"):
+        load_config(None, ["trainer.backend=verl", "rollout.server=vllm", "rollout.vllm.sync=lora"])
+    config = load_config(None, ["trainer.backend=verl", "trainer.nodes=2", "trainer.workers_per_node=4",
+                                "verl.micro_batch_size=1", "verl.overrides=[a.b=1]"])  # fmt: skip
+    assert (config.trainer.nodes, config.trainer.workers_per_node, config.verl.micro_batch_size) == (2, 4, 1)
+    assert config.verl.overrides == ["a.b=1"] and config.verl.strategy == "fsdp2"
+
+
+def test_verl_backend_without_verl_names_the_install_command(tmp_path):
+    """In the main environment verl is not installed: the backend refuses with the command that installs it."""
+    pytest.importorskip("torch")
+    if importlib.util.find_spec("verl") is not None:
+        pytest.skip("verl is installed here")
+    from rllm.training.backends import make_backend
+
+    config = load_config(None, ["trainer.backend=verl"])
+    with pytest.raises(ConfigError, match=r"trainer.backend=verl needs verl and ray .*make verl"):
+        make_backend(config, tmp_path)

@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("default", message=".*deprecated and will be removed in the next release",
                             category=DeprecationWarning)  # fmt: skip
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as typed (train may hand it over)
     try:
         return int(args.run(args) or 0)
     except RllmError as exc:  # our own errors already say what to do: no traceback

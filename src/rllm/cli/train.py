@@ -3,12 +3,31 @@
 rllm train configs/frozenlake_grpo.yaml trainer.total_steps=20 rollout.n=8
 rllm train configs/frozenlake_grpo.yaml --resume runs/train-frozenlake-grpo-20261121-120000
 rllm train --help-config          # every key, its type, default and meaning
+rllm train configs/arithmetic_grpo.yaml trainer.backend=verl trainer.workers_per_node=2   # verl's workers on Ray
+
+verl pins its own transformers, so it lives in its own environment (`make verl` builds `.venv-verl`). With
+`trainer.backend=verl`, a `rllm train` whose Python lacks verl hands the whole command over to that environment's
+Python (`$RLLM_VERL_PYTHON`, else `./.venv-verl/bin/python`): one command line, whichever venv typed it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import sys
+from pathlib import Path
+
+VERL_VENV_PYTHON = Path(".venv-verl") / "bin" / "python"
+
+
+def _verl_python() -> str | None:
+    """$RLLM_VERL_PYTHON, else .venv-verl in the current folder, else beside the checkout rllm runs from."""
+    import rllm
+
+    checkout = Path(rllm.__file__).resolve().parents[2]
+    candidates = [os.environ.get("RLLM_VERL_PYTHON"), VERL_VENV_PYTHON, checkout / VERL_VENV_PYTHON]
+    return next((str(c) for c in candidates if c and Path(c).exists()), None)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,8 +55,26 @@ def run(args: argparse.Namespace) -> int:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
 
+    if config.trainer.backend == "verl" and importlib.util.find_spec("verl") is None:
+        return _run_in_verl_environment(args.argv)
+
     from rllm.training.trainer import AgentTrainer, format_result_table
 
     result = AgentTrainer(config=config, progress=not args.no_progress).train()
     print(format_result_table(result))
     return 0
+
+
+def _run_in_verl_environment(argv: list[str]) -> int:
+    """Replace this process by the same command under the verl environment's Python (signals, exit code and
+    output are then that process's own); or say how to install verl."""
+    from rllm.training.backends.verl import INSTALL_HINT
+
+    python = _verl_python()
+    if python is None or os.environ.get("RLLM_VERL_REEXEC"):
+        print(f"error: trainer.backend=verl needs verl, which this Python ({sys.executable}) lacks: {INSTALL_HINT}; "
+              "or point RLLM_VERL_PYTHON at a Python that has it", file=sys.stderr)  # fmt: skip
+        return 2
+    os.environ["RLLM_VERL_REEXEC"] = "1"  # never loop if that Python lacks verl too
+    os.execv(python, [python, "-m", "rllm.cli.main", *argv])
+    return 0  # not reached

@@ -1,6 +1,7 @@
 """Checkpoints written atomically: a crash mid-write never leaves a checkpoint that looks complete.
 
-Layout: `run_dir/checkpoints/step_000004/{part}.pt` + `manifest.json` (step, sha256 of every file, versions), and
+Layout: `run_dir/checkpoints/step_000004/{part}.pt`, whatever the backend writes there itself (`backend.pt`, or
+verl's sharded `verl/` folder), `manifest.json` (step, the parts, sha256 of every file below the folder, versions), and
 `run_dir/checkpoints/latest` naming the newest complete one. A checkpoint is built in a temporary folder, every
 file and the folder are fsynced, then the folder is renamed into place and `latest` is replaced (write + fsync +
 rename), so readers see either the old checkpoint or the new one. Loading verifies every checksum.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +28,10 @@ class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete or corrupted."""
 
 
-def save_checkpoint(run_dir: str | os.PathLike, step: int, parts: dict[str, Any]) -> Path:
-    """Write `parts` (name → torch-serialisable object) as the checkpoint of `step`; returns its folder."""
+def save_checkpoint(run_dir: str | os.PathLike, step: int, parts: dict[str, Any],
+                    write: Callable[[Path], None] | None = None) -> Path:  # fmt: skip
+    """Write `parts` (name → torch-serialisable object) as the checkpoint of `step`, after `write(folder)` has put
+    its own files into the (staging) folder; returns the checkpoint's folder."""
     import torch
 
     root = Path(run_dir) / "checkpoints"
@@ -36,12 +40,13 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, parts: dict[str, Any]
     staging = root / f".{final.name}.tmp-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    files = {}
+    if write is not None:
+        write(staging)
     for name, obj in parts.items():
-        path = staging / f"{name}.pt"
-        torch.save(obj, path)
-        files[path.name] = sha256_of_file(path)
-    manifest = {"step": step, "files": files, "versions": versions()}
+        torch.save(obj, staging / f"{name}.pt")
+    files = {path.relative_to(staging).as_posix(): sha256_of_file(path)
+             for path in sorted(staging.rglob("*")) if path.is_file()}  # fmt: skip
+    manifest = {"step": step, "parts": sorted(parts), "files": files, "versions": versions()}
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
     install_dir_atomically(staging, final)  # a re-run of the same step replaces it
     write_text_atomically(root / "latest", final.name)
@@ -59,7 +64,8 @@ def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
 
 
 def load_checkpoint(path: str | os.PathLike) -> tuple[int, dict[str, Any]]:
-    """(step, parts) of a checkpoint folder, after verifying every file's checksum."""
+    """(step, parts) of a checkpoint folder, after verifying every file's checksum. Checkpoints of the first
+    release list no parts: every file was one."""
     import torch
 
     path = Path(path)
@@ -67,10 +73,10 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[int, dict[str, Any]]:
     if not manifest_path.exists():
         raise CheckpointError(f"{path} is not a complete checkpoint (no {MANIFEST})")
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    parts = {}
     for filename, expected in manifest["files"].items():
         file = path / filename
         if not file.exists() or sha256_of_file(file) != expected:
             raise CheckpointError(f"checkpoint file {file} is missing or does not match its checksum")
-        parts[file.stem] = torch.load(file, map_location="cpu", weights_only=False)
+    names = manifest.get("parts", [Path(f).stem for f in manifest["files"]])
+    parts = {name: torch.load(path / f"{name}.pt", map_location="cpu", weights_only=False) for name in names}
     return int(manifest["step"]), parts

@@ -10,11 +10,15 @@ gradient accumulation must weight them (e.g. by their token counts for `token-me
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Any
+
 import torch
 from torch import Tensor
 
 __all__ = [
     "AGG_MODES",
+    "actor_loss",
     "aggregate",
     "entropy_from_logits",
     "kl_penalty",
@@ -206,3 +210,49 @@ def value_loss(
         m = mask.to(torch.bool)
         fraction = (used_clipped & m).sum() / m.sum().clamp(min=1)
     return loss, {"value_clip_fraction": fraction.detach()}
+
+
+def actor_loss(
+    logprobs: Tensor,
+    entropy: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    algorithm: Any,
+    *,
+    norm_length: int | None = None,
+    ref_logprobs: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float], dict[str, float]]:
+    """The policy's loss on one micro-batch, aggregated over itself, as every training backend computes it:
+
+        loss = pg_loss + kl_coef * kl - entropy_coef * entropy
+
+    `algorithm` is an `AlgorithmConfig` (clip_low/high, dual_clip, loss_agg, kl_coef/kind, entropy_coef);
+    `ref_logprobs` are needed when kl_coef > 0. Returns the loss and, for the log, its aggregated parts (pg_loss,
+    loss) and per-token means (clip_fraction, approx_kl, dual_clip_fraction, entropy, kl). Entropy carries a
+    gradient only if the caller computed it with one (it should when entropy_coef > 0).
+    """
+    agg = partial(aggregate, mask=mask, mode=algorithm.loss_agg, norm_length=norm_length)
+    pg_loss, pg = policy_loss(
+        logprobs, old_logprobs, advantages, mask, clip_low=algorithm.clip_low, clip_high=algorithm.clip_high,
+        agg=algorithm.loss_agg, norm_length=norm_length, dual_clip=algorithm.dual_clip,
+    )  # fmt: skip
+    loss = pg_loss
+    losses = {"pg_loss": pg_loss.item()}
+    token_means = {k: pg[k].item() for k in ("clip_fraction", "approx_kl", "dual_clip_fraction")}
+    token_means["entropy"] = masked_token_mean(entropy, mask)
+    if algorithm.kl_coef > 0:
+        if ref_logprobs is None:
+            raise ValueError("algorithm.kl_coef > 0 needs the reference policy's log-probs")
+        kl = kl_penalty(logprobs, ref_logprobs, algorithm.kl_kind)
+        loss = loss + algorithm.kl_coef * agg(kl)
+        token_means["kl"] = masked_token_mean(kl, mask)
+    if algorithm.entropy_coef > 0:
+        loss = loss - algorithm.entropy_coef * agg(entropy)
+    losses["loss"] = loss.item()
+    return loss, losses, token_means
+
+
+def masked_token_mean(values: Tensor, mask: Tensor) -> float:
+    """Mean of `values` over the tokens where `mask` is 1 (0.0 when there are none), as a float for the log."""
+    return float((values.detach() * mask).sum() / mask.sum().clamp(min=1))

@@ -114,11 +114,13 @@ class AgentTrainer:
 
     async def _train(self) -> dict[str, Any]:
         cfg = self.config
-        self.setup()
-        start_step = self.step
-        log = RunLog(self.run_dir, tensorboard=cfg.trainer.tensorboard, resume_step=start_step or None)
-        result: dict[str, Any] = {"run_dir": str(self.run_dir)}
+        log: RunLog | None = None
+        result: dict[str, Any] = {}
         try:
+            self.setup()
+            start_step = self.step
+            result["run_dir"] = str(self.run_dir)
+            log = RunLog(self.run_dir, tensorboard=cfg.trainer.tensorboard, resume_step=start_step or None)
             if start_step == 0:
                 self.val_history.append({"step": 0, **await self._validate(log, 0)})
             last = await self._loop(log, start_step)
@@ -127,11 +129,21 @@ class AgentTrainer:
                 self.val_history.append({"step": self.step, **await self._validate(log, self.step)})
             self._save()
         finally:
-            log.close()
-            await self._close_rollout()
+            if log is not None:
+                log.close()
+            await self.close()
         result.update(val_before=self.val_history[0], val_after=self.val_history[-1], steps=self.step)
         write_json(self.run_dir / "result.json", result)
         return result
+
+    async def close(self) -> None:
+        """Stop the rollout model and the backend (its workers and, for verl, the Ray processes it started);
+        safe to call twice and after a failed `setup()`."""
+        try:
+            await self._close_rollout()
+        finally:
+            if getattr(self, "backend", None) is not None:
+                self.backend.close()
 
     async def _loop(self, log: RunLog, start_step: int) -> dict[str, Any]:
         cfg = self.config.trainer
@@ -217,22 +229,23 @@ class AgentTrainer:
     # ---- set-up, checkpoints ------------------------------------------------------------------------------
 
     def setup(self) -> None:
-        """Build the run's state, in the one order that works: seeds -> backend (model, optimizer) -> task sampler
-        -> run directory, fresh or resumed (weights, optimizer, sampler position, RNG, validation history) ->
-        rollout model (after resuming, so a vLLM server starts from the resumed weights) -> engines."""
-        from rllm.training.backends.torch import TorchBackend
+        """Build the run's state, in the one order that works: seeds -> task sampler -> run directory, fresh or the
+        resumed one -> backend (model, optimizer; verl's workers exchange weights through the run directory) ->
+        resumed state (weights, optimizer, sampler position, RNG, validation history) -> rollout model (after
+        resuming, so a vLLM server starts from the resumed weights) -> engines."""
+        from rllm.training.backends import make_backend
 
         cfg = self.config
         _seed_everything(cfg.trainer.seed)
-        self.backend = TorchBackend(cfg.model, cfg.algorithm, cfg.optim, total_steps=cfg.trainer.total_steps,
-                                    seed=cfg.trainer.seed, model=self._model, tokenizer=self._tokenizer)  # fmt: skip
         self.sampler = TaskSampler(self.train_dataset, cfg.trainer.seed)
         self.step, self.val_history = 0, []
-        resumed_version = None
-        if cfg.trainer.resume:
-            resumed_version = self._resume(Path(cfg.trainer.resume))
+        checkpoint = _find_checkpoint(Path(cfg.trainer.resume)) if cfg.trainer.resume else None
+        if checkpoint is not None:
+            self.run_dir = checkpoint.parent.parent
         else:
             self._new_run_dir()
+        self.backend = make_backend(cfg, self.run_dir, model=self._model, tokenizer=self._tokenizer)
+        resumed_version = self._resume(checkpoint) if checkpoint is not None else None
         if cfg.rollout.server == "vllm":
             from rllm.training.rollout_server import start_vllm_rollout
 
@@ -244,12 +257,10 @@ class AgentTrainer:
                 self.rollout_model.weight_version = resumed_version
         self.engine, self.val_engine = self._make_engine(), self._make_engine()
 
-    def _resume(self, path: Path) -> int:
-        """Load the checkpoint at or under `path` into the backend and the trainer; returns its weight version."""
-        checkpoint = _find_checkpoint(path)
-        self.run_dir = checkpoint.parent.parent
+    def _resume(self, checkpoint: Path) -> int:
+        """Load `checkpoint` into the backend and the trainer; returns its weight version."""
         self.step, parts = load_checkpoint(checkpoint)
-        self.backend.load_state_dict(parts["backend"])
+        self.backend.load(checkpoint)
         state = parts["trainer"]
         self.sampler.position = state["sampler_position"]
         # checkpoints of the first release named these mean_reward / mean_turns (rllm.metrics' vocabulary since)
@@ -279,7 +290,7 @@ class AgentTrainer:
             "rng": _rng_state(),
             "weight_version": self.rollout_model.weight_version,
         }
-        save_checkpoint(self.run_dir, self.step, {"backend": self.backend.state_dict(), "trainer": trainer_state})
+        save_checkpoint(self.run_dir, self.step, {"trainer": trainer_state}, write=self.backend.save)
 
 
 class TaskSampler:

@@ -48,12 +48,14 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from rllm.config import AlgorithmConfig, ModelConfig, OptimConfig
+from rllm.training.backends.base import UpdateLog, mini_batch_order, push_weights_to
 from rllm.training.backends.torch_model import (
     apply_lora,
     forward_targets,
@@ -62,11 +64,12 @@ from rllm.training.backends.torch_model import (
     plain_state_name,
 )
 from rllm.training.batch import TrainingRow, collate, split_micro_batches
-from rllm.training.losses import aggregate, kl_penalty, policy_loss, value_loss
+from rllm.training.losses import actor_loss, masked_token_mean, value_loss
 
 __all__ = ["TorchBackend"]
 
 STATE_FORMAT = 1
+STATE_FILE = "backend.pt"
 
 
 class TorchBackend:
@@ -215,31 +218,31 @@ class TorchBackend:
         if norm_length is None and algo.loss_agg == "seq-mean-token-sum-norm":
             norm_length = max(len(row) for row in rows) - 1  # fixed for the whole update, whatever the split
         max_norm = self.optim.grad_clip if self.optim.grad_clip is not None else float("inf")
-        log = _UpdateLog()
+        log = UpdateLog()
         self.model.train()
         try:
             with self._dropout_rng():
-                for _epoch in range(algo.ppo_epochs):
-                    order = torch.randperm(len(rows), generator=self.generator).tolist()
-                    for mini_batch in _split(order, algo.mini_batches):
-                        batches = [self._collate([rows[i] for i in c]) for c in self._micro_batches(rows, mini_batch)]
-                        units = [self._units(batch["target_mask"]) for batch in batches]
-                        tokens = [int(batch["target_mask"].sum()) for batch in batches]
-                        self.optimizer.zero_grad(set_to_none=True)
-                        for batch, unit, count in zip(batches, units, tokens, strict=True):
-                            log.count_tokens(batch)
-                            if unit == 0:
-                                continue
-                            loss, losses, token_means = self._loss(batch, temperature, norm_length)
-                            (loss * (unit / sum(units))).backward()
-                            log.add(losses, unit / sum(units))
-                            log.add(token_means, count / sum(tokens))
-                        grad_norm = torch.nn.utils.clip_grad_norm_(self._trainable_parameters(), max_norm)
-                        log.add({"grad_norm": float(grad_norm), "lr": self.optimizer.param_groups[0]["lr"]})
-                        if sum(units) > 0:  # no loss token at all (every row masked): no gradient, no step
-                            self.optimizer.step()
-                        self.scheduler.step()  # the schedule advances anyway: it counts planned optimizer steps
-                        log.steps += 1
+                plan = mini_batch_order(len(rows), epochs=algo.ppo_epochs, mini_batches=algo.mini_batches,
+                                        generator=self.generator)  # fmt: skip
+                for mini_batch in plan:
+                    batches = [self._collate([rows[i] for i in c]) for c in self._micro_batches(rows, mini_batch)]
+                    units = [self._units(batch["target_mask"]) for batch in batches]
+                    tokens = [int(batch["target_mask"].sum()) for batch in batches]
+                    self.optimizer.zero_grad(set_to_none=True)
+                    for batch, unit, count in zip(batches, units, tokens, strict=True):
+                        log.count_tokens(float(batch["attention_mask"].sum()), float(batch["target_mask"].sum()))
+                        if unit == 0:
+                            continue
+                        loss, losses, token_means = self._loss(batch, temperature, norm_length)
+                        (loss * (unit / sum(units))).backward()
+                        log.add(losses, unit / sum(units))
+                        log.add(token_means, count / sum(tokens))
+                    grad_norm = torch.nn.utils.clip_grad_norm_(self._trainable_parameters(), max_norm)
+                    log.add({"grad_norm": float(grad_norm), "lr": self.optimizer.param_groups[0]["lr"]})
+                    if sum(units) > 0:  # no loss token at all (every row masked): no gradient, no step
+                        self.optimizer.step()
+                    self.scheduler.step()  # the schedule advances anyway: it counts planned optimizer steps
+                    log.steps += 1
         finally:
             self.model.eval()
         self.updates += 1
@@ -258,31 +261,20 @@ class TorchBackend:
         # when it is part of the loss.
         out = self._forward(batch, positions, temperature, entropy=True, entropy_grad=algo.entropy_coef > 0,
                             hidden=self.value_head is not None)  # fmt: skip
-        logprobs, entropy = _scatter(out.logprobs, positions), _scatter(out.entropy, positions)
-        agg = partial(aggregate, mask=mask, mode=algo.loss_agg, norm_length=norm_length)
-        pg_loss, pg = policy_loss(
-            logprobs, batch["target_old_logprobs"], batch["target_advantages"], mask, clip_low=algo.clip_low,
-            clip_high=algo.clip_high, agg=algo.loss_agg, norm_length=norm_length, dual_clip=algo.dual_clip,
+        logprobs = _scatter(out.logprobs, positions)
+        reference = self._reference_logprobs(batch, positions, temperature) if algo.kl_coef > 0 else None
+        loss, losses, token_means = actor_loss(
+            logprobs, _scatter(out.entropy, positions), batch["target_old_logprobs"], batch["target_advantages"],
+            mask, algo, norm_length=norm_length, ref_logprobs=reference,
         )  # fmt: skip
-        loss = pg_loss
-        losses = {"pg_loss": pg_loss.item()}
-        token_means = {k: pg[k].item() for k in ("clip_fraction", "approx_kl", "dual_clip_fraction")}
-        token_means["entropy"] = _token_mean(entropy, mask)
-        if algo.kl_coef > 0:
-            kl = kl_penalty(logprobs, self._reference_logprobs(batch, positions, temperature), algo.kl_kind)
-            loss = loss + algo.kl_coef * agg(kl)
-            token_means["kl"] = _token_mean(kl, mask)
-        if algo.entropy_coef > 0:
-            loss = loss - algo.entropy_coef * agg(entropy)
         if self.value_head is not None:
             values = _scatter(self.value_head(out.hidden).squeeze(-1), positions)
             v_loss, v = value_loss(values, batch["target_old_values"], batch["target_returns"], mask,
                                    clip=algo.value_clip, agg=algo.loss_agg, norm_length=norm_length)  # fmt: skip
             loss = loss + algo.value_coef * v_loss
-            losses["value_loss"] = v_loss.item()
+            losses.update(value_loss=v_loss.item(), loss=loss.item())
             token_means.update(value_clip_fraction=v["value_clip_fraction"].item(),
-                               value_mean=_token_mean(values.detach(), mask))  # fmt: skip
-        losses["loss"] = loss.item()
+                               value_mean=masked_token_mean(values, mask))  # fmt: skip
         return loss, losses, token_means
 
     @contextlib.contextmanager
@@ -337,18 +329,20 @@ class TorchBackend:
         two decode steps). A server-backed client (`sync_weights`, e.g. vLLM) gets this backend as a weight source
         (`rllm.training.backends.serving`) and pulls what its sync strategy needs. Any other client with
         `update_weights` receives `rollout_state_dict()`."""
-        if hasattr(client, "sync_weights"):
-            from rllm.training.backends.serving import TorchWeightSource
-
-            version = client.sync_weights(TorchWeightSource(self), self.weight_version + 1)
-        elif getattr(client, "model", None) is self.model:
-            version = client.update_weights({})
-        else:
-            version = client.update_weights(self.rollout_state_dict())
-        self.weight_version = int(version)
+        self.weight_version = push_weights_to(client, self)
         return self.weight_version
 
     # ------------------------------------------------------------ checkpoints
+
+    def save(self, directory: Path) -> None:
+        """`state_dict()` as `directory/backend.pt` (a checkpoint's staging folder: made atomic by the caller)."""
+        torch.save(self.state_dict(), Path(directory) / STATE_FILE)
+
+    def load(self, directory: Path) -> None:
+        self.load_state_dict(torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=False))
+
+    def close(self) -> None:
+        """Nothing to release: the model lives in this process."""
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a resumed run needs that the base weights do not hold: trainable parameters (LoRA adapters,
@@ -396,42 +390,3 @@ def _scatter(values: Tensor, mask: Tensor) -> Tensor:
     """Flat per-position values back into a `[B, T]` tensor, 0 off `mask` (differentiable)."""
     full = values.new_zeros(mask.shape)
     return full.masked_scatter(mask, values)
-
-
-def _split(order: list[int], parts: int) -> list[list[int]]:
-    """`order` in `parts` contiguous chunks of near-equal size (the first ones one longer); empty ones dropped."""
-    size, extra = divmod(len(order), parts)
-    chunks, start = [], 0
-    for k in range(parts):
-        end = start + size + (1 if k < extra else 0)
-        chunks.append(order[start:end])
-        start = end
-    return [chunk for chunk in chunks if chunk]
-
-
-def _token_mean(values: Tensor, mask: Tensor) -> float:
-    return float((values.detach() * mask).sum() / mask.sum().clamp(min=1))
-
-
-class _UpdateLog:
-    """An update's metrics: weighted parts summed per optimizer step, then averaged over the steps; token counts
-    (`train_tokens`, `loss_tokens`) summed over the whole update (every epoch)."""
-
-    _COUNTS = ("train_tokens", "loss_tokens")
-
-    def __init__(self) -> None:
-        self.totals: dict[str, float] = defaultdict(float)
-        self.steps = 0
-
-    def add(self, values: dict[str, float], weight: float = 1.0) -> None:
-        for key, value in values.items():
-            self.totals[key] += value * weight
-
-    def count_tokens(self, batch: dict[str, Tensor]) -> None:
-        self.totals["train_tokens"] += float(batch["attention_mask"].sum())
-        self.totals["loss_tokens"] += float(batch["target_mask"].sum())
-
-    def metrics(self, elapsed: float) -> dict[str, float]:
-        out = {k: v if k in self._COUNTS else v / max(self.steps, 1) for k, v in self.totals.items()}
-        out.update(train_time_s=elapsed, train_tokens_per_s=self.totals["train_tokens"] / max(elapsed, 1e-9))
-        return out
