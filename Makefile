@@ -79,6 +79,7 @@ bench: models sandbox vllm verl
 	$(PY) benchmarks/local_generation.py
 	$(PY) benchmarks/sandbox_throughput.py
 	$(PY) benchmarks/local_vs_vllm.py
+	$(VERL_PY) benchmarks/verl_backend.py
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/grpo_vs_trl.py
 
