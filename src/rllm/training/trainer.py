@@ -17,11 +17,14 @@ Reading order: one RL step, file:function in the order it runs.
                                   TorchBackend._loss             composes the pure losses below
     training/losses.py            policy_loss, kl_penalty, value_loss, aggregate
     training/backends/torch.py    TorchBackend.push_weights      the rollout model samples from the new weights
+    (trainer.backend: verl)       training/backends/verl.py      the same calls on verl's workers on Ray
 
 Set-up happens once, in `setup()`: seeds, backend, task sampler, run directory (fresh or resumed), rollout model,
 engines, in that order.
 
 Choices:
+- The trainer sees its backend only through `rllm.training.backends.base.TrainingBackend`: `torch` (in this process)
+  or `verl` (verl's FSDP workers on Ray, same loss, same mini-batches, weights back to a rollout copy here).
 - Rollouts run on a `LocalModel` that shares the backend's model object (LoRA adapters live), so "pushing weights"
   on the embedded path is a version bump: the next rollouts are on-policy with no copy. With `rollout.server: vllm`
   (or `AgentTrainer(rollout="vllm")`) a vLLM server samples instead (`rllm.training.rollout_server`): started from
