@@ -349,8 +349,8 @@ def test_vllm_rollouts_sample_from_the_verl_workers_weights(tmp_path, smollm2_to
     build_tiny_model(smollm2_tokenizer, hidden_size=128, num_heads=2, num_kv_heads=1,
                      intermediate_size=256).save_pretrained(model_dir)  # fmt: skip
     smollm2_tokenizer.save_pretrained(model_dir)
-    _parity_run(tmp_path, model_dir, "vllm", "trainer.total_steps=2", "rollout.server=vllm",
-                "rollout.vllm.python=.venv-vllm/bin/python", "data.val_size=0", "rollout.n=4", "model.lora.enabled=true")  # fmt: skip
+    _parity_run(tmp_path, model_dir, "vllm", "trainer.total_steps=2", "rollout.server=vllm", "rollout.n=4",
+                "rollout.vllm.python=.venv-vllm/bin/python", "data.val_size=0", "model.lora.enabled=true")  # fmt: skip
     steps = [m for m in load_metrics(tmp_path / "vllm") if "reward_mean" in m]
     assert [m["weight_version"] for m in steps] == [1, 2] and any(m["grad_norm"] > 0 for m in steps)
     assert all(m["weight_sync_logprob_max_diff"] < 0.02 for m in steps)
