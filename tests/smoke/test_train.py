@@ -163,3 +163,24 @@ def test_solver_judge_workflow_trains_both_roles_with_their_own_estimators(tmp_p
     assert any(m["grad_norm"] > 0 for m in steps)
     assert "val/role/judge/success_rate" in load_metrics(tmp_path / "sj")[0]
     assert result["steps"] == 2
+
+
+def test_each_step_is_saved_once_and_a_resumed_run_stamps_its_weight_version(tmp_path, tiny_model_dir, monkeypatch):
+    """save_every=1: steps 1 and 2 saved once each (the last one after the final validation, not twice). After
+    resuming at step 2, the first new step's episodes were sampled with weight version 2, not 0."""
+    import rllm.training.trainer as trainer_module
+    from rllm.runs import read_episode_records
+
+    saved = []
+    original = trainer_module.save_checkpoint
+    monkeypatch.setattr(trainer_module, "save_checkpoint", lambda run_dir, step, *a, **k: (
+        saved.append(step), original(run_dir, step, *a, **k))[1])  # fmt: skip
+    _run(tmp_path, tiny_model_dir, "once", ["trainer.save_every=1", "trainer.stop_after=2"])
+    assert saved == [1, 2]
+    _run(tmp_path, tiny_model_dir, "ignored", ["trainer.save_every=1", f"trainer.resume={tmp_path / 'once'}"])
+    assert saved == [1, 2, 3, 4]
+    versions = {
+        record["step"]: {s.model_output.weight_version for t in record["episode"].trajectories for s in t.steps}
+        for record in read_episode_records(tmp_path / "once", "train")
+    }
+    assert versions == {1: {0}, 2: {1}, 3: {2}, 4: {3}}  # step k samples with the weights of k - 1 updates

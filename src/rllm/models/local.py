@@ -295,6 +295,11 @@ class LocalModel:
 
     # ------------------------------------------------------------ weights
 
+    def set_weight_version(self, version: int) -> None:
+        """Stamp later outputs with `version` without loading weights (a resumed run's model already has them):
+        the version the model reports and the one its scheduler stamps on outputs move together."""
+        self.weight_version = self._scheduler.weight_version = int(version)
+
     def update_weights(
         self, state_dict_or_path: Mapping[str, torch.Tensor] | str | Path, *, version: int | None = None
     ) -> int:

@@ -4,11 +4,15 @@ Layout: `run_dir/checkpoints/step_000004/{part}.pt`, whatever the backend writes
 verl's sharded `verl/` folder), `manifest.json` (step, the parts, sha256 of every file below the folder, versions), and
 `run_dir/checkpoints/latest` naming the newest complete one. A checkpoint is built in a temporary folder, every
 file and the folder are fsynced, then the folder is renamed into place and `latest` is replaced (write + fsync +
-rename), so readers see either the old checkpoint or the new one. Loading verifies every checksum.
+rename), so readers see either the old checkpoint or the new one. Loading verifies every checksum, the manifest's
+own and the step against the folder's name. Resuming (`find_resumable_checkpoint`) first repairs what a killed save
+left (a set-aside complete checkpoint goes back, staging folders go), then takes the newest intact checkpoint,
+saying which damaged ones it skipped.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -16,15 +20,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rllm.errors import RllmError
 from rllm.fsutil import install_dir_atomically, sha256_of_file, write_text_atomically
 from rllm.runs import versions
 
-__all__ = ["CheckpointError", "latest_checkpoint", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "CheckpointError",
+    "find_resumable_checkpoint",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "recover_checkpoints",
+    "save_checkpoint",
+]
 
 MANIFEST = "manifest.json"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RllmError, RuntimeError):
     """A checkpoint is missing, incomplete or corrupted."""
 
 
@@ -47,6 +59,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, parts: dict[str, Any]
     files = {path.relative_to(staging).as_posix(): sha256_of_file(path)
              for path in sorted(staging.rglob("*")) if path.is_file()}  # fmt: skip
     manifest = {"step": step, "parts": sorted(parts), "files": files, "versions": versions()}
+    manifest["manifest_sha256"] = _manifest_digest(manifest)  # the manifest checks itself too
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
     install_dir_atomically(staging, final)  # a re-run of the same step replaces it
     write_text_atomically(root / "latest", final.name)
@@ -64,19 +77,83 @@ def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
 
 
 def load_checkpoint(path: str | os.PathLike) -> tuple[int, dict[str, Any]]:
-    """(step, parts) of a checkpoint folder, after verifying every file's checksum. Checkpoints of the first
-    release list no parts: every file was one."""
+    """(step, parts) of a checkpoint folder, after verifying it (`verify_checkpoint`). Checkpoints of the first
+    release list no parts (every file was one) and carry no manifest checksum."""
     import torch
 
     path = Path(path)
-    manifest_path = path / MANIFEST
-    if not manifest_path.exists():
-        raise CheckpointError(f"{path} is not a complete checkpoint (no {MANIFEST})")
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    for filename, expected in manifest["files"].items():
-        file = path / filename
-        if not file.exists() or sha256_of_file(file) != expected:
-            raise CheckpointError(f"checkpoint file {file} is missing or does not match its checksum")
+    manifest = verify_checkpoint(path)
     names = manifest.get("parts", [Path(f).stem for f in manifest["files"]])
     parts = {name: torch.load(path / f"{name}.pt", map_location="cpu", weights_only=False) for name in names}
     return int(manifest["step"]), parts
+
+
+def verify_checkpoint(path: Path) -> dict[str, Any]:
+    """The manifest of checkpoint folder `path` once the manifest is valid JSON, matches its own checksum and its
+    folder's step, and every file it lists matches its checksum; else a `CheckpointError` naming the damaged file."""
+    manifest_path = path / MANIFEST
+    if not manifest_path.exists():
+        raise CheckpointError(f"{path} is not a complete checkpoint (no {MANIFEST})")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        step, files = int(manifest["step"]), dict(manifest["files"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"checkpoint manifest {manifest_path} is damaged (not a valid manifest: {exc})") from exc
+    if "manifest_sha256" in manifest and manifest["manifest_sha256"] != _manifest_digest(manifest):
+        raise CheckpointError(f"checkpoint manifest {manifest_path} does not match its checksum")
+    if path.name.startswith("step_") and path.name != f"step_{step:06d}":
+        raise CheckpointError(f"checkpoint manifest {manifest_path} says step {step}, its folder is {path.name}")
+    for filename, expected in files.items():
+        file = path / filename
+        if not file.exists() or sha256_of_file(file) != expected:
+            raise CheckpointError(f"checkpoint file {file} is missing or does not match its checksum")
+    return manifest
+
+
+def recover_checkpoints(run_dir: str | os.PathLike) -> list[str]:
+    """Undo what a save killed midway left behind; returns what was done, one line each. A complete checkpoint set
+    aside to be replaced (`.step_N.old-PID`) whose replacement never arrived goes back in place; every other staging
+    (`.step_N.tmp-PID`) or set-aside folder is removed (each is a whole checkpoint's size)."""
+    root = Path(run_dir) / "checkpoints"
+    done: list[str] = []
+    if not root.is_dir():
+        return done
+    for folder in sorted(root.glob(".step_*")):
+        name, _, kind = folder.name[1:].partition(".")
+        final = root / name
+        if kind.startswith("old-") and not final.exists() and (folder / MANIFEST).exists():
+            os.replace(folder, final)
+            done.append(f"restored {final.name} from {folder.name} (a save was killed while replacing it)")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+            done.append(f"removed {folder.name}, left by a killed save")
+    return done
+
+
+def find_resumable_checkpoint(run_dir: str | os.PathLike) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint of `run_dir` that verifies, after `recover_checkpoints`: the one `latest` names, else the
+    newest step folder that is intact. Returns it (None when the run has none yet) and what was repaired or skipped,
+    one line each. Raises `CheckpointError` naming the damaged files when checkpoints exist but none is intact."""
+    root = Path(run_dir) / "checkpoints"
+    notes = recover_checkpoints(run_dir)
+    candidates = sorted(root.glob("step_*"), reverse=True) if root.is_dir() else []
+    pointer = root / "latest"
+    if pointer.exists():
+        named = root / pointer.read_text(encoding="utf-8").strip()
+        candidates = [named] + [c for c in candidates if c != named]
+    damaged = []
+    for candidate in candidates:
+        try:
+            verify_checkpoint(candidate)
+        except CheckpointError as exc:
+            damaged.append(str(exc))
+            continue
+        return candidate, notes + [f"skipped a damaged checkpoint: {d}" for d in damaged]
+    if damaged:
+        raise CheckpointError("no intact checkpoint to resume from: " + "; ".join(damaged))
+    return None, notes
+
+
+def _manifest_digest(manifest: dict[str, Any]) -> str:
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()

@@ -52,6 +52,7 @@ import asyncio
 import hashlib
 import random
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,7 @@ from rllm.models.base import close_model
 from rllm.runs import RunLog, create_run_dir, write_json, write_manifest
 from rllm.training.advantages import apply_gae, group_key, score_episodes, trajectory_reward
 from rllm.training.batch import build_rows
-from rllm.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from rllm.training.checkpoint import find_resumable_checkpoint, load_checkpoint, save_checkpoint, verify_checkpoint
 from rllm.workflows.resolve import workflow_for_config
 
 __all__ = ["AgentTrainer"]
@@ -158,8 +159,8 @@ class AgentTrainer:
             self.step = step
             if cfg.val_every and step % cfg.val_every == 0 and step < cfg.total_steps:
                 self.val_history.append({"step": step, **await self._validate(log, step)})
-            if cfg.save_every and step % cfg.save_every == 0:
-                self._save()
+            if cfg.save_every and step % cfg.save_every == 0 and step < stop:
+                self._save()  # the loop's last step is saved once, after it (with the final validation)
             bar.set_postfix(reward=f"{metrics['reward_mean']:.2f}", val=f"{self.val_history[-1]['success_rate']:.2f}")
             bar.update()
         bar.close()
@@ -257,7 +258,7 @@ class AgentTrainer:
             self.rollout_model = self.backend.make_rollout_model(max_batch_size=cfg.rollout.n_parallel,
                                                                  seed=cfg.trainer.seed)  # fmt: skip
             if resumed_version is not None:
-                self.rollout_model.weight_version = resumed_version
+                self.rollout_model.set_weight_version(resumed_version)
         self.engine, self.val_engine = self._make_engine(), self._make_engine()
 
     def _resume(self, checkpoint: Path) -> int:
@@ -349,9 +350,14 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 
 def _find_checkpoint(path: Path) -> Path:
+    """`--resume` of a checkpoint folder (used as it is, once verified) or of a run directory (its newest intact
+    checkpoint, after repairing what a killed save left; every repair and skipped damaged checkpoint is said)."""
     if (path / "manifest.json").exists() and path.parent.name == "checkpoints":
+        verify_checkpoint(path)
         return path
-    found = latest_checkpoint(path)
+    found, notes = find_resumable_checkpoint(path)
+    for note in notes:
+        warnings.warn(f"--resume {path}: {note}", RuntimeWarning, stacklevel=2)
     if found is None:
         raise FileNotFoundError(f"--resume {path}: no checkpoint found (expected {path}/checkpoints/latest)")
     return found
