@@ -184,3 +184,34 @@ def test_each_step_is_saved_once_and_a_resumed_run_stamps_its_weight_version(tmp
         for record in read_episode_records(tmp_path / "once", "train")
     }
     assert versions == {1: {0}, 2: {1}, 3: {2}, 4: {3}}  # step k samples with the weights of k - 1 updates
+
+
+def test_a_kill_between_the_final_validation_and_the_last_save_leaves_logs_as_an_uninterrupted_run(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    """The final validation is logged, then the process dies before step 2 is saved: the resumed run redoes step 2
+    and its validation, and metrics and episodes hold each record once, as in a run that was never killed."""
+    from rllm.runs import read_episode_records
+
+    extra = ["trainer.total_steps=2", "trainer.save_every=1"]
+    _run(tmp_path, tiny_model_dir, "straight", extra)
+    original = AgentTrainer._save
+
+    def killed_at_the_last_save(self):
+        if self.step == 2 and self.val_history[-1]["step"] == 2:  # after the final validation
+            raise KeyboardInterrupt  # what a kill -9 leaves: everything logged, nothing saved for step 2
+        original(self)
+
+    monkeypatch.setattr(AgentTrainer, "_save", killed_at_the_last_save)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, tiny_model_dir, "killed", extra)
+    monkeypatch.setattr(AgentTrainer, "_save", original)
+    _run(tmp_path, tiny_model_dir, "ignored", [*extra, f"trainer.resume={tmp_path / 'killed'}"])
+
+    def comparable(run):
+        return [{k: v for k, v in m.items() if not is_time_metric(k)} for m in load_metrics(tmp_path / run)]
+
+    assert comparable("killed") == comparable("straight")
+    episodes = {run: [(r["step"], r["split"]) for r in read_episode_records(tmp_path / run)]
+                for run in ("straight", "killed")}  # fmt: skip
+    assert episodes["killed"] == episodes["straight"]
