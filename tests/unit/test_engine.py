@@ -276,6 +276,26 @@ def test_agent_bug_is_error_with_traceback():
     assert "ZeroDivisionError" in episode.info["traceback"] and "parse_action" in episode.info["traceback"]
 
 
+def test_an_agent_whose_trajectory_is_not_one_fails_its_episode_only_naming_the_class_and_property():
+    class SometimesNoTrajectory(BaseAgent):
+        """Loses its trajectory on task 1 only (a user's bug), after the first observation."""
+
+        def update_from_env(self, observation, reward, done, info):
+            self.lost = observation == "task 1"
+            super().update_from_env(observation, reward, done, info)
+
+        @property
+        def trajectory(self):
+            return None if getattr(self, "lost", False) else self._trajectory
+
+    engine = make_engine(FakeModel("yes"))
+    engine.agent_class = SometimesNoTrajectory
+    episodes = engine.execute_tasks([{"id": i, "k": 1} for i in range(3)])
+    assert [ep.termination_reason for ep in episodes] == [R.ENV_DONE, R.ERROR, R.ENV_DONE]
+    assert episodes[1].info["error"].startswith("AgentOutputError: SometimesNoTrajectory.trajectory returned NoneType")
+    assert episodes[1].info["error_site"] == "agent" and episodes[0].trajectories[0].steps
+
+
 def test_every_rollout_yields_an_episode_whatever_fails():
     def script(prompt, sampling):
         return InfraError("down") if prompt[0]["content"] == "task 1" else "yes"

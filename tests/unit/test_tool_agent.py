@@ -37,9 +37,10 @@ def call(name: str, **arguments) -> str:
     return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
-def run(script, *, max_steps=4, tokenizer=None, **env_args):
+def run(script, *, max_steps=4, tokenizer=None, env_workers=None, **env_args):
+    workers = {} if env_workers is None else {"env_workers": env_workers}
     engine = AgentExecutionEngine(agent_class=ToolAgent, env_class=AddEnv, model=FakeModel(script, tokenizer=tokenizer),
-                                  env_args=env_args, max_steps=max_steps)  # fmt: skip
+                                  env_args=env_args, max_steps=max_steps, **workers)  # fmt: skip
     (episode,) = engine.execute_tasks([{"id": "t", "question": "What is 2 + 40?", "answer": "42"}])
     return episode
 
@@ -52,6 +53,13 @@ def test_a_tool_call_then_the_final_answer():
     tool_message = steps[1].chat_completions[-1]
     assert tool_message == {"role": "tool", "name": "add", "content": "42", "tool_call_id": "call_0"}  # the result
     assert episode.trajectories[0].reward == 1.0 and steps[-1].info["tool_errors"] == 0
+
+
+def test_tools_run_with_the_env_inline_on_the_event_loop():
+    """env_workers=0 runs env code on the engine's own loop, where asyncio.run() refuses: the tool still runs."""
+    episode = run([call("add", a=2, b=40), "42"], env_workers=0)
+    assert episode.termination_reason is TerminationReason.ENV_DONE and episode.is_correct
+    assert episode.trajectories[0].steps[1].chat_completions[-1]["content"] == "42"
 
 
 def test_the_finish_tool_gives_the_final_answer():

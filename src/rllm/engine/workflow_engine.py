@@ -113,11 +113,20 @@ class AgentWorkflowEngine:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.execute_tasks_async(tasks, n_rollouts))
+            return asyncio.run(self._execute_and_release(tasks, n_rollouts))
         raise RuntimeError(
             "execute_tasks() was called inside a running event loop (e.g. Jupyter or async code); "
             "use `await engine.execute_tasks_async(tasks, n_rollouts)` instead"
         )
+
+    async def _execute_and_release(self, tasks: Sequence[dict], n_rollouts: int) -> list[Episode]:
+        """`execute_tasks_async` on the blocking call's own event loop, then close the client's HTTP session of that
+        loop (it dies with the loop; the client opens a new one on its next call)."""
+        try:
+            return await self.execute_tasks_async(tasks, n_rollouts)
+        finally:
+            if hasattr(self.model, "aclose"):
+                await self.model.aclose()
 
     async def execute_tasks_async(self, tasks: Sequence[dict], n_rollouts: int = 1) -> list[Episode]:
         """Roll out every task `n_rollouts` times; episodes come back grouped by task, in task order."""

@@ -20,7 +20,6 @@ changed is disabled and reported in `info["disabled_tools"]`), and closes the se
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from typing import Any
 from rllm.envs.base import BaseEnv
 from rllm.errors import InfraError
 from rllm.rewards.base import to_reward_output
+from rllm.tools.base import run_coroutine
 
 __all__ = ["MCPEnvironment", "ToolEnvironment"]
 
@@ -100,8 +100,8 @@ class ToolEnvironment(BaseEnv):
             self.errors["repeated_call"] += 1
             content = f"{self.results[key]}\n(You already made this exact call. Use the result: answer now.)"
             return {"role": "tool", "name": name, "content": content, "is_error": True, **_call_id(call)}
-        result = asyncio.run(self.registry.call(name, call.get("arguments") or {}, timeout_s=self.tool_timeout_s,
-                                                max_result_chars=self.max_result_chars))  # fmt: skip
+        result = run_coroutine(self.registry.call(name, call.get("arguments") or {}, timeout_s=self.tool_timeout_s,
+                                                  max_result_chars=self.max_result_chars))  # fmt: skip
         if result.error_kind == "infra":  # the tool server failed (lost connection, protocol error): ours, retried
             raise InfraError(f"tool {name!r}: {result.content}")
         if result.is_error:

@@ -43,6 +43,7 @@ __all__ = [
     "Tool",
     "ToolRegistry",
     "ToolResult",
+    "run_coroutine",
     "tool",
     "validate_arguments",
 ]
@@ -104,7 +105,7 @@ class FunctionTool(Tool):
 
     def call(self, **kwargs: Any) -> Any:
         if self.is_async:
-            return asyncio.run(self.fn(**kwargs))
+            return run_coroutine(self.fn(**kwargs))
         return self.fn(**kwargs)
 
     async def acall(self, **kwargs: Any) -> Any:
@@ -440,3 +441,18 @@ class ToolRegistry:
         if isinstance(result, ToolResult):
             return ToolResult(_cap(result.content, max_result_chars), result.is_error, result.error_kind)
         return ToolResult(_cap(_to_text(result), max_result_chars))
+
+
+def run_coroutine(coroutine: Any) -> Any:
+    """Run `coroutine` to completion from synchronous code and return its result. With no event loop running in this
+    thread that is `asyncio.run`; inside one (env code run inline on the engine's loop, `env_workers=0`, where
+    `asyncio.run` refuses) it runs on a fresh loop in a helper thread while this thread waits, as blocking env code
+    does anyway."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rllm-run-coroutine") as pool:
+        return pool.submit(asyncio.run, coroutine).result()

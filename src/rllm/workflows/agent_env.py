@@ -25,7 +25,7 @@ import asyncio
 from typing import Any
 
 from rllm.types import Action, Episode, ModelOutput, Step, TerminationReason
-from rllm.workflows.base import Workflow
+from rllm.workflows.base import Workflow, agent_trajectory
 from rllm.workflows.runtime import TerminationEvent, tag_site
 
 __all__ = ["AgentEnvWorkflow"]
@@ -115,7 +115,7 @@ class AgentEnvWorkflow(Workflow):
         self.phase = "model"
         output = await self.generate(messages, tools=getattr(agent, "tools", None))
         self.phase = "agent"
-        n_steps = len(agent.trajectory.steps)
+        n_steps = len(agent_trajectory(agent).steps)
         try:
             action = agent.update_from_model(output)
         except Exception as exc:
@@ -144,7 +144,7 @@ class AgentEnvWorkflow(Workflow):
         """The step this model call made, with what the agent left out filled in (a custom agent may record less,
         or no step at all). The messages the model saw are the first `n_messages` of the list the agent handed
         out (it may have appended its reply since); they are copied only when the agent did not record them."""
-        steps = self.agent.trajectory.steps
+        steps = agent_trajectory(self.agent).steps
         if len(steps) == n_steps:
             steps.append(Step(chat_completions=messages[:n_messages], model_output=output, action=action))
             return steps[-1]

@@ -41,6 +41,7 @@ from time import perf_counter
 from typing import Any
 
 from rllm._deprecation import warn_renamed
+from rllm.errors import RllmError
 from rllm.metrics import role_metrics
 from rllm.models.base import ModelClient, SamplingParams
 from rllm.types import Episode, ModelOutput, TerminationReason, Trajectory
@@ -204,6 +205,9 @@ class Workflow:
         self, task: dict, uid: str, reason: TerminationReason, returned: Episode | None, info: dict, time_total: float
     ) -> Episode:
         trajectories = self._trajectories(returned)
+        if self.episode_info.get("invalid_trajectories") and reason not in (_Reason.ERROR, _Reason.INFRA_ERROR):
+            reason = _Reason.ERROR  # nothing of it can be trained: an episode missing a trajectory is not done
+            info = {"error": self.episode_info["invalid_trajectory_error"], "error_site": "agent", **info}
         for trajectory in trajectories:
             if trajectory.reward is None:
                 trajectory.reward = self.compute_trajectory_reward(trajectory)
@@ -227,9 +231,15 @@ class Workflow:
     # ---- internals ----------------------------------------------------------------------------------------
 
     def _trajectories(self, returned: Episode | None) -> list[Trajectory]:
+        """The committed and returned trajectories; an agent's invalid one is left out, counted in
+        `episode_info["invalid_trajectories"]` with its error (the episode then ends as an error)."""
         out: list[Trajectory] = []
         for item in self._committed:
-            out.append(item.trajectory() if isinstance(item, _AgentRef) else item)
+            try:
+                out.append(item.trajectory() if isinstance(item, _AgentRef) else item)
+            except AgentOutputError as exc:
+                self.episode_info["invalid_trajectories"] = self.episode_info.get("invalid_trajectories", 0) + 1
+                self.episode_info.setdefault("invalid_trajectory_error", str(exc))
         out.extend(returned.trajectories if returned is not None else [])
         unique = {id(t): t for t in out}  # a trajectory both committed and returned counts once
         return list(unique.values())
@@ -265,10 +275,28 @@ class _AgentRef:
     name: str | None
 
     def trajectory(self) -> Trajectory:
-        trajectory = self.agent.trajectory
+        trajectory = agent_trajectory(self.agent)
         if self.name is not None:
             trajectory.name = self.name
         return trajectory
+
+
+class AgentOutputError(RllmError, TypeError):
+    """A user's agent handed back something that is not what the engine needs (its class and property named)."""
+
+
+def agent_trajectory(agent: Any) -> Trajectory:
+    """`agent.trajectory`, checked at the boundary: anything but a `Trajectory` is the agent's bug, reported with its
+    class and property (tagged as agent code) instead of an AttributeError deep in the engine."""
+    trajectory = agent.trajectory
+    if not isinstance(trajectory, Trajectory):
+        error = AgentOutputError(
+            f"{type(agent).__name__}.trajectory returned {type(trajectory).__name__}, not a rllm Trajectory: keep one "
+            "(self._trajectory = Trajectory() in reset) and return it from the trajectory property"
+        )
+        tag_site(error, "agent")
+        raise error
+    return trajectory
 
 
 def _termination_info(event: TerminationEvent) -> dict[str, Any]:
