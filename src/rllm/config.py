@@ -320,6 +320,9 @@ class TrainerConfig(_Section):
         "(needs the tensorboard package, part of the torch extra).",
     )
     log_episodes: bool = Field(True, description="Write every episode to the run's episodes JSONL.")
+    max_nonfinite_updates: int = Field(3, ge=1, description="Stop the run after this many updates in a row whose "
+                                       "loss or gradient was not finite (each is skipped: the weights never take a "
+                                       "NaN).")  # fmt: skip
 
 
 class VerlConfig(_Section):

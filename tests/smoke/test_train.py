@@ -215,3 +215,32 @@ def test_a_kill_between_the_final_validation_and_the_last_save_leaves_logs_as_an
     episodes = {run: [(r["step"], r["split"]) for r in read_episode_records(tmp_path / run)]
                 for run in ("straight", "killed")}  # fmt: skip
     assert episodes["killed"] == episodes["straight"]
+
+
+class HugeRewardEnv(LetterEnv):
+    """A user's reward on the wrong scale: 1e39 is a finite float but overflows float32 (every advantage, loss and
+    gradient is then NaN)."""
+
+    def step(self, action):
+        observation, reward, done, info = super().step(action)
+        return observation, reward * 1e39, done, info
+
+
+def test_non_finite_updates_are_skipped_and_the_run_stops_with_its_weights_intact(tmp_path, tiny_model_dir):
+    from rllm.training.trainer import TrainingDivergedError
+
+    overrides = [*TINY, f"model.name={tiny_model_dir}", "trainer.total_steps=4", "rollout.n=4",
+                 f"trainer.run_dir={tmp_path}", "trainer.name=huge", "trainer.max_nonfinite_updates=2",
+                 "model.lora.enabled=false", "data.val_size=0"]  # fmt: skip
+    tasks = [{"id": f"t{i}", "letter": letter} for i, letter in enumerate("eatoin")]
+    trainer = AgentTrainer(agent_class=BaseAgent, env_class=HugeRewardEnv, train_dataset=tasks, val_dataset=[],
+                           config=load_config("configs/frozenlake_grpo.yaml", overrides), progress=False)  # fmt: skip
+    from rllm.models.registry import load_causal_lm
+
+    initial = load_causal_lm(tiny_model_dir).state_dict()
+    with pytest.raises(TrainingDivergedError, match=r"step 2: 2 updates in a row had a non-finite loss or gradient"):
+        trainer.train()
+    steps = [m for m in load_metrics(tmp_path / "huge") if "reward_mean" in m]
+    assert [m["skipped_nonfinite"] for m in steps] == [1, 1] and all(m["skipped_update"] == 0 for m in steps)
+    weights = trainer.backend.model.state_dict()
+    assert all(torch.equal(weights[name], initial[name]) for name in initial)  # never stepped on a NaN gradient

@@ -265,3 +265,59 @@ def test_gae_bootstraps_across_the_rows_of_a_split_trajectory():
     # the same three action tokens with the same values: the split row continues the trajectory, it does not end it
     assert first.returns[2:] + second.returns[2:] == pytest.approx([merged.returns[i] for i in (2, 3, 5)])
     assert first.advantages[2:] + second.advantages[2:] == pytest.approx([merged.advantages[i] for i in (2, 3, 5)])
+
+
+# ---- refused rewards: never trained as 0 -----------------------------------------------------------------------
+
+
+def test_a_non_finite_env_reward_ends_its_episode_and_is_left_out_of_training_counted():
+    import math
+    from collections import Counter
+
+    from rllm.agents.base import BaseAgent
+    from rllm.config import AlgorithmConfig
+    from rllm.engine.execution import AgentExecutionEngine
+    from rllm.models.fake import FakeModel
+    from rllm.training.advantages import score_episodes
+    from rllm.types import TerminationReason
+    from tests.unit.test_engine import CounterEnv
+
+    class NaNOnTask1(CounterEnv):
+        def step(self, action):
+            observation, reward, done, info = super().step(action)
+            return observation, math.nan if self.name == "1" else reward, done, info
+
+    engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=NaNOnTask1, model=FakeModel("yes"),
+                                  env_args={"log": Counter()}, retry_backoff=0.0)  # fmt: skip
+    episodes = engine.execute_tasks([{"id": i, "k": 1} for i in range(3)], n_rollouts=2)
+    reasons = [ep.termination_reason for ep in episodes]
+    assert (
+        reasons == [TerminationReason.ENV_DONE] * 2 + [TerminationReason.ERROR] * 2 + [TerminationReason.ENV_DONE] * 2
+    )
+    assert "NaNOnTask1.step returned the reward nan; rewards must be finite" in episodes[2].info["error"]
+    assert episodes[2].info["error_site"] == "reward" and episodes[2].metrics["retries"] == 0  # a bug: not retried
+    batch = score_episodes(episodes, AlgorithmConfig(advantage="reinforce"))
+    assert batch.stats["excluded_reward_error"] == 2 and len(batch.trajectories) == 4
+    assert all(episode.task_id != "1" for episode, _ in batch.trajectories)
+
+
+def test_a_reward_function_returning_nan_is_left_out_of_training_counted():
+    import math
+
+    from rllm.config import AlgorithmConfig
+    from rllm.engine.workflow_engine import AgentWorkflowEngine
+    from rllm.models.fake import FakeModel
+    from rllm.training.advantages import score_episodes
+    from rllm.types import TerminationReason
+    from rllm.workflows.single_turn import SingleTurnWorkflow
+
+    def nan_for_b(task, response):
+        return math.nan if task["question"] == "b" else 1.0
+
+    workflow_args = {"reward_fn": nan_for_b, "prompt_fn": lambda t: t["question"]}
+    engine = AgentWorkflowEngine(workflow_class=SingleTurnWorkflow, model=FakeModel("yes"), workflow_args=workflow_args)
+    episodes = engine.execute_tasks([{"id": q, "question": q} for q in "abc"], n_rollouts=2)
+    refused = [ep for ep in episodes if ep.termination_reason is TerminationReason.ERROR]
+    assert len(refused) == 2 and "nan_for_b returned a non-finite reward nan" in refused[0].info["error"]
+    batch = score_episodes(episodes, AlgorithmConfig(advantage="reinforce"))
+    assert batch.stats["excluded_reward_error"] == 2 and len(batch.trajectories) == 4

@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from rllm.errors import RllmError
+
 __all__ = ["RewardOutput", "to_reward_output"]
 
 
@@ -25,6 +27,20 @@ class RewardOutput:
         return self.is_correct if self.is_correct is not None else self.reward > 0
 
 
+class RewardError(RllmError, ValueError):
+    """A reward that cannot be trained on (not a finite number). The episode ends as an error and its trajectories
+    are left out of training, counted (`batch/excluded_reward_error`): never read as 0."""
+
+
+def refuse_reward(message: str) -> RewardError:
+    """A `RewardError` tagged as raised by reward code, wherever it is raised (env or workflow)."""
+    from rllm.workflows.runtime import tag_site
+
+    error = RewardError(message)
+    tag_site(error, "reward")
+    return error
+
+
 def to_reward_output(value: Any, fn: Any = None) -> RewardOutput:
     """Normalise a reward function's result; a value that is not a finite number is refused, not read as 0."""
     if isinstance(value, RewardOutput):
@@ -37,5 +53,6 @@ def to_reward_output(value: Any, fn: Any = None) -> RewardOutput:
             f"{name} returned {type(value).__name__} {value!r}; return a float or rllm.rewards.RewardOutput"
         )
     if not math.isfinite(reward):
-        raise ValueError(f"reward function returned a non-finite reward {reward!r}")
+        name = getattr(fn, "__qualname__", "the reward function")
+        raise refuse_reward(f"{name} returned a non-finite reward {reward!r}; return a finite float")
     return value

@@ -16,8 +16,9 @@ Grouping and filtering (`score_episodes`):
 - A trajectory's reward is `Trajectory.final_reward()`; an episode ended by a policy error gets
   `policy_error_reward` when one is configured.
 - `valid` (counts in group statistics and trains) excludes infra errors (ours, not the policy's) when
-  `mask_infra_errors`, episodes cut by a length limit when `filter_overlong` (DAPO's overlong filtering), and
-  trajectories with no steps. Each exclusion is counted in the stats.
+  `mask_infra_errors`, episodes whose reward was refused (a reward function or env returned a non-finite one:
+  `rllm.rewards.base.RewardError`), episodes cut by a length limit when `filter_overlong` (DAPO's overlong
+  filtering), and trajectories with no steps. Each exclusion is counted in the stats.
 - `drop_uniform_groups` drops groups whose valid rewards are all equal: under a group baseline their advantages are
   0 anyway (DAPO's dynamic sampling, without resampling). Counted. It applies to every role alike.
 - Stepwise mode: each step's return is its discounted future reward (`gamma`, per step), and the estimator runs over
@@ -374,12 +375,14 @@ def score_episodes(episodes: Sequence[Episode], algorithm: Any, greedy_rewards: 
 
 
 def _validity(pairs: list[tuple[Episode, Trajectory]], algorithm: Any) -> tuple[list[bool], dict[str, float]]:
-    stats = {"excluded_infra_error": 0, "excluded_overlong": 0, "excluded_empty": 0}
+    stats = {"excluded_infra_error": 0, "excluded_overlong": 0, "excluded_empty": 0, "excluded_reward_error": 0}
     valid = []
     for episode, trajectory in pairs:
         reason = episode.termination_reason
         if algorithm.mask_infra_errors and reason is TerminationReason.INFRA_ERROR:
             stats["excluded_infra_error"] += 1
+        elif reason is TerminationReason.ERROR and episode.info.get("error_site") == "reward":
+            stats["excluded_reward_error"] += 1  # a refused reward is no reward: never trained as 0
         elif algorithm.filter_overlong and reason in _LENGTH_LIMITS:
             stats["excluded_overlong"] += 1
         elif not trajectory.steps:

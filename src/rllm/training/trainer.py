@@ -59,6 +59,7 @@ from typing import Any
 from rllm._deprecation import moved_attribute
 from rllm.config import ConfigError, TrainConfig, override_config
 from rllm.engine.workflow_engine import AgentWorkflowEngine
+from rllm.errors import RllmError
 from rllm.metrics import summarize_episodes
 from rllm.models.base import close_model
 from rllm.runs import RunLog, create_run_dir, write_json, write_manifest
@@ -205,7 +206,21 @@ class AgentTrainer:
         log.log(step, metrics)
         if cfg.trainer.log_episodes:
             log.log_episodes(step, episodes, "train")
+        self._check_finite(step, update, batch.rewards)
         return metrics
+
+    def _check_finite(self, step: int, update: dict[str, Any], rewards: list[float]) -> None:
+        """Count updates skipped for a non-finite loss or gradient; stop after `trainer.max_nonfinite_updates` in
+        a row (the weights are still the last finite ones; the last checkpoint is intact)."""
+        self._nonfinite_streak = self._nonfinite_streak + 1 if update.get("skipped_nonfinite") else 0
+        if self._nonfinite_streak >= self.config.trainer.max_nonfinite_updates:
+            low, high = (min(rewards), max(rewards)) if rewards else (float("nan"),) * 2
+            raise TrainingDivergedError(
+                f"step {step}: {self._nonfinite_streak} updates in a row had a non-finite loss or gradient and were "
+                f"skipped (trainer.max_nonfinite_updates={self.config.trainer.max_nonfinite_updates}); the weights "
+                f"are unchanged. This step's trained rewards ranged over [{low:g}, {high:g}]: check the reward scale "
+                "(rewards beyond ~1e38 overflow float32), then --resume from the last checkpoint."
+            )
 
     async def _validate(self, log: RunLog, step: int) -> dict[str, float]:
         """Greedy (`rollout.val_temperature`) episodes on the validation tasks, logged under `val/`."""
@@ -242,7 +257,7 @@ class AgentTrainer:
         cfg = self.config
         _seed_everything(cfg.trainer.seed)
         self.sampler = TaskSampler(self.train_dataset, cfg.trainer.seed)
-        self.step, self.val_history = 0, []
+        self.step, self.val_history, self._nonfinite_streak = 0, [], 0
         checkpoint = _find_checkpoint(Path(cfg.trainer.resume)) if cfg.trainer.resume else None
         if checkpoint is not None:
             self.run_dir = checkpoint.parent.parent
@@ -295,6 +310,10 @@ class AgentTrainer:
             "weight_version": self.rollout_model.weight_version,
         }
         save_checkpoint(self.run_dir, self.step, {"trainer": trainer_state}, write=self.backend.save)
+
+
+class TrainingDivergedError(RllmError):
+    """Updates kept producing a non-finite loss or gradient; the run stops with its weights intact."""
 
 
 class TaskSampler:

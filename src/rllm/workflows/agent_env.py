@@ -22,8 +22,10 @@ Choices:
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
+from rllm.rewards.base import refuse_reward
 from rllm.types import Action, Episode, ModelOutput, Step, TerminationReason
 from rllm.workflows.base import Workflow, agent_trajectory
 from rllm.workflows.runtime import TerminationEvent, tag_site
@@ -130,6 +132,7 @@ class AgentEnvWorkflow(Workflow):
 
         self.phase = "env"
         observation, reward, done, info = await self.call_env(self.env.step, action)
+        reward = _finite_reward(reward, self.env)
         self.last_env_info = info
         self.phase = "agent"
         _agent_call(agent.update_from_env, observation, reward, done, info)
@@ -154,6 +157,17 @@ class AgentEnvWorkflow(Workflow):
         if not step.chat_completions:
             step.chat_completions = messages[:n_messages]
         return step
+
+
+def _finite_reward(reward: Any, env: Any) -> float:
+    """The env's reward as a float, refused (`RewardError`, naming the env class) unless it is a finite number."""
+    try:
+        value = float(reward)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value):
+        raise refuse_reward(f"{type(env).__name__}.step returned the reward {reward!r}; rewards must be finite numbers")
+    return value
 
 
 def _agent_call(fn: Any, *args: Any, **kwargs: Any) -> Any:

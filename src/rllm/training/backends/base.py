@@ -73,10 +73,11 @@ def split_contiguous(order: list[int], parts: int) -> list[list[int]]:
 
 
 class UpdateLog:
-    """An update's metrics: weighted parts summed per optimizer step, then averaged over the steps; token counts
-    (`train_tokens`, `loss_tokens`) summed over the whole update (every epoch)."""
+    """An update's metrics: weighted parts summed per optimizer step, then averaged over the steps; counts
+    (`train_tokens`, `loss_tokens`, `skipped_nonfinite`: optimizer steps skipped for a non-finite loss or gradient)
+    summed over the whole update (every epoch)."""
 
-    _COUNTS = ("train_tokens", "loss_tokens")
+    _COUNTS = ("train_tokens", "loss_tokens", "skipped_nonfinite")
 
     def __init__(self) -> None:
         self.totals: dict[str, float] = defaultdict(float)
@@ -91,6 +92,7 @@ class UpdateLog:
         self.totals["loss_tokens"] += loss_tokens
 
     def metrics(self, elapsed: float) -> dict[str, float]:
+        self.totals["skipped_nonfinite"] += 0  # always reported
         out = {k: v if k in self._COUNTS else v / max(self.steps, 1) for k, v in self.totals.items()}
         out.update(train_time_s=elapsed, train_tokens_per_s=self.totals["train_tokens"] / max(elapsed, 1e-9))
         return out

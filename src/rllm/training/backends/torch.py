@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -237,9 +238,11 @@ class TorchBackend:
                         (loss * (unit / sum(units))).backward()
                         log.add(losses, unit / sum(units))
                         log.add(token_means, count / sum(tokens))
-                    grad_norm = torch.nn.utils.clip_grad_norm_(self._trainable_parameters(), max_norm)
-                    log.add({"grad_norm": float(grad_norm), "lr": self.optimizer.param_groups[0]["lr"]})
-                    if sum(units) > 0:  # no loss token at all (every row masked): no gradient, no step
+                    grad_norm = float(torch.nn.utils.clip_grad_norm_(self._trainable_parameters(), max_norm))
+                    log.add({"grad_norm": grad_norm, "lr": self.optimizer.param_groups[0]["lr"]})
+                    if not math.isfinite(grad_norm):  # a NaN/inf loss or gradient: skip, never step the weights
+                        log.add({"skipped_nonfinite": 1})
+                    elif sum(units) > 0:  # no loss token at all (every row masked): no gradient, no step
                         self.optimizer.step()
                     self.scheduler.step()  # the schedule advances anyway: it counts planned optimizer steps
                     log.steps += 1

@@ -28,6 +28,7 @@ On CPU, `verl_cpu` supplies the platform verl lacks (gloo, no pinned memory); on
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -382,7 +383,10 @@ class VerlBackend:
                 rllm_tokens=tokens, rllm_norm_length=norm_length,
             )  # fmt: skip
             output = self._call("update the policy", lambda data=data: self.actor.update_actor(data))
-            log.add({**_summed_metrics(tu.get(output, "metrics")), "lr": self._lr()})
+            metrics = _summed_metrics(tu.get(output, "metrics"))
+            log.add({**metrics, "lr": self._lr()})
+            if not math.isfinite(metrics.get("grad_norm", 0.0)):  # verl skipped this optimizer step itself
+                log.add({"skipped_nonfinite": 1})
             log.steps += 1
             self.optimizer_steps += 1
         self.updates += 1
