@@ -202,18 +202,30 @@ def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def _truncate_after(path: Path, step: int) -> None:
+    """Keep the lines of steps <= `step`. A torn last line (a kill mid-append) is dropped with a warning; a line that
+    does not parse anywhere else is corruption, refused with its line number (nothing is rewritten then)."""
     if not path.exists():
         return
-    kept = [line for line in path.read_text(encoding="utf-8").splitlines(keepends=True) if _step_of(line) <= step]
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = []
+    for number, line in enumerate(lines, start=1):
+        line_step = _step_of(line)
+        if line_step is None:
+            if number < len(lines):
+                raise RunFormatError(f"{path}:{number} is not a log record (corrupted in the middle of the file); "
+                                     "repair or remove that line, then resume")  # fmt: skip
+            warnings.warn(f"{path}: dropped a torn last line (a run killed mid-write)", UserWarning, stacklevel=3)
+        elif line_step <= step:
+            kept.append(line)
     path.write_text("".join(kept), encoding="utf-8")
 
 
-def _step_of(line: str) -> float:
-    """The step of a log line; a torn line (a crash mid-write) counts as after every checkpoint."""
+def _step_of(line: str) -> float | None:
+    """The step of a log line; None for a line that is not a record (torn by a crash mid-write, or corrupted)."""
     try:
         return json.loads(line)["step"]
     except (json.JSONDecodeError, KeyError, TypeError):
-        return float("inf")
+        return None
 
 
 def _tensorboard_writer(run_dir: Path) -> Any:

@@ -79,6 +79,29 @@ def test_a_torn_last_line_is_skipped_with_a_warning_and_dropped_on_resume(tmp_pa
         f.write('{"step": 3, "reward_me')  # killed mid-write
     with pytest.warns(UserWarning, match="torn last line"):
         assert [m["step"] for m in load_metrics(tmp_path)] == [1, 2]
-    RunLog(tmp_path, resume_step=1)  # resuming from the step-1 checkpoint
+    with pytest.warns(UserWarning, match="dropped a torn last line"):
+        RunLog(tmp_path, resume_step=1)  # resuming from the step-1 checkpoint
     assert [m["step"] for m in load_metrics(tmp_path)] == [1]
     assert [e.id for e in read_episodes(tmp_path)] == ["t1:0"]
+
+
+def test_resume_refuses_a_log_corrupted_in_the_middle_naming_the_line(tmp_path):
+    log = RunLog(tmp_path)
+    for step in (1, 2, 3):
+        log.log(step, {"reward_mean": 0.5})
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines(keepends=True)
+    lines[1] = '{"step": 2, "rew\n'  # not a torn append: a damaged line with records after it
+    (tmp_path / "metrics.jsonl").write_text("".join(lines))
+    with pytest.raises(RunFormatError, match=r"metrics.jsonl:2 is not a log record"):
+        RunLog(tmp_path, resume_step=3)
+    assert (tmp_path / "metrics.jsonl").read_text() == "".join(lines)  # nothing rewritten
+
+
+def test_resume_drops_a_torn_last_line_with_a_warning(tmp_path):
+    log = RunLog(tmp_path)
+    log.log(1, {"reward_mean": 0.5})
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 2, "rew')
+    with pytest.warns(UserWarning, match="dropped a torn last line"):
+        RunLog(tmp_path, resume_step=2)
+    assert [m["step"] for m in load_metrics(tmp_path)] == [1]
