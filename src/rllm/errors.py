@@ -15,7 +15,12 @@ class RllmError(Exception):
 
 
 class InfraError(RllmError):
-    """Something outside the policy failed: retry it."""
+    """Something outside the policy failed: retry it. `retry_after` (seconds) is the server's own delay (HTTP
+    Retry-After) when it gave one: every retry above honours it."""
+
+    def __init__(self, *args: object, retry_after: float | None = None) -> None:
+        super().__init__(*args)
+        self.retry_after = retry_after
 
 
 class PolicyError(RllmError):

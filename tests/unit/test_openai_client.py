@@ -315,3 +315,25 @@ def test_the_blocking_execute_tasks_leaves_no_unclosed_http_session(tmp_path):
                          cwd=root, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert out.returncode == 0 and "done" in out.stdout, out.stderr[-2000:]
     assert "Unclosed" not in out.stderr, out.stderr[-2000:]
+
+
+def test_the_engine_retry_honours_the_servers_retry_after():
+    """The client gives up (max_retries=0) on a 429 asking for 1 s; the InfraError carries that delay and the
+    engine's whole-rollout retry waits for it instead of its own 0.01 s backoff (before: it resent after 0.01 s)."""
+    from collections import Counter
+
+    from rllm.agents.base import BaseAgent
+    from rllm.engine.execution import AgentExecutionEngine
+    from tests.unit.test_engine import CounterEnv
+
+    with run_fake_server() as server:
+        server.inject(Fault.http(429, retry_after=1))
+        client = OpenAIClient(base_url=server.base_url, model=server.model, max_retries=0)
+        engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=CounterEnv, model=client, max_steps=1,
+                                      env_args={"log": Counter()}, retry_backoff=0.01)  # fmt: skip
+        started = time.monotonic()
+        (episode,) = engine.execute_tasks([{"k": 1}])
+        elapsed = time.monotonic() - started
+    assert episode.metrics["retries"] == 1 and episode.termination_reason.value == "env_done"
+    assert "HTTP 429" in episode.info["retry_errors"][0]
+    assert elapsed >= 1.0

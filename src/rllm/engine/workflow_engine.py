@@ -15,10 +15,11 @@ Design choices:
   (`tasks[0]:0, tasks[0]:1, ..., tasks[1]:0, ...`), whatever order they finished in. Its id (the workflow's `uid`)
   is `"{task_id}:{rollout_idx}"` where task_id is `task["id"]`, else `task["uid"]`, else the task's index.
 - Failures (classified in `rllm.workflows.runtime`): an infra error retries the whole rollout from scratch (the
-  workflow is `reset`), up to `retry_limit` times, waiting `retry_backoff * 2**attempt` seconds between attempts
-  (the instance goes back to the pool while waiting). If it still fails the episode is kept with `INFRA_ERROR` and
-  the error in `info`; earlier attempts' errors are in `info["retry_errors"]`. Policy errors and workflow bugs are
-  not retried (`POLICY_ERROR`, `ERROR` with `info["traceback"]`).
+  workflow is `reset`), up to `retry_limit` times, waiting `retry_backoff * 2**attempt` seconds between attempts,
+  or the server's Retry-After when it asked for longer (the instance goes back to the pool while waiting). If it
+  still fails the episode is kept with `INFRA_ERROR` and the error in `info`; earlier attempts' errors are in
+  `info["retry_errors"]`. Policy errors and workflow bugs are not retried (`POLICY_ERROR`, `ERROR` with
+  `info["traceback"]`).
 - `episode_timeout` bounds one attempt of a whole rollout (a retry gets a fresh budget) and ends it with
   `TIMEOUT`, keeping what was committed so far.
 - Metrics per episode: steps, token counts, token_mismatch, time_model / time_env / time_reward / time_total (of the
@@ -180,7 +181,8 @@ class AgentWorkflowEngine:
             if not failed or attempt >= self.retry_limit:
                 break
             retry_errors.append(episode.info.get("error"))
-            await asyncio.sleep(self.retry_backoff * 2**attempt)
+            # our backoff, or the server's Retry-After when it asked for longer
+            await asyncio.sleep(max(self.retry_backoff * 2**attempt, episode.info.get("retry_after_s") or 0.0))
             attempt += 1
         episode.metrics["retries"] = attempt
         episode.metrics["infra_errors"] = len(retry_errors) + int(failed)

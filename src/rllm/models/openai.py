@@ -285,7 +285,8 @@ class OpenAIClient:
                 return await self._attempt(session, url, payload)
             except _RetryableFailure as failure:
                 last = failure
-        raise InfraError(f"POST {url} failed after {self.max_retries + 1} attempts; last error: {last.reason}")
+        raise InfraError(f"POST {url} failed after {self.max_retries + 1} attempts; last error: {last.reason}",
+                         retry_after=last.retry_after)  # fmt: skip
 
     async def _attempt(self, session: aiohttp.ClientSession, url: str, payload: bytes) -> dict[str, Any]:
         try:

@@ -199,6 +199,8 @@ class Workflow:
             site = error_site(exc)
             info = {"error": f"{type(exc).__name__}: {exc}", "error_site": site,
                     "traceback": "".join(traceback.format_exception(exc))}  # fmt: skip
+            if getattr(exc, "retry_after", None) is not None:
+                info["retry_after_s"] = float(exc.retry_after)  # the server's delay: the engine's retry honours it
             return classify_error(exc, site), None, info
 
     def build_episode(
