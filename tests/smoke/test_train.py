@@ -218,8 +218,8 @@ def test_a_kill_between_the_final_validation_and_the_last_save_leaves_logs_as_an
 
 
 class HugeRewardEnv(LetterEnv):
-    """A user's reward on the wrong scale: 1e39 is a finite float but overflows float32 (every advantage, loss and
-    gradient is then NaN)."""
+    """A user's reward on the wrong scale: 1e39 is a finite float, but as a REINFORCE advantage (reward units) it
+    overflows the float32 loss, whose gradient is then NaN."""
 
     def step(self, action):
         observation, reward, done, info = super().step(action)
@@ -231,7 +231,7 @@ def test_non_finite_updates_are_skipped_and_the_run_stops_with_its_weights_intac
 
     overrides = [*TINY, f"model.name={tiny_model_dir}", "trainer.total_steps=4", "rollout.n=4",
                  f"trainer.run_dir={tmp_path}", "trainer.name=huge", "trainer.max_nonfinite_updates=2",
-                 "model.lora.enabled=false", "data.val_size=0"]  # fmt: skip
+                 "model.lora.enabled=false", "data.val_size=0", "algorithm.advantage=reinforce"]  # fmt: skip
     tasks = [{"id": f"t{i}", "letter": letter} for i, letter in enumerate("eatoin")]
     trainer = AgentTrainer(agent_class=BaseAgent, env_class=HugeRewardEnv, train_dataset=tasks, val_dataset=[],
                            config=load_config("configs/frozenlake_grpo.yaml", overrides), progress=False)  # fmt: skip

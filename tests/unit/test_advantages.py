@@ -1,5 +1,7 @@
 """Advantage estimators against numbers computed by hand (the arithmetic is in the comments)."""
 
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -171,3 +173,22 @@ def test_registry_and_dispatch():
             compute_advantages(bad, T([1.0]), T([0]))
     with pytest.raises(ValueError):
         compute_advantages("remax", T([1.0]), T([0]))
+
+
+@pytest.mark.parametrize("huge", [1e39, 1e300, 1.7e308])
+def test_finite_rewards_of_any_size_give_finite_advantages(huge):
+    """float32 estimators overflowed on rewards beyond ~1e19 (NaN advantages for the whole group); rewards are now
+    scaled by a power of two first: GRPO's normalised advantages are those of the same rewards at unit scale, and
+    RLOO's stay in reward units (Python floats, finite)."""
+    from rllm.config import AlgorithmConfig
+    from rllm.training.advantages import _role_step_advantages
+
+    steps, keys, valid = [[0.0]] * 4, ["g"] * 4, [True] * 4
+    grpo = AlgorithmConfig(advantage="grpo").for_role("agent")
+    got = [a for (a,) in _role_step_advantages(grpo, steps, keys, [huge, 0.0, huge, 0.0], valid, None)]
+    unit = [a for (a,) in _role_step_advantages(grpo, steps, keys, [1.0, 0.0, 1.0, 0.0], valid, None)]
+    assert got == pytest.approx(unit, rel=1e-5)  # (up to the eps added to the std, which does not scale)
+    rloo = AlgorithmConfig(advantage="rloo").for_role("agent")
+    got = [a for (a,) in _role_step_advantages(rloo, steps, keys, [huge, 0.0, huge, 0.0], valid, None)]
+    assert all(math.isfinite(a) for a in got)
+    assert got == pytest.approx([huge / 3 * 2, -huge / 3 * 2] * 2, rel=1e-6)

@@ -41,6 +41,7 @@ the backend's values and whitens the result over the batch, as verl does.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -405,24 +406,50 @@ def _role_step_advantages(settings: Any, steps: list[list[float]], keys: list[st
     if not flat_keys:
         return [[] for _ in steps]
     options: dict[str, Any] = {"norm_by_std": settings.norm_by_std} if settings.advantage == "grpo" else {}
+    values = [value for values in entries for value in values]
+    greedy: list[float] = []
     if settings.advantage == "remax":
         groups = list(dict.fromkeys(flat_keys))  # the order group_index_from_keys numbers them in
         missing = [key for key in groups if key not in (greedy_rewards or {})]
         if missing:
             raise ValueError(f"remax needs the reward of a greedy rollout for every group; none for {missing[:5]}")
-        options["greedy_rewards_per_group"] = torch.tensor([greedy_rewards[key] for key in groups])
+        greedy = [greedy_rewards[key] for key in groups]
+    shift = _overflow_exponent(values + greedy)  # rewards are divided by 2**shift (exactly) for the estimators
+    if greedy:
+        options["greedy_rewards_per_group"] = torch.tensor([math.ldexp(g, -shift) for g in greedy])
     flat = compute_advantages(
         settings.advantage,
-        torch.tensor([value for values in entries for value in values]),
+        torch.tensor([math.ldexp(value, -shift) for value in values]),
         group_index_from_keys(flat_keys),
         torch.tensor([ok for ok, values in zip(valid, entries, strict=True) for _ in values]),
         **options,
     ).tolist()
+    if shift and not _scale_free(settings):
+        flat = [_times_power_of_two(a, shift) for a in flat]  # back to reward units, in Python floats (float64)
     out, start = [], 0
     for step_list, values in zip(steps, entries, strict=True):
         chunk, start = flat[start : start + len(values)], start + len(values)
         out.append(chunk if settings.stepwise else chunk * len(step_list))
     return out
+
+
+def _overflow_exponent(values: list[float]) -> int:
+    """k such that rewards divided by 2**k cannot overflow the float32 estimators (their squares, summed over a group,
+    stay far below float32's 3.4e38): 0 for rewards of ordinary size, which are then used exactly as they are."""
+    largest = max((abs(v) for v in values), default=0.0)
+    return 0 if largest <= 2.0**50 else math.frexp(largest)[1]
+
+
+def _times_power_of_two(value: float, exponent: int) -> float:
+    try:
+        return math.ldexp(value, exponent)
+    except OverflowError:  # beyond float64: the update's non-finite guard skips what it cannot train on
+        return math.copysign(math.inf, value)
+
+
+def _scale_free(settings: Any) -> bool:
+    """Estimators whose advantages do not change when every reward is scaled (normalised by a std)."""
+    return (settings.advantage == "grpo" and settings.norm_by_std) or settings.advantage == "reinforce_pp"
 
 
 # ---- PPO with a critic -------------------------------------------------------------------------------------------
