@@ -320,7 +320,7 @@ def test_busy_resources_fail_after_the_placement_timeout_and_leave_the_callers_r
     import time
 
     import ray
-    from ray.util.placement_group import placement_group
+    from ray.util.placement_group import placement_group, remove_placement_group
 
     ray.init(num_cpus=1, include_dashboard=False)
     try:
@@ -333,6 +333,14 @@ def test_busy_resources_fail_after_the_placement_timeout_and_leave_the_callers_r
             VerlBackend(config, tiny_model_dir / "busy")
         assert time.monotonic() - started < 30
         assert ray.is_initialized()  # the caller's Ray is the caller's to stop
+        remove_placement_group(taken)  # freed: the workers start on the caller's Ray (and get the CPU platform)
+        backend = VerlBackend(config, tiny_model_dir / "freed")
+        try:
+            rows = synthetic_rows()
+            assert len(backend.compute_logprobs(rows, temperature=1.0)) == len(rows)
+        finally:
+            backend.close()
+        assert ray.is_initialized()
     finally:
         ray.shutdown()
     assert not ray_processes()

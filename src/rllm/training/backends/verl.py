@@ -120,6 +120,7 @@ class VerlBackend:
         address = self.config.verl.ray_address or os.environ.get("RAY_ADDRESS")
         env = {k: v for k, v in os.environ.items() if k.startswith("VERL_")}
         env.update(TOKENIZERS_PARALLELISM="false", PYTHONPATH=os.pathsep.join(_import_roots()))
+        self._worker_env = env  # given to every worker too: a Ray the caller started has not got it
         runtime_env = {"env_vars": env}
         if ray.is_initialized():  # the caller's Ray: theirs to stop
             return
@@ -147,7 +148,7 @@ class VerlBackend:
         if self.algorithm.kl_coef > 0 and not self.config.model.lora.enabled:
             roles["ref"] = RayClassWithInitArgs(cls=worker, config=verl_config.actor_rollout_ref, role="ref")
         group = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=create_colocated_worker_cls(roles),
-                               device_name=self.device)  # fmt: skip
+                               device_name=self.device, worker_env=self._worker_env)  # fmt: skip
         groups = group.spawn(prefix_set=set(roles))
         self.ref = groups.get("ref")
         self._call("start the reference model", lambda: self.ref and self.ref.init_model())
