@@ -1,17 +1,18 @@
 """Chat rendering that keeps multi-turn prompts token-exact.
 
-The prompt of turn k is the previous prompt ids + the previous completion ids (exactly as sampled) + the rendered
-*delta* of the messages that came after the model's reply. So every turn extends the previous one by
-construction, and a whole multi-turn trajectory trains as one row `[prompt0, A0, obs1, A1, ...]` (DESIGN.md, token
-exactness). Re-tokenizing the decoded history instead would silently change the ids the model actually sampled.
+The prompt of turn k is the previous prompt ids + the previous completion ids (exactly as sampled) + the ids of
+the text the chat template adds after the model's reply. So every turn extends the previous one, and a whole
+multi-turn trajectory trains as one row `[prompt0, A0, obs1, A1, ...]` (DESIGN.md, token exactness). Re-tokenizing
+the decoded history instead would silently change the ids the model actually sampled.
 
-How the delta is found, for any chat template: render the conversation with a unique placeholder as the model's
-reply, then take the text after the placeholder. If the reply ended with an end-of-turn token that the template
-would also print (ChatML's `<|im_end|>`), that text starts with it and it is dropped, since the sampled ids hold it.
-
-A step does not extend (and `mismatches` counts it) when the agent rewrote history: earlier messages changed, its
-stored reply differs from the sampled text, or the template renders earlier turns differently once later ones
-exist (templates that strip old reasoning do). Then the prompt is rendered in full and training starts a new row.
+How it is checked, for any chat template: the messages are rendered in full (one render per turn), and the turn
+extends only if that text is the previous prompt's text + the reply exactly as sampled (its ids decoded, end-of-turn
+token included) + new text. So whatever the template does to the reply (strip its `<think>` block, `| trim` it,
+print structured `tool_calls` back as text) is seen at the turn where it happens. A turn whose text does not extend
+is rendered in full; if those ids still start with the previous prompt + completion ids it extends all the same
+(the rows merge), otherwise `mismatches` counts it and training starts a new row: an agent that rewrote history,
+stored a reply that differs from the sample, or a template that prints earlier turns differently once later ones
+exist. `extended` tells which happened to the last prompt, the same rule `training.batch.build_rows` merges by.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from typing import Any
 from rllm.types import ModelOutput
 
 __all__ = ["ChatRenderer", "encode_text", "render_messages", "render_text"]
-
-_PLACEHOLDER = "\u2063rllm-reply-placeholder\u2063"
 
 
 def render_text(
@@ -63,22 +62,23 @@ class ChatRenderer:
         self.tokenizer = tokenizer
         self.tools = tools
         self.mismatches = 0  # prompts that could not extend the previous prompt + completion
-        self._messages: list[dict] | None = None  # messages of the last prompt
-        self._text: str | None = None  # the last prompt as text, with every reply printed as sampled
+        self.extended = False  # whether the last prompt extended the previous prompt + completion
+        self._text: str | None = None  # the last prompt as text
         self._pending_ids: list[int] | None = None  # the last prompt, until its output is recorded
         self._context_ids: list[int] | None = None  # last prompt + its sampled completion
-        self._last_output: ModelOutput | None = None
+        self._context_text: str | None = None  # the same as text: the last prompt's text + the reply as sampled
 
     def render(self, messages: list[dict]) -> list[int]:
-        delta = self._delta_ids(messages) if self._context_ids is not None else None
-        if delta is not None:
-            ids = self._context_ids + delta
+        text = render_text(self.tokenizer, messages, tools=self.tools)
+        context = self._context_ids
+        if context is not None and text.startswith(self._context_text):
+            ids = context + encode_text(self.tokenizer, text[len(self._context_text) :])
         else:
-            if self._context_ids is not None:
-                self.mismatches += 1
-            self._text = render_text(self.tokenizer, messages, tools=self.tools)
-            ids = encode_text(self.tokenizer, self._text)
-        self._messages = [dict(m) for m in messages]
+            ids = encode_text(self.tokenizer, text)
+        self.extended = context is not None and ids[: len(context)] == context
+        if context is not None and not self.extended:
+            self.mismatches += 1
+        self._text = text
         self._pending_ids = ids
         return ids
 
@@ -90,43 +90,6 @@ class ChatRenderer:
             raise ValueError("ChatRenderer needs completion ids; this model client returned none")
         prompt = output.prompt_ids if output.prompt_ids is not None else self._pending_ids
         self._context_ids = list(prompt) + list(output.completion_ids)
-        self._last_output = output
+        # Decoded with special tokens, so a sampled end-of-turn token must be the one the template prints.
+        self._context_text = self._text + self.tokenizer.decode(output.completion_ids, skip_special_tokens=False)
         self._pending_ids = None
-
-    def _delta_ids(self, messages: list[dict]) -> list[int] | None:
-        previous, output = self._messages, self._last_output
-        n = len(previous)
-        if len(messages) <= n or messages[:n] != previous:
-            return None
-        reply = messages[n]
-        if reply.get("role") != "assistant" or reply.get("content") not in (output.text, output.content):
-            return None
-        with_placeholder = [*previous, {**reply, "content": _PLACEHOLDER}, *messages[n + 1 :]]
-        text = render_text(self.tokenizer, with_placeholder, tools=self.tools)
-        cut = text.find(_PLACEHOLDER)
-        # The template must print the earlier turns exactly as the previous prompt had them, replies as sampled.
-        # (`self._text` is that prompt's text; comparing with it costs no second render.)
-        if cut < 0 or text[:cut] != self._text:
-            return None
-        after = text[cut + len(_PLACEHOLDER) :]
-        self._text = text[:cut] + reply["content"] + after
-        end_of_turn = self._sampled_end_of_turn(output)
-        if end_of_turn:
-            if not after.startswith(end_of_turn):
-                return None
-            after = after[len(end_of_turn) :]
-        return encode_text(self.tokenizer, after)
-
-    def _sampled_end_of_turn(self, output: ModelOutput) -> str:
-        """The text of the end-of-turn token the model sampled last, or "" if it stopped otherwise."""
-        ids = output.completion_ids or []
-        if not ids or ids[-1] not in _eos_ids(self.tokenizer):
-            return ""
-        return self.tokenizer.decode([ids[-1]], skip_special_tokens=False)
-
-
-def _eos_ids(tokenizer: Any) -> set[int]:
-    ids = tokenizer.eos_token_id
-    found = set(ids) if isinstance(ids, (list, tuple, set)) else {ids}
-    found.discard(None)
-    return found

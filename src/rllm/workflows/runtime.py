@@ -14,8 +14,9 @@ Choices:
   `[prompt, A0, obs1, A1, ...]` (DESIGN.md): `max_prompt_length` bounds a row's prompt and `max_response_length`
   everything after it (completions and the observation deltas between them). So each call gets
   `max_tokens = min(sampling.max_tokens, remaining)`, and a call with nothing remaining ends the episode with
-  `MAX_RESPONSE_LENGTH`, which guarantees the merged row fits. A prompt that does not extend the previous one (the
-  ChatRenderer counts a mismatch) starts a new row, bounded by `max_prompt_length` again.
+  `MAX_RESPONSE_LENGTH`, which guarantees the merged row fits. A prompt whose ids do not start with the previous
+  prompt + completion (`ChatRenderer.extended` is false, and it counts a mismatch) starts a new row, bounded by
+  `max_prompt_length` again: the rule `build_rows` merges by, so the budget is kept for the rows that are built.
 """
 
 from __future__ import annotations
@@ -113,7 +114,6 @@ class Conversation:
         self.response_tokens = 0  # of the row being filled
         self.row_full = False  # the last call used up the row's response budget
         self._row_prompt_length: int | None = None
-        self._row_mismatches = 0
 
     @property
     def mismatches(self) -> int:
@@ -125,9 +125,8 @@ class Conversation:
         if self.renderer is None:
             return messages, None
         ids = self.renderer.render(messages)
-        if self._row_prompt_length is None or self.renderer.mismatches != self._row_mismatches:
+        if self._row_prompt_length is None or not self.renderer.extended:
             self._row_prompt_length = len(ids)  # a new training row starts with this prompt
-            self._row_mismatches = self.renderer.mismatches
             if not self.first_prompt_length:
                 self.first_prompt_length = len(ids)
             if len(ids) > self.max_prompt_length:
