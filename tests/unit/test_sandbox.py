@@ -7,7 +7,10 @@ error is `Sandbox.check()`'s message, which names the fix."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import errno
 import os
+import platform
 import shutil
 import socket
 import subprocess
@@ -187,6 +190,86 @@ for path in ["/proc/self/environ", "/proc/1/environ", *glob.glob("/proc/*/enviro
     assert sentinel.encode() not in res.stdout + res.stderr
 
 
+# add_key(2) and keyctl(2) of this machine's ABI, which the sandbox's Python shares
+KEY_SYSCALLS = {"x86_64": (248, 250), "aarch64": (217, 219)}
+KEYCTL_SEARCH, KEYCTL_READ, KEYCTL_INVALIDATE, SESSION_KEYRING, USER_KEYRING = 10, 11, 21, -3, -4
+KEYRING_HELPERS = f"""
+import ctypes, platform
+libc = ctypes.CDLL(None, use_errno=True)
+ADD_KEY, KEYCTL = {KEY_SYSCALLS}[platform.machine()]
+def keyctl(*args):
+    return libc.syscall(KEYCTL, *args), ctypes.get_errno()
+def add_key(description, payload, keyring):
+    return libc.syscall(ADD_KEY, b"user", description, payload, len(payload), keyring), ctypes.get_errno()
+def read_key(serial):
+    buf = ctypes.create_string_buffer(4096)
+    size, errno = keyctl({KEYCTL_READ}, serial, buf, len(buf))
+    return buf.raw[:size].decode() if size >= 0 else f"errno {{errno}}"
+def search(keyring, description):
+    return keyctl({KEYCTL_SEARCH}, keyring, b"user", description, 0)
+"""
+
+
+@pytest.fixture
+def host_key():
+    """A secret in this process's session keyring, which a plain fork/exec hands down to every child."""
+    if platform.machine() not in KEY_SYSCALLS:
+        pytest.skip(f"no keyctl numbers for {platform.machine()} in this test")
+    libc = ctypes.CDLL(None, use_errno=True)
+    add_key, keyctl = KEY_SYSCALLS[platform.machine()]
+    secret = f"host-secret-{uuid.uuid4().hex}".encode()
+    serial = libc.syscall(add_key, b"user", b"rllm-test-secret", secret, len(secret), SESSION_KEYRING)
+    if serial < 0:
+        pytest.skip(f"this host cannot add keys to its session keyring (errno {ctypes.get_errno()})")
+    yield serial, secret
+    libc.syscall(keyctl, KEYCTL_INVALIDATE, serial)
+
+
+def test_the_hosts_session_keyring_is_out_of_reach(sandbox, host_key):
+    serial, secret = host_key
+    code = (
+        KEYRING_HELPERS
+        + f"""
+print("by id", read_key({serial}))
+found, errno = search({SESSION_KEYRING}, b"rllm-test-secret")
+print("by search", read_key(found) if found > 0 else f"errno {{errno}}")
+if platform.machine() == "x86_64":  # the same call through the i386 ABI, which a filter on x86-64 numbers misses
+    import mmap, os
+    page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(bytes.fromhex("53" "b820010000" "31db" "b9fdffffff" "31d2" "cd80" "5b" "c3"))
+    # push rbx; eax = 288 (keyctl); ebx = 0 (KEYCTL_GET_KEYRING_ID); ecx = -3 (session); edx = 0; int 0x80; pop rbx
+    call = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))
+    r, w = os.pipe()
+    if os.fork() == 0:  # a kernel without i386 emulation kills the caller of int 0x80
+        os.write(w, str(call()).encode())
+        os._exit(0)
+    os.close(w)
+    os.wait()
+    print("i386 session keyring", os.read(r, 64).decode() or "unavailable")
+"""
+    )
+    res = run_python(sandbox, code)
+    assert res.ok, res
+    assert secret not in res.stdout and b"by id errno" in res.stdout and b"by search errno" in res.stdout, res.stdout
+    if platform.machine() == "x86_64":
+        i386 = res.stdout.decode().splitlines()[-1]
+        assert i386 in (f"i386 session keyring {-errno.EPERM}", "i386 session keyring unavailable"), res.stdout
+
+
+def test_keys_added_by_one_run_are_gone_in_the_next(sandbox, host_key):
+    """Both the session keyring (the host's, inherited) and the user keyring of uid 65534 (per user namespace, and as
+    root the sandbox's user namespace lives as long as the trainer) would carry keys from one run to the next."""
+    name = f"rllm-persist-{uuid.uuid4().hex}".encode()
+    rings = f"{{'session': {SESSION_KEYRING}, 'user': {USER_KEYRING}}}"
+    plant = KEYRING_HELPERS + f"for ring in {rings}.values():\n    add_key({name!r}, b'x', ring)\n"
+    look = KEYRING_HELPERS + f"print([n for n, ring in {rings}.items() if search(ring, {name!r})[0] > 0])\n"
+    assert run_python(sandbox, plant).ok
+    res = run_python(sandbox, look)
+    assert res.ok and res.stdout == b"[]\n", res  # the keyrings where the next run finds the planted key
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.syscall(KEY_SYSCALLS[platform.machine()][1], KEYCTL_SEARCH, SESSION_KEYRING, b"user", name, 0) < 0
+
+
 def test_killing_every_visible_pid_harms_only_the_sandbox(sandbox):
     bystander = subprocess.Popen(["sleep", "30"])
     try:
@@ -304,6 +387,16 @@ def test_fails_closed_without_bubblewrap(monkeypatch):
     assert Sandbox().unsafe
     with pytest.raises(SandboxUnavailableError, match="apt-get install bubblewrap"):
         Sandbox.check()  # the opt-in relaxes runs, never the check
+
+
+def test_fails_closed_on_a_machine_it_has_no_seccomp_filter_for(monkeypatch):
+    sandbox_module._seccomp_filter.cache_clear()
+    monkeypatch.setattr(sandbox_module.platform, "machine", lambda: "riscv64")
+    try:
+        with pytest.raises(SandboxUnavailableError, match="no seccomp filter for 'riscv64'"):
+            Sandbox.check()
+    finally:
+        sandbox_module._seccomp_filter.cache_clear()
 
 
 def test_fails_closed_without_a_cgroup_unless_allowed(monkeypatch, tmp_path):

@@ -16,6 +16,13 @@ Isolation layers, and why each (each one covers for another failing open on some
   with its site-packages hidden (stdlib only, and no .pth files run at every start: -20 ms a run). The root is a
   read-only tmpfs: no home, no repository, no /etc beyond those files. The only writable places are fresh
   size-capped tmpfs: the working directory /work, /tmp and /dev/shm.
+- Kernel keyrings, which no namespace isolates: a seccomp filter (bwrap --seccomp, applied before the sandbox's
+  PID 1 starts and inherited by everything in it) makes add_key, request_key and keyctl fail with EPERM, as Docker's
+  default profile does. Without it a program could read the keys of the session keyring it inherits from the
+  trainer, and leave keys in that keyring or in the user keyring of uid 65534 (as root, the user namespace that
+  keyring belongs to is made once per trainer process, see Identity) for a later run to find. The filter covers
+  every ABI the machine runs (x86-64 with its i386 compat calls and x32, arm64 with arm compat); on another machine
+  the sandbox refuses to start.
 - Environment: bwrap starts with an empty environment and the program gets only PATH, HOME, LANG,
   PYTHONDONTWRITEBYTECODE and PYTHONHASHSEED, so no secret of the host is in any /proc/*/environ inside.
 - Resources: a cgroup per run (memory without swap, pids), which the launcher (bash) joins itself and then sets
@@ -37,15 +44,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import functools
 import json
 import os
+import platform
 import select
 import selectors
 import shlex
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -226,9 +236,48 @@ def _root_filesystem() -> tuple[str, ...]:
     return tuple(argv)
 
 
-def _bwrap_argv(tools: _Tools, limits: SandboxLimits, files: dict[str, int], status_fd: int) -> list[str]:
-    """bwrap's command line up to the program's argv; `files` maps paths under /work to memfds."""
-    argv = [tools.bwrap]
+# Classic BPF (linux/filter.h) over struct seccomp_data {int nr; u32 arch; ...}, and seccomp's return values.
+_LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
+_NR_OFFSET, _ARCH_OFFSET = 0, 4
+_ALLOW, _REFUSE, _KILL = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x80000000  # ALLOW, ERRNO(EPERM), KILL_PROCESS
+# Per machine, every ABI a process on it can call the kernel with: (AUDIT_ARCH_*, the numbers of add_key,
+# request_key and keyctl, the lowest number refused outright or None). x86-64 also takes i386 calls (int 0x80) and
+# x32 calls (numbers with bit 30 set, none of which a Python or a libc of this machine makes): x32 is refused whole.
+_KEY_SYSCALLS = {
+    "x86_64": ((0xC000003E, (248, 249, 250), 0x40000000), (0x40000003, (286, 287, 288), None)),
+    "aarch64": ((0xC00000B7, (217, 218, 219), None), (0x40000028, (309, 310, 311), None)),
+}
+
+
+@functools.cache
+def _seccomp_filter() -> bytes:
+    """The BPF program bwrap installs (--seccomp): refuse the keyring syscalls, allow everything else, and kill a
+    process calling with an ABI the table does not know (its numbers would mean other calls)."""
+    abis = _KEY_SYSCALLS.get(platform.machine())
+    if abis is None:
+        raise SandboxUnavailableError(
+            f"rllm's sandbox has no seccomp filter for {platform.machine()!r} (only {', '.join(_KEY_SYSCALLS)}): "
+            "without it sandboxed programs could use the host's kernel keyrings"
+        )
+    program = [(_LD_W_ABS, 0, 0, _ARCH_OFFSET)]
+    for arch, numbers, refuse_from in abis:
+        block = [(_LD_W_ABS, 0, 0, _NR_OFFSET)]
+        checks = [(_JGE_K, refuse_from)] if refuse_from is not None else []
+        checks += [(_JEQ_K, number) for number in numbers]
+        for i, (op, k) in enumerate(checks):
+            block.append((op, len(checks) - i, 0, k))  # true: jump over the rest and the ALLOW to the REFUSE
+        block += [(_RET_K, 0, 0, _ALLOW), (_RET_K, 0, 0, _REFUSE)]
+        program += [(_JEQ_K, 0, len(block), arch), *block]  # false: on to the next ABI's arch check
+    program.append((_RET_K, 0, 0, _KILL))
+    return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
+
+
+def _bwrap_argv(
+    tools: _Tools, limits: SandboxLimits, files: dict[str, int], status_fd: int, seccomp_fd: int
+) -> list[str]:
+    """bwrap's command line up to the program's argv; `files` maps paths under /work to memfds, `seccomp_fd` is a
+    memfd holding `_seccomp_filter()` (bwrap reads it once and closes it)."""
+    argv = [tools.bwrap, "--seccomp", str(seccomp_fd)]
     if tools.setpriv:
         argv += ["--userns", str(_USERNS_FD), "--unshare-pid", "--unshare-net", "--unshare-ipc"]
         argv += ["--unshare-uts", "--unshare-cgroup", "--cap-drop", "ALL"]
@@ -527,11 +576,12 @@ class Sandbox:
 
     def _bwrap_launch(self, argv, files, limits, stack) -> _Launch:
         memfds = {name: _memfd(content, stack) for name, content in files.items()}
+        seccomp = _memfd(_seccomp_filter(), stack)  # a fresh one per run: reading it moves its offset
         userns = _root_user_namespace() if self._tools.setpriv else None
         status_r, status_w = (_above_stdio(fd) for fd in os.pipe())
         stack.callback(os.close, status_r)
-        command = [*_bwrap_argv(self._tools, limits, memfds, status_w), *argv]
-        inherited = [status_w, *memfds.values(), *([userns] if userns else [])]
+        command = [*_bwrap_argv(self._tools, limits, memfds, status_w, seccomp), *argv]
+        inherited = [status_w, seccomp, *memfds.values(), *([userns] if userns else [])]
         return _Launch(command, "/", {}, inherited, [status_w], status_r, userns)
 
     def _unsafe_launch(self, argv, files, limits, stack) -> _Launch:
