@@ -41,6 +41,7 @@ __all__ = [
     "RunFormatError",
     "RunLog",
     "create_run_dir",
+    "is_unstarted_train_run",
     "load_metrics",
     "read_episode_records",
     "read_episodes",
@@ -50,6 +51,7 @@ __all__ = [
 ]
 
 SPLITS = ("train", "val", "eval")
+_FIRST_FILES = {"manifest.json", "config.yaml", "metrics.jsonl", "episodes.jsonl", "tensorboard", "checkpoints"}
 
 
 class RunFormatError(RllmError, ValueError):
@@ -88,6 +90,22 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return found
+
+
+def is_unstarted_train_run(path: str | os.PathLike) -> bool:
+    """Whether `path` is a training run directory stopped before its first checkpoint: it holds nothing but what a
+    training run writes before that (manifest, config, logs, TensorBoard events, a checkpoints folder with no step
+    in it) and its manifest, where it can be read (a kill may have torn it), says `train`. A mistyped path, a folder
+    of runs or an eval run is not one."""
+    path = Path(path)
+    if not path.is_dir() or any(entry.name not in _FIRST_FILES for entry in path.iterdir()):
+        return False
+    if any((path / "checkpoints").glob("step_*")):
+        return False
+    try:
+        return json.loads((path / "manifest.json").read_text(encoding="utf-8")).get("kind") == "train"
+    except (OSError, ValueError, AttributeError):  # not written yet, or torn
+        return True
 
 
 def write_manifest(run_dir: Path, kind: str, config: Any) -> None:
@@ -202,29 +220,36 @@ def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def _truncate_after(path: Path, step: int) -> None:
-    """Keep the lines of steps <= `step`. A torn last line (a kill mid-append) is dropped with a warning; a line that
-    does not parse anywhere else is corruption, refused with its line number (nothing is rewritten then)."""
+    """Drop the lines of steps > `step`. A run appends in step order, so they are the file's tail: the file is cut
+    where they begin, in one system call, so a kill during a resume leaves it whole or cut, never half rewritten. A
+    torn last line (a kill mid-append) is dropped with a warning; a line that does not parse anywhere else, or that
+    comes after a later step's, is corruption, refused with its line number (nothing is changed then)."""
     if not path.exists():
         return
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    kept = []
+    lines = path.read_bytes().splitlines(keepends=True)
+    offset, cut = 0, None
     for number, line in enumerate(lines, start=1):
         line_step = _step_of(line)
+        if line_step is None and number < len(lines):
+            raise RunFormatError(f"{path}:{number} is not a log record (corrupted in the middle of the file); "
+                                 "repair or remove that line, then resume")  # fmt: skip
         if line_step is None:
-            if number < len(lines):
-                raise RunFormatError(f"{path}:{number} is not a log record (corrupted in the middle of the file); "
-                                     "repair or remove that line, then resume")  # fmt: skip
             warnings.warn(f"{path}: dropped a torn last line (a run killed mid-write)", UserWarning, stacklevel=3)
-        elif line_step <= step:
-            kept.append(line)
-    path.write_text("".join(kept), encoding="utf-8")
+        if line_step is None or line_step > step:
+            cut = offset if cut is None else cut
+        elif cut is not None:
+            raise RunFormatError(f"{path}:{number} is a record of step {line_step} after one of a later step (not "
+                                 "written by rllm in this order); repair the file, then resume")  # fmt: skip
+        offset += len(line)
+    if cut is not None:
+        os.truncate(path, cut)
 
 
-def _step_of(line: str) -> float | None:
+def _step_of(line: str | bytes) -> float | None:
     """The step of a log line; None for a line that is not a record (torn by a crash mid-write, or corrupted)."""
     try:
         return json.loads(line)["step"]
-    except (json.JSONDecodeError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):  # ValueError: JSONDecodeError, or UTF-8 torn mid-character
         return None
 
 

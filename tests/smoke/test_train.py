@@ -177,8 +177,13 @@ def test_each_step_is_saved_once_and_a_resumed_run_stamps_its_weight_version(tmp
         saved.append(step), original(run_dir, step, *a, **k))[1])  # fmt: skip
     _run(tmp_path, tiny_model_dir, "once", ["trainer.save_every=1", "trainer.stop_after=2"])
     assert saved == [1, 2]
-    _run(tmp_path, tiny_model_dir, "ignored", ["trainer.save_every=1", f"trainer.resume={tmp_path / 'once'}"])
+    done = _run(tmp_path, tiny_model_dir, "ignored", ["trainer.save_every=1", f"trainer.resume={tmp_path / 'once'}"])
     assert saved == [1, 2, 3, 4]
+    # resuming the finished run (killed after its last save) saves nothing again and reports the same last step
+    again = _run(tmp_path, tiny_model_dir, "ignored", ["trainer.save_every=1", f"trainer.resume={tmp_path / 'once'}"])
+    assert saved == [1, 2, 3, 4]
+    timeless = [{k: v for k, v in result["last_metrics"].items() if not is_time_metric(k)} for result in (done, again)]
+    assert timeless[0] == timeless[1] and timeless[0]["weight_version"] == 4
     versions = {
         record["step"]: {s.model_output.weight_version for t in record["episode"].trajectories for s in t.steps}
         for record in read_episode_records(tmp_path / "once", "train")

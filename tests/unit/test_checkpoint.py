@@ -72,6 +72,17 @@ def test_leftover_staging_folders_are_removed_on_resume(tmp_path):
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step_000001", "step_000002"]
 
 
+def test_a_new_latest_pointer_left_by_a_killed_save_is_removed_on_resume(tmp_path):
+    """Found by the reliability tier: a kill between writing `.latest.tmp-PID` and its rename left that file forever."""
+    from rllm.training.checkpoint import find_resumable_checkpoint
+
+    _two_checkpoints(tmp_path)
+    (tmp_path / "checkpoints" / ".latest.tmp-4242").write_text("step_000003")
+    found, notes = find_resumable_checkpoint(tmp_path)
+    assert found.name == "step_000002" and notes == ["removed .latest.tmp-4242, left by a killed save"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step_000001", "step_000002"]
+
+
 def test_a_manifest_claiming_another_step_is_refused_and_the_previous_checkpoint_is_used(tmp_path):
     import json
 

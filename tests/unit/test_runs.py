@@ -12,6 +12,7 @@ from rllm.runs import (
     RunFormatError,
     RunLog,
     create_run_dir,
+    is_unstarted_train_run,
     load_metrics,
     read_episode_records,
     read_episodes,
@@ -105,3 +106,34 @@ def test_resume_drops_a_torn_last_line_with_a_warning(tmp_path):
     with pytest.warns(UserWarning, match="dropped a torn last line"):
         RunLog(tmp_path, resume_step=2)
     assert [m["step"] for m in load_metrics(tmp_path)] == [1]
+
+
+def test_resume_refuses_a_record_after_one_of_a_later_step(tmp_path):
+    """Resume cuts the log where the records of later steps begin (one truncate, so a kill during a resume cannot
+    leave a half-rewritten log); records out of step order are not rllm's and are refused, nothing changed."""
+    lines = ['{"step": 1}\n', '{"step": 3}\n', '{"step": 2}\n']
+    (tmp_path / "metrics.jsonl").write_text("".join(lines))
+    with pytest.raises(RunFormatError, match=r"metrics.jsonl:3 is a record of step 2 after one of a later step"):
+        RunLog(tmp_path, resume_step=2)
+    assert (tmp_path / "metrics.jsonl").read_text() == "".join(lines)
+    RunLog(tmp_path, resume_step=3)  # nothing to drop: nothing refused
+    assert (tmp_path / "metrics.jsonl").read_text() == "".join(lines)
+
+
+def test_a_run_stopped_before_its_first_checkpoint_is_recognised(tmp_path):
+    config = load_config(None, ["trainer.seed=7"])
+    run = create_run_dir(tmp_path, "run", "train")
+    assert is_unstarted_train_run(run)  # killed before it wrote anything
+    write_manifest(run, "train", config)
+    RunLog(run).log(0, {"val/reward_mean": 0.0})
+    (run / "checkpoints" / ".step_000001.tmp-7").mkdir(parents=True)
+    assert is_unstarted_train_run(run)
+    (run / "manifest.json").write_text('{"kind": "tr')  # torn by the kill
+    assert is_unstarted_train_run(run)
+    (run / "checkpoints" / "step_000001").mkdir()
+    assert not is_unstarted_train_run(run)  # it has a checkpoint (intact or not: resume decides)
+    evaluation = create_run_dir(tmp_path, "eval", "eval")
+    write_manifest(evaluation, "eval", config)
+    assert not is_unstarted_train_run(evaluation)
+    assert not is_unstarted_train_run(tmp_path)  # a folder of runs
+    assert not is_unstarted_train_run(tmp_path / "missing")

@@ -113,11 +113,15 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
 def recover_checkpoints(run_dir: str | os.PathLike) -> list[str]:
     """Undo what a save killed midway left behind; returns what was done, one line each. A complete checkpoint set
     aside to be replaced (`.step_N.old-PID`) whose replacement never arrived goes back in place; every other staging
-    (`.step_N.tmp-PID`) or set-aside folder is removed (each is a whole checkpoint's size)."""
+    (`.step_N.tmp-PID`) or set-aside folder is removed (each is a whole checkpoint's size), and so is a new `latest`
+    that was not yet renamed into place (`.latest.tmp-PID`)."""
     root = Path(run_dir) / "checkpoints"
     done: list[str] = []
     if not root.is_dir():
         return done
+    for pointer in sorted(root.glob(".latest.tmp-*")):
+        pointer.unlink()
+        done.append(f"removed {pointer.name}, left by a killed save")
     for folder in sorted(root.glob(".step_*")):
         name, _, kind = folder.name[1:].partition(".")
         final = root / name

@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -62,7 +63,7 @@ from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.errors import RllmError
 from rllm.metrics import summarize_episodes
 from rllm.models.base import close_model
-from rllm.runs import RunLog, create_run_dir, write_json, write_manifest
+from rllm.runs import RunLog, create_run_dir, is_unstarted_train_run, load_metrics, write_json, write_manifest
 from rllm.training.advantages import apply_gae, group_key, score_episodes, trajectory_reward
 from rllm.training.batch import build_rows
 from rllm.training.checkpoint import find_resumable_checkpoint, load_checkpoint, save_checkpoint, verify_checkpoint
@@ -129,10 +130,12 @@ class AgentTrainer:
             if start_step == 0:
                 self.val_history.append({"step": 0, **await self._validate(log, 0)})
             last = await self._loop(log, start_step)
-            result["last_metrics"] = last
+            # a resumed run with no step left (killed after its last save) has its last step's metrics in the log
+            result["last_metrics"] = last or _logged_step_metrics(self.run_dir, self.step)
             if self.step == cfg.trainer.total_steps and self.val_history[-1]["step"] != self.step:
                 self.val_history.append({"step": self.step, **await self._validate(log, self.step)})
-            self._save()
+            if self.step > start_step or self.resumed_from is None:
+                self._save()  # else the checkpoint resumed from is this state already: never save a step twice
         finally:
             if log is not None:
                 log.close()
@@ -249,9 +252,10 @@ class AgentTrainer:
 
     def setup(self) -> None:
         """Build the run's state, in the one order that works: seeds -> task sampler -> run directory, fresh or the
-        resumed one -> backend (model, optimizer; verl's workers exchange weights through the run directory) ->
-        resumed state (weights, optimizer, sampler position, RNG, validation history) -> rollout model (after
-        resuming, so a vLLM server starts from the resumed weights) -> engines."""
+        resumed one (started over when it was killed before its first checkpoint) -> backend (model, optimizer;
+        verl's workers exchange weights through the run directory) -> resumed state (weights, optimizer, sampler
+        position, RNG, validation history) -> rollout model (after resuming, so a vLLM server starts from the
+        resumed weights) -> engines."""
         from rllm.training.backends import make_backend
 
         cfg = self.config
@@ -259,8 +263,11 @@ class AgentTrainer:
         self.sampler = TaskSampler(self.train_dataset, cfg.trainer.seed)
         self.step, self.val_history, self._nonfinite_streak = 0, [], 0
         checkpoint = _find_checkpoint(Path(cfg.trainer.resume)) if cfg.trainer.resume else None
+        self.resumed_from = checkpoint
         if checkpoint is not None:
             self.run_dir = checkpoint.parent.parent
+        elif cfg.trainer.resume:
+            self._restart_run_dir(Path(cfg.trainer.resume))
         else:
             self._new_run_dir()
         self.backend = make_backend(cfg, self.run_dir, model=self._model, tokenizer=self._tokenizer)
@@ -284,7 +291,10 @@ class AgentTrainer:
         self.sampler.position = state["sampler_position"]
         # checkpoints of the first release named these mean_reward / mean_turns (rllm.metrics' vocabulary since)
         renamed = {"mean_reward": "reward_mean", "mean_turns": "turns_mean"}
-        self.val_history = [{renamed.get(k, k): v for k, v in entry.items()} for entry in state["val_history"]]
+        # interned keys: the same string objects as a run that never stopped, so pickle shares them the same way and
+        # the next checkpoint is byte-identical to that run's
+        self.val_history = [{sys.intern(renamed.get(k, k)): v for k, v in entry.items()}
+                            for entry in state["val_history"]]  # fmt: skip
         _set_rng_state(state["rng"])
         return state["weight_version"]
 
@@ -293,6 +303,14 @@ class AgentTrainer:
         self.run_dir = create_run_dir(cfg.trainer.run_dir, cfg.trainer.name, "train", cfg.data.task,
                                       cfg.algorithm.advantage)  # fmt: skip
         write_manifest(self.run_dir, "train", cfg)
+
+    def _restart_run_dir(self, run_dir: Path) -> None:
+        """`--resume` of a run killed before its first checkpoint: it starts over in its own directory, what it
+        logged is dropped (it is logged again), its manifest and config are written again (one may be torn)."""
+        self.run_dir = run_dir
+        for name in ("metrics.jsonl", "episodes.jsonl"):
+            (run_dir / name).unlink(missing_ok=True)
+        write_manifest(run_dir, "train", self.config)
 
     async def _close_rollout(self) -> None:
         if getattr(self, "rollout_model", None) is not None:
@@ -368,9 +386,10 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def _find_checkpoint(path: Path) -> Path:
+def _find_checkpoint(path: Path) -> Path | None:
     """`--resume` of a checkpoint folder (used as it is, once verified) or of a run directory (its newest intact
-    checkpoint, after repairing what a killed save left; every repair and skipped damaged checkpoint is said)."""
+    checkpoint, after repairing what a killed save left; every repair and skipped damaged checkpoint is said). None
+    for a training run directory killed before its first checkpoint: that run starts over."""
     if (path / "manifest.json").exists() and path.parent.name == "checkpoints":
         verify_checkpoint(path)
         return path
@@ -378,8 +397,19 @@ def _find_checkpoint(path: Path) -> Path:
     for note in notes:
         warnings.warn(f"--resume {path}: {note}", RuntimeWarning, stacklevel=2)
     if found is None:
-        raise FileNotFoundError(f"--resume {path}: no checkpoint found (expected {path}/checkpoints/latest)")
+        if not is_unstarted_train_run(path):
+            raise FileNotFoundError(f"--resume {path}: no checkpoint found (expected {path}/checkpoints/latest)")
+        warnings.warn(f"--resume {path}: the run was stopped before its first checkpoint; it starts over",
+                      RuntimeWarning, stacklevel=2)  # fmt: skip
     return found
+
+
+def _logged_step_metrics(run_dir: Path, step: int) -> dict[str, Any]:
+    """What `run_dir`'s metrics.jsonl holds for training step `step` (not its validation)."""
+    for record in reversed(load_metrics(run_dir)):
+        if record["step"] == step and not any(key.startswith("val/") for key in record):
+            return {k: v for k, v in record.items() if k != "step"}
+    return {}
 
 
 def _progress(enabled: bool, *, total: int, initial: int):
