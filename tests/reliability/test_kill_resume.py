@@ -1,0 +1,241 @@
+"""Reliability tier: `rllm train` killed with a real SIGKILL, then `--resume`d to the end, must leave exactly what a
+run never killed leaves: the same checkpoint files byte for byte (weights, optimizer, RNG and sampler state, the
+manifests), the same metrics.jsonl lines and episodes.jsonl records (time measurements aside) and result.json.
+
+The kills (`kill_harness.py` runs the real CLI in forked children and kills them from inside, no test hook in rllm):
+- at every write point of a run (2 steps, each saved, with a validation before and after): each file opened and
+  each write, torn in half (log appends, manifests, checkpoint files, `latest`), each fsync, rename and folder
+  creation of both checkpoint saves, the final one included; and after the last write;
+- at seeded random moments (the Nth module call: inside generation, an update, a validation);
+- a resume killed in turn at every write point a fresh run never has (log truncation, repairs, replacing a
+  checkpoint folder), after kills that leave it each kind of repair to do.
+One reference run is shared; every run is tiny (`rollout.n_parallel=1`, 2 tasks × 2 samples, 2 turns, 6 tokens).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rllm.training.trainer import is_time_metric
+
+pytestmark = pytest.mark.reliability
+
+HARNESS = Path(__file__).with_name("kill_harness.py")
+REPO = Path(__file__).resolve().parents[2]
+OVERRIDES = [
+    "rollout.n=2", "rollout.max_tokens=6", "trainer.tasks_per_step=2", "data.train_size=6", "data.val_size=2",
+    "optim.micro_batch_size=2", "optim.lr=1e-2", "trainer.total_steps=2", "trainer.save_every=1",
+    "rollout.n_parallel=1", "trainer.tensorboard=false", f"workflow={HARNESS}:TwoTurnParity",
+]  # fmt: skip
+RANDOM_KILLS = 6
+
+
+class Harness:
+    """A fork server (`kill_harness.py`) for the module's runs, all under one folder. `hash_seed`: its Python's string
+    hash seed, which its forked runs share; the reference runs in another interpreter with another seed, so a
+    dependence on set or hash order would show as a difference instead of repeating in every run."""
+
+    def __init__(self, root: Path, model_dir: Path, hash_seed: int) -> None:
+        self.root, self.model_dir = root, model_dir
+        env = {**os.environ, "PYTHONHASHSEED": str(hash_seed)}
+        self.process = subprocess.Popen([sys.executable, str(HARNESS)], cwd=REPO, env=env, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)  # fmt: skip
+
+    def run(self, runs: list[dict]) -> dict[str, list[dict]]:
+        plan = {"argv": ["train", "configs/arithmetic_grpo.yaml", *OVERRIDES, f"model.name={self.model_dir}"],
+                "runs_root": str(self.root / "runs"), "logs": str(self.root / "logs"), "jobs": 2, "threads": 1,
+                "runs": runs}  # fmt: skip
+        self.process.stdin.write(json.dumps(plan) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, f"the kill harness died (exit {self.process.poll()})"
+        return json.loads(line)["runs"]
+
+    def run_dir(self, name: str) -> Path:
+        return self.root / "runs" / name
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory, tiny_model_dir):
+    harness = Harness(tmp_path_factory.mktemp("reliability"), tiny_model_dir, hash_seed=2)
+    yield harness
+    harness.close()
+
+
+@pytest.fixture(scope="module")
+def reference(harness):
+    """The run never killed, and what its process did: its write points and module calls. Run by a harness of its
+    own (started while the other one imports)."""
+    own = Harness(harness.root, harness.model_dir, hash_seed=1)
+    try:
+        (process,) = own.run([{"name": "reference", "kills": []}])["reference"]
+    finally:
+        own.close()
+    assert process["exit"] == "exit 0", _tail(process)
+    metrics = [json.loads(line) for line in (harness.run_dir("reference") / "metrics.jsonl").read_text().splitlines()]
+    assert any(m.get("grad_norm", 0) > 0 for m in metrics)  # the weights move: equal runs mean something
+    return process
+
+
+def test_a_run_killed_at_any_write_point_resumes_bitwise(harness, reference):
+    points = [{"op": n} for n in range(1, len(reference["ops"]) + 1)] + [{"at_exit": True}]
+    assert len(points) >= 50  # two saves, four validations/steps of log appends, manifests, result
+    runs = {f"op{n:02d}": {"kills": [kill]} for n, kill in enumerate(points, start=1)}
+    failures = _kill_and_compare(harness, runs)
+    _report("write points", len(runs), failures)
+    assert not failures, _describe(failures, {f"op{n:02d}": op for n, op in enumerate(reference["ops"], start=1)})
+
+
+def test_a_run_killed_at_random_moments_resumes_bitwise(harness, reference):
+    rng = random.Random(15)  # seeded: the same moments every time
+    calls = sorted(rng.sample(range(1, reference["calls"] + 1), RANDOM_KILLS))
+    runs = {f"call{n}": {"kills": [{"call": n}]} for n in calls}
+    failures = _kill_and_compare(harness, runs)
+    _report(f"random moments (module calls {calls} of {reference['calls']})", len(runs), failures)
+    assert not failures, _describe(failures, {})
+
+
+def test_a_resume_killed_at_its_own_write_points_resumes_bitwise(harness, reference):
+    """First kills that leave the resume repairs to do: `latest` not yet replaced after the last step's folder was
+    renamed in (the resume trains step 2 again and replaces that folder), a torn episodes append, a staging folder
+    left mid-save. Each resume is then killed at every write point a fresh run never has."""
+    ops = reference["ops"]
+    last = len(ops) - ops[::-1].index("replace checkpoints/.latest.tmp-PID")  # the final save's
+    torn = len(ops) - ops[::-1].index("write-a episodes.jsonl")
+    staging = len(ops) - ops[::-1].index("fsync checkpoints/.step_000002.tmp-PID/trainer.pt")
+    first_kills = {"latest": {"op": last}, "torn": {"op": torn}, "staging": {"op": staging}}
+    probes = harness.run([{"name": name, "kills": [kill], "snapshot": True} for name, kill in first_kills.items()])
+    runs, described = {}, {}
+    for name in first_kills:
+        resumed = probes[name][-1]
+        assert resumed["exit"] == "exit 0", _tail(resumed)
+        assert not _differences(harness.run_dir("reference"), harness.run_dir(name)), name
+        new = [n for n, op in enumerate(resumed["ops"], start=1) if op not in ops]
+        assert new, f"the resume after {name} did nothing a fresh run does not do"
+        # just before each, and just after (before the next point): e.g. between the two renames of a replacement
+        points = sorted({m for n in new for m in (n, n + 1) if m <= len(resumed["ops"])})
+        runs.update({f"{name}-op{n:02d}": {"kills": [{"op": n}], "from": name} for n in points})
+        described.update({f"{name}-op{n:02d}": resumed["ops"][n - 1] for n in points})
+    failures = _kill_and_compare(harness, runs)
+    _report("write points of resumes", len(runs), failures)
+    print("\n".join(f"  {name}: before {op}" for name, op in described.items()))
+    assert not failures, _describe(failures, described)
+    replaced = [op for op in probes["latest"][-1]["ops"] if op not in ops]
+    assert "replace checkpoints/step_000002" in replaced  # the folder set aside: item 8's two renames, each killed
+
+
+# ---- running and comparing -----------------------------------------------------------------------------------
+
+
+def _kill_and_compare(harness: Harness, runs: dict[str, dict]) -> dict[str, str]:
+    """Runs each of `runs` (name -> its plan: kills, ...) and returns name -> what went wrong, for those that did."""
+    results = harness.run([{"name": name, **run} for name, run in runs.items()])
+    failures = {}
+    for name, run in runs.items():
+        processes = results[name]
+        exits = [p["exit"] for p in processes]
+        if exits != ["killed"] * len(run["kills"]) + ["exit 0"]:
+            failures[name] = f"processes ended {exits}: {_tail(processes[-1])}"
+            continue
+        differences = _differences(harness.run_dir("reference"), harness.run_dir(name))
+        if differences:
+            failures[name] = "; ".join(differences[:5])
+    return failures
+
+
+def _differences(expected: Path, actual: Path) -> list[str]:
+    found = []
+    listing = {p.relative_to(expected).as_posix() for p in expected.rglob("*")}
+    if listing != {p.relative_to(actual).as_posix() for p in actual.rglob("*")}:
+        theirs = {p.relative_to(actual).as_posix() for p in actual.rglob("*")}
+        found.append(f"files: missing {sorted(listing - theirs)}, extra {sorted(theirs - listing)}")
+    for path in sorted((expected / "checkpoints").rglob("*")):
+        other = actual / path.relative_to(expected)
+        if path.is_file() and other.is_file() and path.read_bytes() != other.read_bytes():
+            found.append(f"{path.relative_to(expected)} differs{_state_difference(path, other)}")
+    for name in ("metrics.jsonl", "episodes.jsonl"):
+        mine, theirs = _records(expected / name), _records(actual / name)
+        if mine != theirs:
+            pairs = enumerate(zip(mine, theirs, strict=False))
+            first = next((i for i, (a, b) in pairs if a != b), min(len(mine), len(theirs)))
+            found.append(f"{name}: {len(theirs)} records for {len(mine)}, first difference at record {first + 1}")
+    mine, theirs = _result(expected), _result(actual)
+    if mine != theirs:
+        keys = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+        found.append(f"result.json differs in {keys}")
+    return found
+
+
+def _records(path: Path) -> list:
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return [_timeless(json.loads(line)) for line in lines]
+
+
+def _result(run_dir: Path) -> dict:
+    path = run_dir / "result.json"
+    result = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    result.pop("run_dir", None)
+    return _timeless(result)
+
+
+def _timeless(data):
+    """`data` without the wall-time measurements (`is_time_metric` keys, at any depth): they differ run to run."""
+    if isinstance(data, dict):
+        return {k: _timeless(v) for k, v in data.items() if not is_time_metric(k)}
+    if isinstance(data, list):
+        return [_timeless(v) for v in data]
+    return data
+
+
+def _state_difference(expected: Path, actual: Path) -> str:
+    """Where two checkpoint files differ, for the failure message: the first differing key of their states."""
+    if expected.suffix != ".pt":
+        return ""
+    import torch
+
+    def first(a, b, where):
+        if isinstance(a, dict) and isinstance(b, dict):
+            if a.keys() != b.keys():
+                return f"{where}: keys {sorted(map(str, a.keys() ^ b.keys()))}"
+            return next((d for k in a if (d := first(a[k], b[k], f"{where}.{k}"))), None)
+        if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+            return next((d for i, (x, y) in enumerate(zip(a, b, strict=True)) if (d := first(x, y, f"{where}[{i}]"))),
+                        None)  # fmt: skip
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            return None if a.shape == b.shape and torch.equal(a, b) else where
+        try:
+            return None if bool(a == b) else where
+        except (ValueError, RuntimeError):  # numpy arrays
+            import numpy as np
+
+            return None if np.array_equal(a, b) else where
+
+    a, b = (torch.load(p, map_location="cpu", weights_only=False) for p in (expected, actual))
+    return f" (first at {first(a, b, expected.stem) or 'no key: same state, other bytes'})"
+
+
+def _tail(process: dict) -> str:
+    lines = Path(process["out"]).read_text(errors="replace").splitlines()
+    return "\n".join(lines[-12:])
+
+
+def _describe(failures: dict[str, str], points: dict[str, str]) -> str:
+    """The failures, each with the write point its kill came before (`points`: run name -> it)."""
+    lines = [f"{name} [before {points[name]}]: {failure}" if name in points else f"{name}: {failure}"
+             for name, failure in failures.items()]  # fmt: skip
+    return f"{len(failures)} resumed runs differ:\n" + "\n".join(lines)
+
+
+def _report(what: str, runs: int, failures: dict[str, str]) -> None:
+    print(f"\nkill -9 at {what}: {runs} runs, {runs - len(failures)} resumed bitwise equal")
