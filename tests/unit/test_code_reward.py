@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import pickle
+import secrets
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -250,6 +251,53 @@ def test_expected_outputs_are_out_of_reach(sandbox):
     )
     result = _run(sandbox, code, secret)
     assert not result.passed and result.details[0]["got"].startswith("['code_runner.py'] []"), result.details
+
+
+# Reads every anonymous mapping of its own process (freed heap included) for the expected output of its test. It also
+# counts the copies of the next test's input it finds (the job's inputs are inherited by every test process), so that
+# a scan that reads nothing cannot pass for one that finds nothing.
+HEAP_SCAN = r"""
+import ctypes, re, sys
+k, n = map(int, input().split()[:2])
+answer = re.compile(rb"answer-%d-[0-9a-f]{32}" % k)
+probe = re.compile(rb"probe-%d-[0-9a-f]{32}" % ((k + 1) % n))
+found, probes = None, 0
+for line in open("/proc/self/maps").read().splitlines():
+    fields = line.split()
+    start, end = (int(x, 16) for x in fields[0].split("-"))
+    if fields[1][0] != "r" or fields[5:] not in ([], ["[heap]"]) or end - start > 1 << 28:
+        continue
+    memory = ctypes.string_at(start, end - start)
+    found = found or answer.search(memory)
+    probes += len(probe.findall(memory))
+print(found.group().decode() if found else "nothing found")
+print("probes", probes, file=sys.stderr)
+"""
+
+
+def test_expected_outputs_are_not_in_the_candidates_memory(sandbox):
+    """The issue-15 attack: a program that knows nothing scans its own heap (/proc/self/maps + ctypes.string_at) for
+    the expected outputs. When the runner read the whole job and then forked the tests, 4 of these 16 tests (33 of
+    64) passed: freed memory is not wiped."""
+    n = 16
+    hidden = [(f"probe-{k}-{secrets.token_hex(16)}", f"answer-{k}-{secrets.token_hex(16)}") for k in range(n)]
+    cases = [{"input": f"{k} {n} {probe}\n", "output": f"{answer}\n"} for k, (probe, answer) in enumerate(hidden)]
+    result = _run(sandbox, HEAP_SCAN, {"format": "stdio", "cases": cases}, stop_at_first_failure=False)
+    assert [d["status"] for d in result.details] == ["wrong_answer"] * n, result.details
+    assert all(d["got"] == "nothing found\n" for d in result.details), [d["got"] for d in result.details]
+    assert all(int(d["stderr"].split()[-1]) > 0 for d in result.details), "the scan did not reach the inherited heap"
+    assert result.passed_tests == 0
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGSTOP"])
+def test_killing_or_stopping_the_runner_fails_promptly(sandbox, sig):
+    """The process a test is forked from (the runner's worker) is the solution's parent, which it may signal: the
+    run must end as a failure, not pass, hang until the sandbox's clock or crash the judge."""
+    start = time.monotonic()
+    code = f"import os, signal\nos.kill(os.getppid(), signal.{sig})\n" + ADD_PROGRAM
+    result = _run(sandbox, code, ADD, per_test_timeout_s=1.0, stop_at_first_failure=False)
+    assert [d["status"] for d in result.details] == ["harness_error"] and result.passed_tests == 0, result.details
+    assert time.monotonic() - start < 10  # 1 s test limit + 2 s judge's grace; the sandbox's own clock: 30 + 5 s
 
 
 def test_each_test_runs_in_a_fresh_process(sandbox):

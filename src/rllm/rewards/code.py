@@ -2,8 +2,8 @@
 
 `code_reward(task, response)` takes the last ```python block of the reply (`extract_code`) and runs `task["tests"]`
 through `run_code_tests`, which executes `code_runner.py` (a trusted script, copied fresh into the sandbox for every
-run) under `rllm.rewards.sandbox`. The runner forks one child per test; the verdict comes only from the runner parent
-over the sandbox's result channel (fd 3), which the children close before any solution code runs.
+run) under `rllm.rewards.sandbox`. The runner's worker forks one child per test; the verdict comes only from the
+runner's judge over the sandbox's result channel (fd 3), which the children close before any solution code runs.
 
 Test formats (`tests`, after `normalise_tests`):
 - `{"format": "stdio", "cases": [{"input": str, "output": str}, ...]}`: APPS / LiveCodeBench / Codeforces style. The
@@ -27,12 +27,14 @@ style), `{"inputs", "outputs"}` (APPS stdio) and `{"test", "entry_point", ...}` 
 Reward hacking (the runner's docstring has the full threat model):
 - Nothing the solution prints or its exit code counts; each test needs a report with a per-test random nonce, so a
   program that exits early (`os._exit(0)` at import) fails.
-- stdio and call verdicts are computed by the runner parent from the child's output / JSON return value: an object
+- stdio and call verdicts are computed by the runner's judge from the child's output / JSON return value: an object
   whose `__eq__` always returns True cannot be serialised and fails. HumanEval's `candidate` returns are rebuilt from
   exact builtin types before any assert sees them, and `check` runs with a pristine copy of the builtins.
-- Expected outputs never reach the children: the job goes in over stdin (no file holds it) and each child empties
-  its copy of them; the runner parent is non-dumpable, so /proc/<parent>/mem and /proc/<parent>/fd/3 are closed to
-  the children; the verdict must carry a host-chosen token the children never see.
+- Expected outputs never reach the children, not even as freed memory: the job goes in over stdin (no file holds
+  it) as two lines, and only the runner's judge reads the second (expected outputs, verdict token); the worker that
+  forks the tests was forked before the judge read anything and gets the first line alone. The judge and the worker
+  are non-dumpable, so their memory and descriptors (/proc/<pid>/mem, /proc/<pid>/fd/3) are closed to the
+  children; the verdict must carry the host-chosen token.
 - Out of scope: the HumanEval format runs `check` in the solution's interpreter, so a solution that manipulates the
   interpreter (frame or `gc` inspection to read the nonce and forge a report or rewrite `check`, trace functions
   that skip asserts, monkeypatching a module `check` uses, forking to try both answers to an assert) can defeat it.
@@ -233,8 +235,8 @@ def run_code_tests(
     if per_test_timeout_s <= 0 or total_timeout_s <= 0:
         raise ValueError("per_test_timeout_s and total_timeout_s must be > 0")
     cases = _select(spec, max_tests)
-    job, token = _job(code, spec, cases, per_test_timeout_s, total_timeout_s, stop_at_first_failure)
-    job_bytes = json.dumps(job).encode("utf-8")
+    job, hidden = _job(code, spec, cases, per_test_timeout_s, total_timeout_s, stop_at_first_failure)
+    job_bytes = f"{json.dumps(job)}\n{json.dumps(hidden)}".encode()  # the runner's judge keeps the second line
     if sandbox is None:
         from rllm.rewards.sandbox import default_sandbox
 
@@ -245,7 +247,7 @@ def run_code_tests(
         stdin=job_bytes,  # not a file: the solution could read the expected outputs from it
         limits=_limits(sandbox, len(cases), total_timeout_s),
     )
-    return _result(spec, cases, _verdict(result, token))
+    return _result(spec, cases, _verdict(result, hidden["token"]))
 
 
 def _select(spec: dict, max_tests: int | None) -> list[dict]:
@@ -256,15 +258,14 @@ def _select(spec: dict, max_tests: int | None) -> list[dict]:
     return spec["cases"][:max_tests]
 
 
-def _job(code, spec, cases, per_test_timeout_s, total_timeout_s, stop_at_first_failure) -> tuple[dict, str]:
-    fmt, token = spec["format"], secrets.token_hex(16)
+def _job(code, spec, cases, per_test_timeout_s, total_timeout_s, stop_at_first_failure) -> tuple[dict, dict]:
+    """(what the tests may see, what only the runner's judge may: the expected outputs and the verdict token)."""
+    fmt = spec["format"]
     expected = [c.get("output") for c in cases]
     job = {
         "format": fmt,
         "code": humaneval_program(spec["prompt"], code, spec["entry_point"]) if fmt == "humaneval" else code,
         "inputs": [c.get("input") if fmt == "stdio" else c.get("args") for c in cases],
-        "expected": expected,
-        "token": token,
         "float_tol": spec["float_tol"],
         "per_test_timeout_s": per_test_timeout_s,
         "total_timeout_s": total_timeout_s,
@@ -276,7 +277,7 @@ def _job(code, spec, cases, per_test_timeout_s, total_timeout_s, stop_at_first_f
         job.update(fn_name=spec["fn_name"], unwrap_single=spec["unwrap_single"], prelude=CALL_PRELUDE)
     elif fmt == "humaneval":
         job.update(prompt=spec["prompt"], test=spec["test"], entry_point=spec["entry_point"])
-    return job, token
+    return job, {"expected": expected, "token": secrets.token_hex(16)}
 
 
 @functools.cache

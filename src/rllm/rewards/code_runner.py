@@ -1,41 +1,49 @@
 """The trusted test runner that `rllm.rewards.code` copies, fresh, into the sandbox for every run.
 
 A standalone script (standard library only, Python 3.8+, no rllm import), run in the sandbox's working directory. It
-reads the job (program, tests, limits) from stdin and writes exactly one JSON verdict to fd 3, the sandbox's result
-channel; stdout, stderr and the exit code carry nothing the host reads.
+reads the job from stdin as two JSON lines, what the tests may see (program, inputs, limits) and what they must not
+(the expected outputs and the host's verdict token), and writes exactly one JSON verdict to fd 3, the sandbox's
+result channel; stdout, stderr and the exit code carry nothing the host reads.
 
-The runner parent never executes solution code:
-- It reads the whole job from stdin before anything else (the expected outputs are never in a file the solution
-  could open), drops its own directory from sys.path (the solution can write files there; a later import must not
-  find them), keeps the expected outputs and the host's verdict token in one container, `_SECRETS`, and marks
-  itself non-dumpable (a same-uid child can then open neither /proc/<parent>/mem nor /proc/<parent>/fd/3).
-- Per test it forks a child that FIRST closes fd 3 and every descriptor it must not hold and empties its copy of
-  `_SECRETS` (the fork copied the parent's memory), then sets per-test rlimits and runs the solution: stdin is an
-  in-memory file holding the test input, stdout/stderr are in-memory files the parent reads afterwards, and the
-  child reports over a private pipe, as one JSON line carrying a per-test random nonce.
-- The parent waits for that report until the per-test deadline (wall clock; then it kills the child's process
-  group) and decides pass/fail itself. stdio: the child's stdout against the expected output (a report is still
+Three kinds of process, and only the last runs solution code:
+- The judge (the script's process) forks the worker FIRST, before it has read anything, then makes itself
+  non-dumpable (a same-uid process can then neither ptrace it nor open /proc/<judge>/mem or /proc/<judge>/fd/3),
+  reads the job from stdin (never a file the solution could open), keeps the second line in `_SECRETS` and hands the
+  worker the first. It has the worker run one test at a time and decides pass/fail and when to stop itself. So no
+  process a test is forked from ever held an expected output: a solution that scans its own memory (freed heap
+  included, e.g. /proc/self/maps + ctypes.string_at) finds none. (When one process read the job and then forked
+  the tests, such a scan passed 33 of 64 hidden tests of a task it knew nothing about.)
+- The worker (non-dumpable too, so a test cannot reach its pipes to the judge through /proc) forks a child per test
+  and gives the judge what the child left: its report line, its stdout and stderr, and how it ended. It waits for
+  the report until the per-test deadline (wall clock; then it kills the child's process group).
+- Each child FIRST closes fd 3 and every descriptor it must not hold, then sets per-test rlimits and runs the
+  solution: stdin is an in-memory file holding the test input, stdout/stderr are in-memory files the worker reads
+  afterwards, and the child reports over a private pipe, as one JSON line carrying a per-test random nonce.
+- The judge's verdict per test: stdio, the child's stdout against the expected output (a report is still
   required, so a program that dies early, e.g. `os._exit(0)`, fails). call: the return value, which the child must
   serialise as plain JSON data (an object with a custom `__eq__` cannot be), against the expected value.
   humaneval: the trusted prompt and `check` run BEFORE the solution, with a pristine copy of the builtins; every
   value `candidate` returns is rebuilt from exact builtin types before an assert sees it; `check` returning is the
-  child's claim that the test passed.
-- One fresh fork per test, so one test's monkeypatching cannot reach the next; the parent holds everything in memory
-  and never re-reads a file, so what the solution writes to the working directory changes nothing.
+  child's claim that the test passed. A worker that stops answering (a solution may signal its parent) fails the
+  test as a harness error and ends the run.
+- One fresh fork per test, so one test's monkeypatching cannot reach the next; the judge and the worker hold
+  everything in memory and never re-read a file, so what the solution writes to the working directory changes
+  nothing.
 
 Threat model: the solution is adversarial Python running as the child. stdio and call verdicts are computed by the
-parent from data, so a forged report can only claim "finished", which gains nothing. The humaneval verdict is a
-claim made inside the solution's interpreter: a solution that manipulates the interpreter (reads the nonce from
-stack frames or `gc` and forges the report, rewrites `check` found through `gc`, a trace function that jumps over
-asserts, monkeypatching a module such as `math` that `check` uses, forking to try both answers to each assert) can
-defeat it. The nonce and the plain-data wrapper stop the simple hacks, not a determined
-interpreter-level attack; prefer stdio/call tests where that matters. Bytes of the expected outputs freed in the
-child may linger in freed memory until reused (reading them needs raw memory access, e.g. through ctypes).
+judge from data, so a forged report can only claim "finished", which gains nothing. What a test can see of the job
+is its program, every test's input and the limits, never an expected output or the token. The humaneval
+verdict is a claim made inside the solution's interpreter: a solution that manipulates the interpreter (reads the
+nonce from stack frames or `gc` and forges the report, rewrites `check` found through `gc`, a trace function that
+jumps over asserts, monkeypatching a module such as `math` that `check` uses, forking to try both answers to each
+assert) can defeat it. The nonce and the plain-data wrapper stop the simple hacks, not a determined
+interpreter-level attack; prefer stdio/call tests where that matters.
 """
 
 from __future__ import annotations
 
 import builtins
+import gc
 import io
 import json
 import linecache
@@ -45,6 +53,7 @@ import re
 import resource
 import select
 import signal
+import struct
 import sys
 import time
 import traceback
@@ -53,63 +62,74 @@ import types
 RUNNER_VERSION = "rllm-code-runner/1"
 RESULT_FD = 3
 _ERROR_TAIL = 1500  # characters of a traceback / stderr kept for feedback
-_SECRETS: dict = {}  # expected outputs and the verdict token; emptied in every child
+_SECRETS: dict = {}  # the expected outputs and the verdict token: the judge's alone
 _PRISTINE_BUILTINS = dict(builtins.__dict__)  # taken before any solution code exists
+_WORKER_GRACE_S = 2.0  # how long after a test's deadline the judge waits for the worker's account of it
 
 
-# ---------------------------------------------------------------------------------------------------- parent side
+# ----------------------------------------------------------------------------------------------------- the judge
 
 
 def main() -> None:
     started = time.monotonic()
+    # The solution can write files in the script's directory; an import that found one would run its code here.
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", here)]
     try:
-        job = _load_job()
+        import ctypes  # noqa: F401  (for _set_non_dumpable, in both processes)
+    except ImportError:
+        pass
+    # The collector never walks the objects that exist now again: the worker and the tests, forked from here, then
+    # do not copy the pages those live on (copy-on-write). That pays for the extra process.
+    gc.freeze()
+    worker = _Worker()  # before anything is read: its memory must never hold an expected output
+    hardening = {"non_dumpable": _set_non_dumpable()}
+    try:
+        job, public = _load_job()
+        _send(worker.command_w, {}, public)
     except Exception as exc:
+        worker.stop()
         _write_verdict({"runner": RUNNER_VERSION, "error": f"could not load the job: {exc!r}", "tests": []})
         return
-    hardening = {"non_dumpable": _set_non_dumpable()}
-    tests, stopped = _run_all(job, started)
+    tests, stopped = _run_all(job, started, worker)
+    worker.stop()
+    hardening["non_dumpable"] = hardening["non_dumpable"] and worker.non_dumpable
     verdict = {"runner": RUNNER_VERSION, "token": _SECRETS.get("token"), "tests": tests, "stopped": stopped,
                "total": len(job["inputs"]), "hardening": hardening}  # fmt: skip
     _write_verdict(verdict)
 
 
-def _load_job() -> dict:
-    """Read the job from stdin (never a file the solution could open) and take out what the children must not see.
-    The script's directory leaves sys.path: the solution can write files there, and an import that found one of
-    them would run its code in this process."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if p not in ("", ".", here)]
-    raw = sys.stdin.buffer.read()
-    job = json.loads(raw)
-    del raw
-    _SECRETS["expected"] = job.pop("expected", None)
-    _SECRETS["token"] = job.pop("token", None)
-    return job
+def _load_job() -> tuple[dict, bytes]:
+    """Read the job from stdin (never a file the solution could open): (the job, the bytes of its public line); the
+    second line goes into `_SECRETS`."""
+    public, secret = sys.stdin.buffer.read().split(b"\n", 1)
+    _SECRETS.update(json.loads(secret))
+    return json.loads(public), public
 
 
 def _set_non_dumpable() -> bool:
-    """PR_SET_DUMPABLE=0: /proc/<pid>/{mem,fd,environ} of this process become unreachable to same-uid processes."""
+    """PR_SET_DUMPABLE=0: /proc/<pid>/{mem,fd,environ} of this process become unreachable to same-uid processes,
+    and so does ptrace. Children forked afterwards inherit it."""
     try:
-        import ctypes
+        import ctypes  # imported by the judge before it forks the worker: once for both
 
         return ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == 0
     except Exception:
         return False
 
 
-def _run_all(job: dict, started: float) -> tuple[list, str | None]:
+def _run_all(job: dict, started: float, worker: _Worker) -> tuple[list, str | None]:
     total_deadline = started + float(job["total_timeout_s"])
     results, stopped = [], None
     for index in range(len(job["inputs"])):
         if time.monotonic() >= total_deadline:
             stopped = "total_timeout"
             break
-        try:
-            result = _run_one(job, index, total_deadline)
-        except OSError as exc:  # e.g. fork() refused: processes the solution left behind hold every pid
-            result = {"index": index, **_fail("harness_error", f"cannot run the test: {exc}")}
+        result = _run_one(job, index, total_deadline, worker)
         results.append(result)
+        if result.pop("worker_lost", False):
+            stopped = "worker_lost"
+            break
         if result["status"] == "syntax_error":
             stopped = "syntax_error"  # every other test would fail the same way
             break
@@ -119,8 +139,130 @@ def _run_all(job: dict, started: float) -> tuple[list, str | None]:
     return results, stopped
 
 
-def _run_one(job: dict, index: int, total_deadline: float) -> dict:
-    """Fork one child for test `index`, collect its report and output, and judge it here in the parent."""
+def _run_one(job: dict, index: int, total_deadline: float, worker: _Worker) -> dict:
+    """Have the worker run test `index`, then judge what it saw here, where the expected output is."""
+    limit = int(job["output_limit_bytes"])
+    deadline = min(time.monotonic() + float(job["per_test_timeout_s"]), total_deadline) + _WORKER_GRACE_S
+    frame = worker.run(index, total_deadline, deadline, 3 * limit + (1 << 20))
+    if frame is None:  # killed or stopped by the solution (same uid: it may signal its parent)
+        return {"index": index, "worker_lost": True, **_fail("harness_error", "the test worker stopped answering")}
+    seen, (line, stdout, stderr) = frame
+    if "harness_error" in seen:
+        return {"index": index, **_fail("harness_error", seen["harness_error"])}
+    result = {"index": index, "duration_s": seen["duration_s"]}
+    line = line if seen["reported"] else None
+    try:
+        result.update(_judge(job, index, seen["nonce"], line, seen["outcome"], seen["status"], stdout, stderr, limit))
+        if seen["outcome"] == "timeout" and seen["cut_by_total"]:
+            result["error"] = f"stopped by the total time limit of {job['total_timeout_s']} s for all tests"
+    except Exception as exc:
+        result.update(passed=False, status="bad_report", error=f"the test's report could not be judged: {exc!r}")
+    return result
+
+
+class _Worker:
+    """The judge's handle on the worker: its pid and the judge's ends of the command and results pipes."""
+
+    def __init__(self) -> None:
+        command_r, self.command_w = os.pipe()
+        self.results_r, results_w = os.pipe()
+        self.non_dumpable = True  # while every answer says so (no answer: no test ran, nothing to protect)
+        self.pid = os.fork()
+        if self.pid == 0:  # pragma: no cover - the worker never returns
+            os.close(self.command_w)
+            os.close(self.results_r)
+            _worker(command_r, results_w)
+        os.close(command_r)
+        os.close(results_w)
+
+    def run(self, index: int, total_deadline: float, deadline: float, cap: int) -> tuple[dict, list] | None:
+        """What test `index` left, or None when the worker does not answer by `deadline`."""
+        try:
+            _send(self.command_w, {"index": index, "total_deadline": total_deadline})
+            frame = _recv(self.results_r, deadline, cap)
+        except (OSError, ValueError):  # a broken pipe (the worker is dead), a garbled frame
+            return None
+        if frame is not None:
+            self.non_dumpable = self.non_dumpable and frame[0].pop("non_dumpable", None) is True
+        return frame
+
+    def stop(self) -> None:
+        os.close(self.command_w)
+        os.close(self.results_r)
+        try:
+            os.kill(self.pid, signal.SIGKILL)  # idle (or stopped by the solution): nothing of its is needed any more
+            os.waitpid(self.pid, 0)
+        except OSError:
+            pass
+
+
+# Between the judge and the worker: frames of two 4-byte lengths (a JSON header's, then the blobs'), the header (it
+# lists the blobs' sizes) and the raw blobs, written at once and read in two reads where they fit in the pipe.
+
+
+def _send(fd: int, header: dict, *blobs: bytes) -> None:
+    head = json.dumps({**header, "sizes": [len(b) for b in blobs]}).encode("utf-8")
+    view = memoryview(b"".join((struct.pack(">II", len(head), sum(map(len, blobs))), head, *blobs)))
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _recv(fd: int, deadline: float | None = None, cap: int = 1 << 62) -> tuple[dict, list] | None:
+    """The next frame, or None at the end of the pipe, at the deadline, or for one larger than `cap`."""
+    sizes = _read_exact(fd, 8, deadline)
+    if sizes is None or sum(struct.unpack(">II", sizes)) > cap:
+        return None
+    head_size, blobs_size = struct.unpack(">II", sizes)
+    body = _read_exact(fd, head_size + blobs_size, deadline)
+    header = json.loads(body[:head_size]) if body is not None else None
+    if not isinstance(header, dict) or sum(header.get("sizes", [])) != blobs_size:
+        return None
+    blobs, at = [], head_size
+    for size in header.pop("sizes"):
+        blobs.append(body[at : at + size])
+        at += size
+    return header, blobs
+
+
+def _read_exact(fd: int, size: int, deadline: float | None) -> bytes | None:
+    data = bytearray()
+    while len(data) < size:
+        if deadline is not None and not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            return None
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+
+# ---------------------------------------------------------------------------------------------------- the worker
+
+
+def _worker(command_r: int, results_w: int) -> None:  # pragma: no cover - runs in the forked worker
+    """Run the tests the judge asks for, one at a time, and send back what each left; never returns. The result
+    channel and the job's stdin are the judge's: /dev/null takes their place (so no pipe made here lands on fd 3)."""
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, RESULT_FD)
+        os.close(null)
+        non_dumpable = _set_non_dumpable()
+        job = json.loads(_recv(command_r)[1][0])
+        gc.freeze()  # the job's objects too (see main)
+        while (command := _recv(command_r)) is not None:
+            try:
+                seen, blobs = _run_test(job, command[0]["index"], command[0]["total_deadline"])
+            except OSError as exc:  # e.g. fork() refused: processes the solution left behind hold every pid
+                seen, blobs = {"harness_error": f"cannot run the test: {exc}"}, [b"", b"", b""]
+            _send(results_w, {**seen, "non_dumpable": non_dumpable}, *blobs)
+    finally:
+        os._exit(0)
+
+
+def _run_test(job: dict, index: int, total_deadline: float) -> tuple[dict, list]:
+    """Fork one child for test `index`; what it left: ({nonce, outcome, wait status, ...}, [report line, stdout,
+    stderr]). Judging is the judge's."""
     nonce = os.urandom(16).hex()
     limit = int(job["output_limit_bytes"])
     report_r, report_w = os.pipe()
@@ -148,14 +290,9 @@ def _run_one(job: dict, index: int, total_deadline: float) -> dict:
     _reap_orphans()
     os.close(report_r)
     stdout, stderr = _read_anon(out_fd, limit), _read_anon(err_fd, limit)
-    result = {"index": index, "duration_s": round(time.monotonic() - start, 4)}
-    try:
-        result.update(_judge(job, index, nonce, line, outcome, status, stdout, stderr, limit))
-        if outcome == "timeout" and deadline < per_test_deadline:
-            result["error"] = f"stopped by the total time limit of {job['total_timeout_s']} s for all tests"
-    except Exception as exc:
-        result.update(passed=False, status="bad_report", error=f"the test's report could not be judged: {exc!r}")
-    return result
+    seen = {"nonce": nonce, "outcome": outcome, "status": status, "reported": line is not None,
+            "duration_s": round(time.monotonic() - start, 4), "cut_by_total": deadline < per_test_deadline}  # fmt: skip
+    return seen, [line or b"", stdout, stderr]
 
 
 def _anon_file(name: str) -> int:
@@ -377,12 +514,11 @@ def values_equal(got, expected, float_tol: float | None) -> bool:
 
 def _child(job, index, nonce, report_w, out_fd, err_fd) -> None:  # pragma: no cover - runs in the forked child
     """Never returns (whatever is raised, even while reporting, ends in os._exit: the child must never run on into
-    the parent's code). Order matters: drop the result channel and the secrets before any solution code exists."""
+    the worker's code). Order matters: drop every descriptor of the worker's before any solution code exists."""
     try:
         try:
-            os.close(RESULT_FD)
+            os.close(RESULT_FD)  # /dev/null in the worker: closed, a write to fd 3 fails as before
             _keep_only_fds(report_w, out_fd, err_fd)
-            _SECRETS.clear()
             os.setpgid(0, 0)
             report = _child_run(job, index)
         except BaseException:
