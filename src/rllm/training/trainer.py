@@ -57,13 +57,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from rllm import runs
 from rllm._deprecation import moved_attribute
 from rllm.config import ConfigError, TrainConfig, override_config
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.errors import RllmError
 from rllm.metrics import summarize_episodes
 from rllm.models.base import close_model
-from rllm.runs import RunLog, create_run_dir, is_unstarted_train_run, load_metrics, write_json, write_manifest
+from rllm.runs import RunLog, create_run_dir, is_unstarted_train_run, write_json, write_manifest
 from rllm.training.advantages import apply_gae, group_key, score_episodes, trajectory_reward
 from rllm.training.batch import build_rows
 from rllm.training.checkpoint import find_resumable_checkpoint, load_checkpoint, save_checkpoint, verify_checkpoint
@@ -406,7 +407,7 @@ def _find_checkpoint(path: Path) -> Path | None:
 
 def _logged_step_metrics(run_dir: Path, step: int) -> dict[str, Any]:
     """What `run_dir`'s metrics.jsonl holds for training step `step` (not its validation)."""
-    for record in reversed(load_metrics(run_dir)):
+    for record in reversed(runs.load_metrics(run_dir)):  # runs.: trainer.load_metrics is a deprecated alias
         if record["step"] == step and not any(key.startswith("val/") for key in record):
             return {k: v for k, v in record.items() if k != "step"}
     return {}
