@@ -1,5 +1,6 @@
-"""Datasets. The built-in tasks and their registry moved to `rllm.tasks`; their old names here (`BUILTIN_TASKS`,
-`BuiltinTask`, `get_builtin_task`) keep working for one release, each with a DeprecationWarning."""
+"""Datasets. `Dataset` and `DatasetRegistry` are rLLM v0.2's (`rllm.data.dataset`: named task rows stored under
+`$RLLM_HOME/datasets`). The built-in tasks and their registry moved to `rllm.tasks`; their old names here
+(`BUILTIN_TASKS`, `BuiltinTask`, `get_builtin_task`) keep working for one release, each with a DeprecationWarning."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rllm._deprecation import moved_attribute, warn_renamed
+from rllm.data.dataset import Dataset, DatasetRegistry
 
-__all__: list[str] = []
+__all__ = ["Dataset", "DatasetRegistry"]
 
 
 class _TasksByName(Mapping):
