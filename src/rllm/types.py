@@ -103,9 +103,17 @@ class ModelOutput(_Strict):
 
 
 class Action(_Strict):
-    """What an agent decided after a model call: `action` is handed to `env.step` as it is."""
+    """What an agent decided after a model call: `action` is handed to `env.step` as it is. `Action(x)` is
+    `Action(action=x)` (rLLM's agents write it positionally)."""
 
     action: Any = None
+
+    def __init__(self, *args: Any, **data: Any) -> None:
+        if args:
+            if len(args) > 1 or "action" in data:
+                raise TypeError("Action takes one action: Action(x) or Action(action=x)")
+            data["action"] = args[0]
+        super().__init__(**data)
 
 
 class Step(_Strict):
@@ -113,6 +121,11 @@ class Step(_Strict):
 
     `chat_completions` are the messages the model saw, `model_output` what it returned, `action` what the agent made
     of it, then `observation`, `reward`, `done` and `info` as returned by the environment for that action.
+
+    rLLM v0.2's fields are here too, for agents written against it (`rllm.agents.agent`): `thought` and
+    `model_response` (the reasoning and the reply's text, as the agent recorded them), `mc_return` (the discounted
+    return its engine fills in), and `prompt_ids`/`response_ids`/`logprobs`, read from `model_output`. An rLLM agent's
+    `chat_completions` also hold its own reply: rLLM records the messages after the call.
     """
 
     chat_completions: list[dict[str, Any]] = Field(default_factory=list)
@@ -122,6 +135,21 @@ class Step(_Strict):
     reward: float = 0.0
     done: bool = False
     info: dict[str, Any] = Field(default_factory=dict)
+    thought: str | None = ""
+    model_response: str = ""
+    mc_return: float = 0.0
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return list(self.model_output.prompt_ids or []) if self.model_output else []
+
+    @property
+    def response_ids(self) -> list[int]:
+        return list(self.model_output.completion_ids or []) if self.model_output else []
+
+    @property
+    def logprobs(self) -> list[float]:
+        return list(self.model_output.logprobs or []) if self.model_output else []
 
 
 class Trajectory(_Strict):
@@ -133,6 +161,7 @@ class Trajectory(_Strict):
     reward: float | None = None
     is_correct: bool | None = None  # set by workflows that know; None: judged by a positive reward
     info: dict[str, Any] = Field(default_factory=dict)
+    task: Any = None  # rLLM v0.2's engine hands back trajectories with their task; ours leave it to the episode
 
     def succeeded(self) -> bool:
         """`is_correct` when the workflow set it, else whether the trajectory's reward is positive."""

@@ -35,6 +35,15 @@ class BaseEnv(ABC):
     def from_dict(cls, task: dict) -> BaseEnv:
         """Build the env for one dataset row (the engine merges `env_args` into the row first)."""
 
+    @property
+    def idx(self) -> Any:
+        """rLLM v0.2's engines number their envs; None unless someone set it."""
+        return getattr(self, "_idx", None)
+
+    @idx.setter
+    def idx(self, value: Any) -> None:
+        self._idx = value
+
     @staticmethod
     def is_multithread_safe() -> bool:
         """True if several instances may run `reset`/`step` in parallel threads. The engine runs unsafe envs on one

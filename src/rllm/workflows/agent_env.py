@@ -6,6 +6,9 @@ The loop: build the agent, the env from `{**env_args, **task}` (a dataset row's 
 → `agent.update_from_env`. It ends with `ENV_DONE` when the env says done and `MAX_TURNS` after `max_steps`.
 
 Choices:
+- rLLM v0.2's agents (`rllm.agents.agent.BaseAgent`) get the reply's text in `update_from_model`, and their current
+  step then gets the sampled `ModelOutput`; a step such an agent created for a call that never came (in
+  `update_from_env` after the last one) is left out of the trajectory, as rLLM does.
 - A reply the agent rejects (it raised in `update_from_model`, e.g. a `PolicyError`) is still recorded as a step
   (action None): the configured policy-error reward needs the tokens it applies to.
 - When the length budget cut a completion short (`finish_reason == "length"` with the row full) the step is still
@@ -25,9 +28,10 @@ import asyncio
 import math
 from typing import Any
 
+from rllm.agents.agent import speaks_text
 from rllm.rewards.base import refuse_reward
 from rllm.types import Action, Episode, ModelOutput, Step, TerminationReason
-from rllm.workflows.base import Workflow, agent_trajectory
+from rllm.workflows.base import AgentOutputError, Workflow, agent_trajectory
 from rllm.workflows.runtime import TerminationEvent, tag_site
 
 __all__ = ["AgentEnvWorkflow"]
@@ -119,7 +123,7 @@ class AgentEnvWorkflow(Workflow):
         self.phase = "agent"
         n_steps = len(agent_trajectory(agent).steps)
         try:
-            action = agent.update_from_model(output)
+            action = _update_from_model(agent, output)
         except Exception as exc:
             # Keep the sampled reply even when the agent rejects it: a policy error's reward needs its tokens.
             tag_site(exc, "agent")
@@ -148,7 +152,7 @@ class AgentEnvWorkflow(Workflow):
         or no step at all). The messages the model saw are the first `n_messages` of the list the agent handed
         out (it may have appended its reply since); they are copied only when the agent did not record them."""
         steps = agent_trajectory(self.agent).steps
-        if len(steps) == n_steps:
+        if len(steps) == n_steps and not (steps and steps[-1].model_output is output):
             steps.append(Step(chat_completions=messages[:n_messages], model_output=output, action=action))
             return steps[-1]
         step = steps[-1]
@@ -157,6 +161,21 @@ class AgentEnvWorkflow(Workflow):
         if not step.chat_completions:
             step.chat_completions = messages[:n_messages]
         return step
+
+
+def _update_from_model(agent: Any, output: ModelOutput) -> Any:
+    """The agent's action for `output`. An rLLM-protocol agent (`rllm.agents.agent`) gets the reply's text; its
+    current step then gets the exact output, so it trains on the sampled ids whichever method made the step."""
+    if not speaks_text(agent):
+        return agent.update_from_model(output)
+    action = agent.update_from_model(output.text)
+    step = agent.get_current_state()
+    if step is None:
+        raise AgentOutputError(f"{type(agent).__name__}.update_from_model recorded no step: rLLM agents append a Step "
+                               "to their trajectory in update_from_env or update_from_model")  # fmt: skip
+    step.model_output = output
+    step.model_response = step.model_response or output.text
+    return action
 
 
 def _finite_reward(reward: Any, env: Any) -> float:

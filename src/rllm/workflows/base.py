@@ -41,6 +41,7 @@ from time import perf_counter
 from typing import Any
 
 from rllm._deprecation import warn_renamed
+from rllm.agents.agent import speaks_text
 from rllm.errors import RllmError
 from rllm.metrics import role_metrics
 from rllm.models.base import ModelClient, SamplingParams
@@ -280,6 +281,9 @@ class _AgentRef:
         trajectory = agent_trajectory(self.agent)
         if self.name is not None:
             trajectory.name = self.name
+        if speaks_text(self.agent):  # rLLM agents may open a step in update_from_env for a call that never came
+            while trajectory.steps and trajectory.steps[-1].model_output is None:
+                trajectory.steps.pop()
         return trajectory
 
 
