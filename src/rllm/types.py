@@ -31,6 +31,14 @@ class _Strict(BaseModel):
     # extra="forbid": a typo in a field name is an error, not a silently dropped value.
     model_config = ConfigDict(extra="forbid", validate_assignment=False, arbitrary_types_allowed=False)
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (rLLM's `to_dict`)."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        return cls.model_validate(data)
+
 
 class TerminationReason(str, Enum):
     """Why a rollout ended. Infra errors are ours (retried, then masked out of training); policy errors are the
@@ -178,7 +186,7 @@ class Trajectory(_Strict):
 class Episode(_Strict):
     """One rollout of one task: `id` is `"{task_id}:{rollout_idx}"`. Multi-agent episodes hold several trajectories."""
 
-    id: str
+    id: str = ""  # set by the engine; "" until then (rLLM's workflows may build an Episode before it has one)
     task: Any = None
     trajectories: list[Trajectory] = Field(default_factory=list)
     termination_reason: TerminationReason | None = None

@@ -108,7 +108,8 @@ class AgentExecutionEngine(_Engine):
         try:
             self.episodes = await self.execute_tasks_async(merged)
         finally:
-            await self.model.aclose()
+            if hasattr(self.model, "aclose"):  # its HTTP session belongs to this call's event loop
+                await self.model.aclose()
         return [_result(episode, task, self.gamma) for episode, task in zip(self.episodes, tasks, strict=True)]
 
     def shutdown(self) -> None:

@@ -129,11 +129,18 @@ class AgentWorkflowEngine:
             if hasattr(self.model, "aclose"):
                 await self.model.aclose()
 
-    async def execute_tasks_async(self, tasks: Sequence[dict], n_rollouts: int = 1) -> list[Episode]:
-        """Roll out every task `n_rollouts` times; episodes come back grouped by task, in task order."""
+    async def execute_tasks_async(
+        self, tasks: Sequence[dict], n_rollouts: int = 1, *, uids: Sequence[str] | None = None
+    ) -> list[Episode]:
+        """Roll out every task `n_rollouts` times; episodes come back grouped by task, in task order. `uids` gives
+        each task's episode id (`"{task_id}:{rollout_idx}"`) instead, one rollout each (rLLM's `task_ids`)."""
         _require(n_rollouts >= 1, "n_rollouts must be >= 1")
-        jobs = [(task, f"{_task_id(task, index)}:{rollout}")
-                for index, task in enumerate(tasks) for rollout in range(n_rollouts)]  # fmt: skip
+        if uids is not None:
+            _require(n_rollouts == 1 and len(uids) == len(tasks), "uids= needs one uid per task and n_rollouts=1")
+            jobs = list(zip(tasks, uids, strict=True))
+        else:
+            jobs = [(task, f"{_task_id(task, index)}:{rollout}")
+                    for index, task in enumerate(tasks) for rollout in range(n_rollouts)]  # fmt: skip
         started = perf_counter()
         workflow_class, workflow_args = self._workflow_spec()
         blocking, thread_safe = workflow_class.env_policy(workflow_args)
@@ -145,7 +152,7 @@ class AgentWorkflowEngine:
                                     self.max_prompt_length, self.max_response_length)  # fmt: skip
         pool: asyncio.Queue[Workflow] = asyncio.Queue()
         for _ in range(min(self.n_parallel, len(jobs))):
-            pool.put_nowait(workflow_class(**workflow_args))
+            pool.put_nowait(workflow_class.create(workflow_args))
         try:
             futures = [asyncio.ensure_future(self._run_episode(services, pool, task, uid)) for task, uid in jobs]
             try:

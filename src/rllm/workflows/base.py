@@ -69,6 +69,8 @@ class Workflow:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if getattr(cls, "_rllm_v02", False):
+            return  # rLLM v0.2's workflows (rllm.workflows.workflow) keep their own step-reward shaping
         for removed in ("gamma", "adjust_step_rewards"):
             if removed in vars(cls):
                 raise TypeError(
@@ -82,6 +84,11 @@ class Workflow:
     def env_policy(cls, workflow_args: dict[str, Any]) -> tuple[bool, bool]:
         """(is env code blocking, is it multithread safe) for the engine's thread pool; see `BaseEnv`."""
         return True, True
+
+    @classmethod
+    def create(cls, workflow_args: dict[str, Any]) -> Workflow:
+        """One instance for the engine's pool."""
+        return cls(**workflow_args)
 
     def reset(self, task: dict, uid: str) -> None:
         """Per-episode state of a subclass; called before every attempt."""
