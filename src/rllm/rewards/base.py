@@ -16,11 +16,34 @@ from rllm.errors import RllmError
 __all__ = ["RewardOutput", "to_reward_output"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RewardOutput:
+    """`info` is also accepted and read as `metadata`, rLLM v0.2's name for it, so rLLM reward functions that
+    return `RewardOutput(reward=..., metadata=..., is_correct=...)` and callers reading `.metadata` work unchanged."""
+
     reward: float
     is_correct: bool | None = None  # None: correct means reward > 0
     info: dict[str, Any] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        reward: float,
+        is_correct: bool | None = None,
+        info: dict[str, Any] | None = None,
+        *,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        if info is not None and metadata is not None:
+            raise TypeError("RewardOutput takes info= or metadata= (rLLM's name for the same field), not both")
+        object.__setattr__(self, "reward", reward)
+        object.__setattr__(self, "is_correct", is_correct)
+        if info is None:
+            info = {} if metadata is None else metadata
+        object.__setattr__(self, "info", info)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.info
 
     @property
     def correct(self) -> bool:

@@ -307,10 +307,11 @@ def template_renders_tools(tokenizer_or_template: Any) -> bool:
     return "tools" in _template_text(tokenizer_or_template)
 
 
-def tools_system_prompt(schemas: list[dict], system: str | None = None) -> str:
+def tools_system_prompt(schemas: list[dict], system: str | None = None, *, listing: str | None = None) -> str:
     """A system message describing `schemas` in the Hermes format, worded as Qwen2.5's template does, for templates
-    that ignore `tools=` (the reply is then parsed with family "hermes")."""
-    listed = "".join("\n" + json.dumps(schema, ensure_ascii=False) for schema in schemas)
+    that ignore `tools=` (the reply is then parsed with family "hermes"). `listing` replaces the text between the
+    <tools> tags (one JSON schema a line by default): rLLM's ToolAgent lists them as one indented JSON array."""
+    listed = listing if listing is not None else "".join("\n" + json.dumps(s, ensure_ascii=False) for s in schemas)
     head = f"{system}\n\n" if system else ""
     return (
         f"{head}# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
