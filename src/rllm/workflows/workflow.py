@@ -93,7 +93,7 @@ class Workflow(_Workflow):
         self.reward_bonus_coeff = reward_bonus_coeff
         self.uid: str | None = None
         self.task: Any = None
-        self._engine_starting = False
+        self._begin(None, None)
 
     @classmethod
     def create(cls, workflow_args: dict[str, Any]) -> Workflow:
@@ -107,12 +107,11 @@ class Workflow(_Workflow):
     # ---- rLLM's helpers ---------------------------------------------------------------------------------------
 
     def reset(self, task: dict | None = None, uid: str | None = None) -> None:
-        """Start an episode: remember the task and uid; reset every rLLM agent and env held as an attribute."""
-        self.uid, self.task = uid, task
-        self._commits_by_agent: set[int] = set()
-        self._calls = 0
-        if self._engine_starting:
-            return  # the engine's call before each attempt: `run` resets agents and envs itself, as in rLLM
+        """Start an episode: remember the task and uid, forget what was committed, reset every rLLM agent and env
+        held as an attribute (`env.reset(task=task)`, as rLLM calls it)."""
+        self._begin(task, uid)
+        if hasattr(self, "_committed"):
+            self._committed.clear()
         for value in self._public_attributes():
             if isinstance(value, BaseAgent):
                 value.reset()
@@ -128,6 +127,7 @@ class Workflow(_Workflow):
         if (agent is None) == (trajectory is None):
             raise TypeError("commit() takes agent= or trajectory=, exactly one")
         snapshot = agent.trajectory if agent is not None else trajectory
+        self._attach_outputs(snapshot)
         if snapshot.steps:
             super().commit(copy.deepcopy(snapshot), name=name)
         if agent is not None:
@@ -186,12 +186,20 @@ class Workflow(_Workflow):
 
     # ---- engine side ------------------------------------------------------------------------------------------
 
+    async def generate(self, messages: list[dict], **kwargs: Any) -> Any:
+        output = await super().generate(messages, **kwargs)
+        self._outputs.append(output)  # for the steps rLLM agents record from the text alone (_attach_outputs)
+        return output
+
     def start_episode(self, services: Any, task: dict, uid: str) -> None:
-        self._engine_starting, self._returned = True, None
+        # The engine's per-attempt start, without rLLM's reset: `run` calls that itself (and a subclass's reset may
+        # step its env, which belongs inside the episode).
+        self.reset = _no_reset  # type: ignore[method-assign]
         try:
             super().start_episode(services, task, uid)
         finally:
-            self._engine_starting = False
+            del self.reset
+        self._begin(task, uid)
 
     async def run_episode(self, task: dict, uid: str) -> tuple[_Reason, Episode | None, dict]:
         token = _CURRENT_WORKFLOW.set(self)
@@ -211,6 +219,27 @@ class Workflow(_Workflow):
                 self.adjust_step_rewards(trajectory)
         return episode
 
+    def _begin(self, task: Any, uid: str | None) -> None:
+        self.uid, self.task = uid, task
+        self._commits_by_agent: set[int] = set()
+        self._calls = 0
+        self._outputs: list[Any] = []
+        self._returned: Episode | None = None
+
+    def _attach_outputs(self, trajectory: Trajectory) -> None:
+        """rLLM agents in workflows get the reply's text only (`agent.update_from_model(output.text)`), so their
+        steps have no token ids. Each such step gets the first unclaimed output of this episode whose text is the
+        step's `model_response` (or, failing that, its last assistant message): the exact ids that were sampled."""
+        claimed = {id(step.model_output) for step in trajectory.steps if step.model_output is not None}
+        for step in trajectory.steps:
+            if step.model_output is not None:
+                continue
+            text = step.model_response or _last_assistant_text(step.chat_completions)
+            match = next((o for o in self._outputs if id(o) not in claimed and o.text == text), None)
+            if match is not None:
+                step.model_output = match
+                claimed.add(id(match))
+
     def _collect_agents(self) -> None:
         for value in self._public_attributes():
             if isinstance(value, BaseAgent) and id(value) not in self._commits_by_agent:
@@ -218,6 +247,15 @@ class Workflow(_Workflow):
 
     def _public_attributes(self) -> list[Any]:
         return [value for name, value in vars(self).items() if not name.startswith("_")]
+
+
+def _no_reset(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _last_assistant_text(messages: list[dict]) -> str | None:
+    replies = [m.get("content") for m in messages if m.get("role") == "assistant"]
+    return replies[-1] if replies else None
 
 
 def _returning_the_field(hook: Any, name: str) -> Any:
