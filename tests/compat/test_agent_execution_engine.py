@@ -135,7 +135,8 @@ def server(qwen_tokenizer):
         prompt = tokenizer.decode(body["prompt"])
         if "What is" in prompt:
             a, b = map(int, re.findall(r"What is (\d+) \+ (\d+)", prompt)[0])
-            text = f"<think>I add {a} and {b}.</think> {a + b}"
+            answer = f"\\boxed{{{a + b}}}" if "boxed" in prompt else str(a + b)
+            text = f"<think>I add {a} and {b}.</think> {answer}"
         else:
             text = f"{prompt.count('Now at') + 1}"
         ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
@@ -249,3 +250,21 @@ def test_compute_pass_at_k_groups_attempts_by_task(server, qwen_tokenizer, capsy
     summary = compute_pass_at_k(results)
     assert summary == {"problems": 3, "pass@1": 3 / 5, "pass@k": 2 / 3}
     assert "Total unique problems: 3" in capsys.readouterr().out
+
+
+def test_rllms_math_agent_with_single_turn_environment_and_math_reward(server, qwen_tokenizer):
+    """rLLM's deepscaler setup: MathAgent + SingleTurnEnvironment + math_reward_fn, as its examples wire them."""
+    from rllm.agents.math_agent import MathAgent as RllmMathAgent
+    from rllm.rewards.reward_fn import math_reward_fn
+
+    engine = engine_for(server, qwen_tokenizer, agent_class=RllmMathAgent, env_class=SingleTurnEnvironment,
+                        env_args={"reward_fn": math_reward_fn})  # fmt: skip
+    boxed = [{**task, "question": task["question"] + " Put it in \\boxed{}.", "ground_truth": str(task["ground_truth"])}
+             for task in MATH_TASKS]  # fmt: skip
+    bare = [{**task, "ground_truth": str(task["ground_truth"])} for task in MATH_TASKS[:1]]
+    results = asyncio.run(engine.execute_tasks(boxed + bare))
+    for trajectory in results:
+        (step,) = trajectory.steps
+        assert step.thought.endswith("</think>") and isinstance(step.action, Action)
+        assert step.response_ids and step.model_output.text == step.model_response
+    assert [r.reward for r in results] == [1.0, 1.0, 1.0, 0.0]  # rLLM's math reward wants the boxed answer
