@@ -15,7 +15,8 @@ are translated by `rllm.trainer.translate` (its `TABLE`), and `self.config` is t
 - `config`: the Hydra `DictConfig` rLLM scripts pass; also a dict (nested, or dotted keys) or a list of `"k=v"`
   strings, applied over the shipped `agent_ppo_trainer.yaml` (a key not in it fails as in Hydra's struct mode,
   except under the four free dicts `rllm.agent.agent_args`, `rllm.env.env_args`, `rllm.agent.engine_args`,
-  `rllm.workflow.workflow_args`; a leading `+` is accepted). None: the yaml's defaults.
+  `rllm.workflow.workflow_args`; `+key=value` adds a key, which the translation then rejects unless it is a no-op).
+  None: the yaml's defaults.
 - `backend="verl"` (rLLM's default, and its only GPU trainer) means "rLLM's trainer": rllm's trainer with the
   backend the config's `trainer.backend` names, `torch` by default (embedded, CPU or one GPU). Set
   `trainer.backend=verl` (a key of the shipped yaml) to train on verl's FSDP workers (`make verl`). A user running an
@@ -140,8 +141,10 @@ def compose_config(config: Any) -> dict[str, Any]:
     for key in _FREE_DICTS:  # rLLM scripts add to these with `+key=value`; here the `+` is optional
         OmegaConf.set_struct(OmegaConf.select(base, key), False)
     for key, value in _overrides(config):
+        add = key.startswith("+")  # Hydra's `+key=value` adds a key the yaml does not have
+        key = key.lstrip("+")
         try:
-            OmegaConf.update(base, key, value, merge=True)
+            OmegaConf.update(base, key, value, merge=True, force_add=add)
         except Exception as exc:  # omegaconf's ConfigAttributeError/ConfigKeyError: a key not in struct
             raise ConfigError(f"rLLM config override {key}={value!r}: {exc}".splitlines()[0]) from None
     return OmegaConf.to_container(base, resolve=True)
@@ -160,7 +163,7 @@ def _overrides(config: Any) -> list[tuple[str, Any]]:
             key, sep, raw = str(item).partition("=")
             if not sep:
                 raise ConfigError(f"rLLM config override {item!r} must look like key=value")
-            pairs.append((key.strip().lstrip("+"), yaml.safe_load(raw) if raw.strip() else None))
+            pairs.append((key.strip(), yaml.safe_load(raw) if raw.strip() else None))
         return pairs
     raise TypeError(f"config must be a Hydra DictConfig, a dict or a list of 'key=value' strings, not "
                     f"{type(config).__name__}")  # fmt: skip

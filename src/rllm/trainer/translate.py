@@ -35,7 +35,7 @@ from typing import Any
 
 from rllm.config import ConfigError, TrainConfig, override_config
 
-__all__ = ["NO_OPS", "TABLE", "Translation", "changed_from_default", "default_config", "translate"]
+__all__ = ["NO_OPS", "TABLE", "Translation", "changed_from_default", "default_config", "no_op_entry", "translate"]
 
 AAR = "actor_rollout_ref"
 # verl/rLLM key -> what it becomes in rllm (rllm train --help-config documents the right-hand side).
@@ -466,7 +466,7 @@ def _check_the_rest(config: Mapping, t: Translation, errors: list[str]) -> None:
     for key, value in _flatten(config).items():
         if key in TABLE or any(key == free or key.startswith(free + ".") for free in _FREE_DICTS):
             continue
-        no_op = next((k for k in NO_OPS if key == k or (k.endswith(".") and key.startswith(k))), None)
+        no_op = no_op_entry(key)
         if no_op is not None:
             if key not in defaults or defaults[key] != value:
                 t.ignored.append(f"{key}={_show(value)} ({NO_OPS[no_op]})")
@@ -474,6 +474,11 @@ def _check_the_rest(config: Mapping, t: Translation, errors: list[str]) -> None:
             errors.append(f"{key}={_show(value)}: not an rLLM/verl key rllm knows (see rllm.trainer.translate.TABLE)")
         elif defaults[key] != value:
             errors.append(f"{key}={_show(value)}: not available in rllm")
+
+
+def no_op_entry(key: str) -> str | None:
+    """The NO_OPS entry covering `key` (an entry ending in "." or "_" covers every key it begins), or None."""
+    return next((k for k in NO_OPS if key == k or (k[-1] in "._" and key.startswith(k))), None)
 
 
 def _lookup(config: Mapping, key: str) -> Any:
