@@ -30,6 +30,7 @@ def __getattr__(name: str):
         return getattr(importlib.import_module(_RLLM_V02[name]), name)
     raise AttributeError(f"module 'rllm.workflows' has no attribute {name!r}")
 
+
 BUILTIN_WORKFLOWS = {
     "agent_env": "rllm.workflows.agent_env:AgentEnvWorkflow",
     "single_turn": "rllm.workflows.single_turn:SingleTurnWorkflow",
