@@ -268,3 +268,19 @@ def test_rllms_math_agent_with_single_turn_environment_and_math_reward(server, q
         assert step.thought.endswith("</think>") and isinstance(step.action, Action)
         assert step.response_ids and step.model_output.text == step.model_response
     assert [r.reward for r in results] == [1.0, 1.0, 1.0, 0.0]  # rLLM's math reward wants the boxed answer
+
+
+def test_an_env_with_compute_final_reward_gives_the_last_steps_reward(server, qwen_tokenizer):
+    """rLLM's optional env hook (its SWE env scores the patch when the episode is over)."""
+
+    class ScoredAtTheEnd(CounterEnv):
+        def compute_final_reward(self):
+            return 10.0 * self.value
+
+        @staticmethod
+        def from_dict(info):
+            return ScoredAtTheEnd(target=info["target"])
+
+    engine = engine_for(server, qwen_tokenizer, agent_class=CounterAgent, env_class=ScoredAtTheEnd, max_steps=5)
+    (trajectory,) = asyncio.run(engine.execute_tasks([{"target": 2}]))
+    assert [s.reward for s in trajectory.steps] == [0.0, 20.0] and trajectory.reward == 20.0

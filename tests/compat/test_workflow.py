@@ -112,6 +112,22 @@ def test_a_failing_workflow_raises_by_default_naming_the_episode_and_not_when_as
     eng, _ = engine(Broken, raise_on_error=False)
     (episode,) = asyncio.run(eng.execute_tasks([{}]))
     assert episode.termination_reason is Ours.ERROR and "my bug" in episode.info["error"]
+    assert episode.info["error_attempts"] == 3  # rLLM's default retry_limit: three attempts in all
+
+
+def test_an_error_episode_is_run_again_as_rllm_does():
+    class FailsOnce(Workflow):
+        attempts = 0
+
+        async def run(self, task, uid, **kwargs):
+            type(self).attempts += 1
+            if type(self).attempts == 1:
+                raise RuntimeError("flaky")
+            output = await self.rollout_engine.get_model_response([{"role": "user", "content": "q"}])
+            self.commit(trajectory=Trajectory(steps=[Step(model_output=output, reward=1.0)]))
+
+    (episode,) = asyncio.run(engine(FailsOnce, retry_limit=2)[0].execute_tasks([{}]))
+    assert episode.termination_reason is Ours.ENV_DONE and episode.info["error_attempts"] == 2
 
 
 def test_a_returned_episode_keeps_its_correctness_and_commit_takes_rllm_arguments():

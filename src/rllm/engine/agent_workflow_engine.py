@@ -15,9 +15,11 @@ It is rllm's `AgentWorkflowEngine` (one rollout core) with rLLM's constructor an
 - `execute_tasks(tasks, task_ids=None)` is a coroutine returning one `Episode` per task. Episode ids are
   `"{task_id}:{k}"`, k counting the earlier tasks with the same id; without `task_ids` each task gets a fresh uuid,
   as in rLLM. Episodes come back in task order (rLLM: grouped by task id, then in completion order).
-- `retry_limit` is rLLM's number of attempts: infra errors (a server down, a timeout) get `retry_limit - 1` retries.
-  An exception in the workflow's own code is not retried (it would fail the same way); with `raise_on_error` (rLLM's
-  default) any episode that still ended in an error makes `execute_tasks` raise, naming its uid and the error.
+- `retry_limit` is rLLM's number of attempts of an episode that fails: infra errors (a server down, a timeout) get
+  `retry_limit - 1` retries inside rllm's engine, and an episode that ended in an error (an exception in the
+  workflow's code) is run again, as rLLM does, up to `retry_limit` attempts in all (`info["error_attempts"]`). With
+  `raise_on_error` (rLLM's default) any episode that still ended in an error makes `execute_tasks` raise, naming its
+  uid and the error.
 - `n_parallel_tasks` → `n_parallel`. `config`, `episode_logger` and other keywords: errors naming them.
 """
 
@@ -79,6 +81,7 @@ class AgentWorkflowEngine(_Engine):
         )
         self.rollout_engine = rollout_engine
         self.raise_on_error = raise_on_error
+        self.attempts = max(retry_limit, 1)
 
     async def execute_tasks(  # type: ignore[override]
         self, tasks: Iterable[dict], task_ids: Sequence[str] | None = None, **kwargs: Any
@@ -94,6 +97,14 @@ class AgentWorkflowEngine(_Engine):
             seen[task_id] += 1
         try:
             episodes = await self.execute_tasks_async(tasks, uids=uids)
+            for _ in range(self.attempts - 1):  # rLLM retries an episode that ended in an error, whatever raised it
+                failed = [i for i, e in enumerate(episodes) if e.termination_reason is TerminationReason.ERROR]
+                if not failed:
+                    break
+                again = await self.execute_tasks_async([tasks[i] for i in failed], uids=[uids[i] for i in failed])
+                for i, episode in zip(failed, again, strict=True):
+                    episode.info["error_attempts"] = episodes[i].info.get("error_attempts", 1) + 1
+                    episodes[i] = episode
         finally:
             if hasattr(self.model, "aclose"):  # its HTTP session belongs to this call's event loop
                 await self.model.aclose()

@@ -19,6 +19,8 @@ Choices:
 - `step_timeout` bounds one model call + env step; it ends the episode with `TIMEOUT`, keeping the steps so far.
   Python cannot interrupt a thread, so a timed-out env call keeps running in its worker until it returns;
   `env.close()` is still called.
+- An env with rLLM's `compute_final_reward()` hook gives the last step's reward after an episode that ended
+  `ENV_DONE` or `MAX_TURNS` (not after errors, timeouts or a spent length budget).
 - Correctness: an env that reports `info["success"]` on its last step decides; otherwise a positive reward counts.
 """
 
@@ -72,8 +74,19 @@ class AgentEnvWorkflow(Workflow):
             else:
                 done = await self._timed_step(self.step_timeout)
             if done:
+                await self._final_reward()
                 return
+        await self._final_reward()
         raise TerminationEvent(_Reason.MAX_TURNS)
+
+    async def _final_reward(self) -> None:
+        """rLLM's env hook: an env with `compute_final_reward()` gives the last step's reward once the episode is
+        over (its SWE env runs the tests then)."""
+        hook = getattr(self.env, "compute_final_reward", None)
+        steps = agent_trajectory(self.agent).steps
+        if hook is not None and steps:
+            self.phase = "env"
+            steps[-1].reward = _finite_reward(await self.call_env(hook), self.env)
 
     async def cleanup(self) -> None:
         """Close the env (always, once). A failing close does not change the outcome: the rollout's data is

@@ -25,8 +25,8 @@ episode's fields and return None (rLLM's style) or return the value (rllm's).
 
 Differences: a normal return ends the episode `ENV_DONE` (rLLM says `UNKNOWN`); `TerminationReason` has rLLM's
 names, and its values are rllm's, so episodes compare equal to either enum; an exception in `run` is an `error`
-episode and is not retried (rLLM retries it: a bug fails the same way again; infra errors are retried); the
-engine calls `reset` before each attempt too, so a `run` that forgets to is still correct.
+episode, which rLLM's `AgentWorkflowEngine` runs again (rllm's own engines retry only infra errors); `uid` and
+`task` are set before `run` too, so a `run` that forgets `reset` is still correct.
 """
 
 from __future__ import annotations
