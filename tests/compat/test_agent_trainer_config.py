@@ -215,9 +215,10 @@ def test_constructor_rllm_semantics(tmp_path):
                  "+rllm.agent.agent_args.max_steps=3", f"trainer.default_local_dir={tmp_path}/run"]  # fmt: skip
     trainer = AgentTrainer(agent_class=FrozenLakeAgent, env_class=FrozenLakeEnv, env_args={"size": 5, "p": 0.9},
                            agent_args={"max_steps": 9}, config=overrides, train_dataset=Dataset(ROWS))  # fmt: skip
-    rows = trainer.trainer.train_dataset
-    assert all(row["size"] == 2 and row["p"] == 0.9 for row in rows)  # env args win over rows; config over args
-    assert trainer.trainer.workflow_args["agent_args"] == {"max_steps": 3}
+    args = trainer.trainer.workflow_args
+    assert args["env_args"] == {"size": 2, "p": 0.9} and args["env_args_win"]  # config over args; args over rows
+    assert trainer.trainer.train_dataset == ROWS  # the rows stay as they are (env args may hold functions)
+    assert args["agent_args"] == {"max_steps": 3}
     assert trainer.trainer.val_dataset == [] and trainer.config.trainer.total_steps == 30 * 4
     by_name = AgentTrainer(config=[*overrides, "rllm.agent.name=frozenlakeagent", "rllm.env.name=frozenlake"],
                            train_dataset=ROWS)  # fmt: skip

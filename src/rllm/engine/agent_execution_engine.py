@@ -84,7 +84,7 @@ class AgentExecutionEngine(_Engine):
             env_class=env_class,
             model=model,
             agent_args=agent_args,
-            env_args=None,  # merged into tasks the rLLM way (env_args win), see execute_tasks
+            env_args=env_args,
             max_steps=max_steps,
             sampling=_sampling(sampling_params, max_response_length),
             n_parallel=n_parallel_agents,
@@ -94,7 +94,6 @@ class AgentExecutionEngine(_Engine):
             retry_limit=max(retry_limit - 1, 0),
             env_workers=max_workers,
         )
-        self.rllm_env_args = dict(env_args or {})
         self.gamma = gamma
         self.tokenizer = tokenizer
         self.enforce_max_prompt_length = enforce_max_prompt_length
@@ -104,9 +103,8 @@ class AgentExecutionEngine(_Engine):
     async def execute_tasks(self, tasks: Iterable[dict]) -> list[Trajectory]:  # type: ignore[override]
         """One trajectory per task, in task order (rLLM's return value); the episodes are kept in `self.episodes`."""
         tasks = list(tasks)
-        merged = [{**task, **self.rllm_env_args} for task in tasks]
         try:
-            self.episodes = await self.execute_tasks_async(merged)
+            self.episodes = await self.execute_tasks_async(tasks)
         finally:
             if hasattr(self.model, "aclose"):  # its HTTP session belongs to this call's event loop
                 await self.model.aclose()
@@ -114,6 +112,10 @@ class AgentExecutionEngine(_Engine):
 
     def shutdown(self) -> None:
         """rLLM frees its thread pool here; rllm's engine holds none between calls."""
+
+    def _workflow_spec(self) -> tuple[type, dict[str, Any]]:
+        workflow_class, args = super()._workflow_spec()
+        return workflow_class, {**args, "env_args_win": True}  # rLLM: from_dict({**task, **env_args})
 
 
 AsyncAgentExecutionEngine = AgentExecutionEngine

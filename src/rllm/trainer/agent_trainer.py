@@ -110,10 +110,10 @@ class AgentTrainer:
             env_class = env_class or _class_by_name(translation.env_name, ENV_CLASSES, "rllm.env.name")
             agent_args = {**(agent_args or {}), **translation.agent_args}
             env_args = {**(env_args or {}), **translation.env_args}
-            # rLLM builds each env from {**row, **env_args}: the env args win over the row's own fields
-            train_rows = [{**row, **env_args} for row in train_rows]
-            val_rows = [{**row, **env_args} for row in val_rows]
-            classes = {"agent_class": agent_class, "env_class": env_class, "agent_args": agent_args}
+            # rLLM builds each env from {**row, **env_args}: the env args win over the row's own fields. They stay
+            # out of the rows (a reward function in env_args cannot be logged with the episode's task).
+            classes = {"agent_class": agent_class, "env_class": env_class, "agent_args": agent_args,
+                       "env_args": env_args, "workflow_args": {"env_args_win": True}}  # fmt: skip
         from rllm.training.trainer import AgentTrainer as _Trainer
 
         self.trainer = _Trainer(config=self.config, train_dataset=train_rows, val_dataset=val_rows, **classes)

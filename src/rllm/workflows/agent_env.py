@@ -1,7 +1,8 @@
 """`AgentEnvWorkflow`: the agent/env loop (`BaseAgent` + `BaseEnv`) as a workflow. `AgentExecutionEngine` is the
 `AgentWorkflowEngine` running this workflow, so there is one rollout core.
 
-The loop: build the agent, the env from `{**env_args, **task}` (a dataset row's own value beats the default),
+The loop: build the agent, the env from `{**env_args, **task}` (a dataset row's own value beats the default;
+`env_args_win=True` gives rLLM's order, `{**task, **env_args}`, for its engine and trainer),
 `reset`, then up to `max_steps` times: model call on the agent's messages → `agent.update_from_model` → `env.step`
 → `agent.update_from_env`. It ends with `ENV_DONE` when the env says done and `MAX_TURNS` after `max_steps`.
 
@@ -50,10 +51,12 @@ class AgentEnvWorkflow(Workflow):
         env_args: dict[str, Any] | None = None,
         max_steps: int = 10,
         step_timeout: float | None = None,
+        env_args_win: bool = False,
     ) -> None:
         self.agent_class, self.env_class = agent_class, env_class
         self.agent_args, self.env_args = dict(agent_args or {}), dict(env_args or {})
         self.max_steps, self.step_timeout = max_steps, step_timeout
+        self.env_args_win = env_args_win
 
     @classmethod
     def env_policy(cls, workflow_args: dict[str, Any]) -> tuple[bool, bool]:
@@ -110,7 +113,8 @@ class AgentEnvWorkflow(Workflow):
         self.agent = _agent_call(self.agent_class, **self.agent_args)
         self.commit(agent=self.agent)
         self.phase = "env"
-        self.env = await self.call_env(self.env_class.from_dict, {**self.env_args, **task})
+        spec = {**task, **self.env_args} if self.env_args_win else {**self.env_args, **task}
+        self.env = await self.call_env(self.env_class.from_dict, spec)
         observation, info = await self.call_env(self.env.reset)
         self.phase = "agent"
         _agent_call(self.agent.reset)
