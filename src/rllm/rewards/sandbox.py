@@ -69,7 +69,7 @@ from pathlib import Path, PurePosixPath
 from rllm.errors import InfraError, SandboxUnavailableError
 from rllm.rewards._cgroup import NO_CGROUP, Cgroup, write_file
 
-__all__ = ["Sandbox", "SandboxLimits", "SandboxResult", "SandboxUnavailableError", "default_sandbox"]
+__all__ = ["RepoMount", "Sandbox", "SandboxLimits", "SandboxResult", "SandboxUnavailableError", "default_sandbox"]
 
 BWRAP = "bwrap"  # resolved on PATH when checked
 WORKDIR = "/work"
@@ -111,6 +111,43 @@ class SandboxLimits:
         for name, value in vars(self).items():
             if not value > 0:
                 raise ValueError(f"SandboxLimits.{name} must be positive, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RepoMount:
+    """A host directory the program sees writable at `dest`, its writes kept on a tmpfs of `size_mb` inside the
+    sandbox: the host copy is never written, and everything written is gone when the run (or session) ends.
+
+    As root, an overlay (the host directory read-only below, the tmpfs above) mounted inside the sandbox's own mount
+    namespace before the program drops to uid 65534: nothing is copied, and nothing is mounted on the host. Its files
+    must be writable by uid 65534 to be edited (`make_editable`). Otherwise, or with `copy=True`, the directory is
+    copied onto the tmpfs when the run starts (`cp -R`: fine for small repositories)."""
+
+    source: str
+    dest: str = "/testbed"
+    size_mb: int = 256
+    copy: bool = False
+
+    def __post_init__(self) -> None:
+        dest = PurePosixPath(self.dest)
+        if not dest.is_absolute() or ".." in dest.parts or len(dest.parts) < 2 or dest.parts[1] in _SYSTEM_DIRS:
+            raise ValueError(f"RepoMount.dest must be a new absolute directory such as /testbed, got {self.dest!r}")
+        if not os.path.isdir(self.source):
+            raise ValueError(f"RepoMount.source is not a directory: {self.source!r}")
+
+
+_SYSTEM_DIRS = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "proc", "dev", "tmp", "work", ".rllm"}
+_LOWER, _UPPER = "/.rllm/lower", "/.rllm/rw"
+
+
+def make_editable(root: str | os.PathLike) -> None:
+    """Hand a directory tree to the sandbox's user, so that a RepoMount overlay over it lets the program edit its
+    files (overlay keeps the lower files' owners). Only as root; otherwise the caller's files are the program's."""
+    if os.geteuid() != 0:
+        return
+    for directory, dirs, files in os.walk(root):
+        for name in (directory, *(os.path.join(directory, n) for n in (*dirs, *files))):
+            os.lchown(name, NOBODY, NOBODY)
 
 
 @dataclass
@@ -272,21 +309,75 @@ def _seccomp_filter() -> bytes:
     return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """What a run sees beyond the default layout: a writable repository, read-only host directories, more
+    environment variables, and where it starts."""
+
+    repo: RepoMount | None = None
+    ro_binds: tuple[tuple[str, str], ...] = ()  # (host directory, path inside)
+    env: tuple[tuple[str, str], ...] = ()
+    cwd: str = WORKDIR
+
+    @staticmethod
+    def of(repo=None, ro_binds=None, env=None, cwd=None) -> _Layout:
+        binds = tuple((str(src), str(dest)) for src, dest in (ro_binds or {}).items())
+        for src, dest in binds:
+            parts = PurePosixPath(dest).parts
+            if not os.path.isdir(src) or not PurePosixPath(dest).is_absolute() or len(parts) < 2 or ".." in parts:
+                raise ValueError(f"ro_binds: {src!r} must be a host directory and {dest!r} an absolute path")
+            if parts[1] in _SYSTEM_DIRS:
+                raise ValueError(f"ro_binds: {dest!r} would shadow the sandbox's own {parts[1]!r} directory")
+        clash = set(env or {}) & {"PATH", "HOME"}
+        if clash:
+            raise ValueError(f"env may not override {sorted(clash)}: the sandbox sets them")
+        return _Layout(repo, binds, tuple((env or {}).items()), cwd or (repo.dest if repo else WORKDIR))
+
+
+def _traversable_parents(path: str) -> list[str]:
+    """bwrap makes missing parents of a mount point 0700 as root: make them 0755 so uid 65534 can reach it."""
+    argv = []
+    for parent in reversed(PurePosixPath(path).parents[:-1]):
+        argv += ["--perms", "0755", "--dir", str(parent)]
+    return argv
+
+
+# Run by the sandbox's init with CAP_SYS_ADMIN, before the program drops to 65534: the repository overlay. $0 is
+# where it goes; `cd "$PWD"` moves a working directory inside it from the empty mount point onto the overlay. Exit
+# 125 with a marker on stderr is reported as an InfraError.
+_MOUNT_OVERLAY = (
+    f"mkdir -p {_UPPER}/upper {_UPPER}/work && chown {NOBODY}:{NOBODY} {_UPPER}/upper && mount -n -t overlay "
+    f'rllm-repo -o lowerdir={_LOWER},upperdir={_UPPER}/upper,workdir={_UPPER}/work,userxattr "$0" && cd "$PWD" '
+    '|| { echo "rllm-sandbox: cannot mount the repository overlay at $0" >&2; exit 125; }; exec "$@"'
+)
+# Run as the program's user: the repository copied onto the tmpfs at $0.
+_COPY_REPO = (
+    f'(cd {_LOWER} && find . -mindepth 1 -maxdepth 1 -exec cp -R -P --preserve=mode,timestamps,links -t "$0" {{}} +) '
+    '|| { echo "rllm-sandbox: cannot copy the repository to $0" >&2; exit 125; }; exec "$@"'
+)
+_SETUP_FAILED = b"rllm-sandbox: "
+
+
 def _bwrap_argv(
-    tools: _Tools, limits: SandboxLimits, files: dict[str, int], status_fd: int, seccomp_fd: int
+    tools: _Tools, limits: SandboxLimits, files: dict[str, int], status_fd: int, seccomp_fd: int, layout: _Layout
 ) -> list[str]:
     """bwrap's command line up to the program's argv; `files` maps paths under /work to memfds, `seccomp_fd` is a
     memfd holding `_seccomp_filter()` (bwrap reads it once and closes it)."""
+    repo = layout.repo
+    overlay = repo is not None and tools.setpriv is not None and not repo.copy  # as non-root: no caps to mount
     argv = [tools.bwrap, "--seccomp", str(seccomp_fd)]
     if tools.setpriv:
         argv += ["--userns", str(_USERNS_FD), "--unshare-pid", "--unshare-net", "--unshare-ipc"]
         argv += ["--unshare-uts", "--unshare-cgroup", "--cap-drop", "ALL"]
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]  # for setpriv
+        if overlay:  # for the mount step only (setpriv drops them). The overlay does its copy-ups with the mounter's
+            # credentials, and needs DAC_OVERRIDE for them; its layers are a read-only bind and our own tmpfs.
+            argv += ["--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_CHOWN", "--cap-add", "CAP_DAC_OVERRIDE"]
     else:
         argv += ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
         argv += ["--uid", str(NOBODY), "--gid", str(NOBODY)]
     argv += ["--as-pid-1", "--die-with-parent", "--new-session", "--hostname", "sandbox", "--clearenv"]
-    for key, value in _SANDBOX_ENV.items():
+    for key, value in (*_SANDBOX_ENV.items(), *layout.env):
         argv += ["--setenv", key, value]
     argv += [*_root_filesystem(), "--proc", "/proc", "--dev", "/dev"]
     for writable in ("/tmp", WORKDIR, "/dev/shm"):  # /dev/shm: multiprocessing's semaphores
@@ -295,12 +386,20 @@ def _bwrap_argv(
         argv += ["--perms", "1777", "--dir", f"{WORKDIR}/{directory}"]
     for name, fd in files.items():
         argv += ["--perms", "0644", "--file", str(fd), f"{WORKDIR}/{name}"]
+    for src, dest in layout.ro_binds:
+        argv += [*_traversable_parents(dest), "--ro-bind", src, dest]
+    if repo is not None:
+        argv += [*_traversable_parents(_LOWER), *_traversable_parents(repo.dest)]
+        argv += ["--ro-bind", repo.source, _LOWER, "--perms", "1777", "--size", str(repo.size_mb << 20)]
+        argv += ["--tmpfs", _UPPER, "--dir", repo.dest] if overlay else ["--tmpfs", repo.dest]
     # / and /dev are tmpfs without a size cap, writable by the program in the non-root layout: read-only
-    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORKDIR, "--json-status-fd", str(status_fd)]
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", layout.cwd, "--json-status-fd", str(status_fd)]
     argv += ["/bin/sh", "-c", _INIT, "sandbox-init"]
+    argv += ["/bin/sh", "-c", _MOUNT_OVERLAY, repo.dest] if overlay else []
     if tools.setpriv:  # after the init: as root, PID 1 is not the program's user, so the program cannot touch it
         argv += [tools.setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
         argv += ["--inh-caps=-all", "--bounding-set=-all", "--"]
+    argv += ["/bin/sh", "-c", _COPY_REPO, repo.dest] if repo is not None and not overlay else []
     return argv
 
 
@@ -330,6 +429,16 @@ class _Launch:
     write_ends: list[int]  # of those, pipe ends to close here once it has them
     status_r: int | None = None  # bwrap's --json-status-fd
     userns: int | None = None  # as root: the user namespace bwrap joins
+
+
+@dataclass
+class _Spawned:
+    proc: subprocess.Popen
+    pidfd: int
+    cgroup: Cgroup | None
+    result_r: int
+    status_r: int | None
+    status: _Capped  # what bwrap reported on status_r
 
 
 class _Capped:
@@ -458,7 +567,7 @@ class Sandbox:
         probe.unsafe = False  # check the real sandbox even when RLLM_SANDBOX_UNSAFE=1
         probe._tools, probe._use_cgroup = _find_tools(as_root=os.geteuid() == 0), require_cgroup
         try:
-            result = probe._run([_python()[1], "-S", "-c", "pass"], {}, b"", SandboxLimits())
+            result = probe._run([_python()[1], "-S", "-c", "pass"], {}, b"", SandboxLimits(), _Layout())
         except InfraError as e:
             if any(sign in str(e) for sign in ("namespace", "uid map", "Operation not permitted")):
                 raise SandboxUnavailableError(f"{_NO_USERNS}; {e}") from e
@@ -478,12 +587,44 @@ class Sandbox:
         files: dict[str, str | bytes] | None = None,
         stdin: bytes = b"",
         limits: SandboxLimits | None = None,
+        repo: RepoMount | None = None,
+        ro_binds: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
     ) -> SandboxResult:
-        """Run argv in /work holding `files` (relative paths); waits while `max_workers` runs are in flight."""
+        """Run argv in /work holding `files` (relative paths); waits while `max_workers` runs are in flight.
+        `repo`: a host directory seen writable inside (`RepoMount`; the run starts in it); `ro_binds`: host
+        directories seen read-only at the given paths; `env`: variables added to the sandbox's few."""
         checked = _checked_files(files or {})
+        layout = _Layout.of(repo, ro_binds, env, cwd)
         self._ensure_ready()
+        if self.unsafe and layout != _Layout():
+            raise ValueError("repo, ro_binds, env and cwd need the bubblewrap sandbox, not Sandbox(unsafe=True)")
         with self._slots:
-            return self._run(list(argv), checked, stdin, limits or self.limits)
+            return self._run(list(argv), checked, stdin, limits or self.limits, layout)
+
+    def session(
+        self,
+        argv: list[str],
+        *,
+        files: dict[str, str | bytes] | None = None,
+        limits: SandboxLimits | None = None,
+        repo: RepoMount | None = None,
+        ro_binds: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+    ):
+        """Start argv as a long-lived program spoken to in JSON lines (`SandboxSession`): one sandbox that lives
+        as long as an episode, as a container per episode does elsewhere. `limits.wall_s` bounds its whole life.
+        Sessions take no `max_workers` slot: the caller bounds how many are open."""
+        from rllm.rewards.sandbox_session import SandboxSession
+
+        checked = _checked_files(files or {})
+        layout = _Layout.of(repo, ro_binds, env, cwd)
+        self._ensure_ready()
+        if self.unsafe:
+            raise ValueError("sandbox sessions need the bubblewrap sandbox, not Sandbox(unsafe=True)")
+        return SandboxSession(self, list(argv), checked, limits or self.limits, layout)
 
     async def run_async(self, argv: list[str], **kwargs) -> SandboxResult:
         """`run` on this sandbox's own `max_workers` threads, so queued runs hold no thread of the event loop's
@@ -515,51 +656,55 @@ class Sandbox:
                 self.check(require_cgroup=False)
             self._tools = _find_tools(as_root=os.geteuid() == 0)
 
-    def _run(self, argv: list[str], files: dict[str, bytes], stdin: bytes, limits: SandboxLimits) -> SandboxResult:
+    def _run(
+        self, argv: list[str], files: dict[str, bytes], stdin: bytes, limits: SandboxLimits, layout: _Layout
+    ) -> SandboxResult:
         start = time.monotonic()
         with contextlib.ExitStack() as stack:
-            cgroup = Cgroup.create(limits.memory_mb, limits.pids + _BWRAP_PIDS) if self._use_cgroup else None
-            if cgroup:
-                stack.callback(cgroup.remove)
-            make = self._unsafe_launch if self.unsafe else self._bwrap_launch
-            launch = make(argv, files, limits, stack)
-            result_r, result_w = (_above_stdio(fd) for fd in os.pipe())
-            stack.callback(os.close, result_r)
-            try:
-                proc = subprocess.Popen(
-                    [
-                        self._tools.bash,
-                        "-c",
-                        _launcher(limits, cgroup, result_w, launch.userns),
-                        "rllm",
-                        *launch.command,
-                    ],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    pass_fds=(result_w, *launch.pass_fds),
-                    env=launch.env,
-                    cwd=launch.cwd,
-                    start_new_session=True,
-                )
-            finally:
-                for fd in (result_w, *launch.write_ends):
-                    os.close(fd)  # only the child holds them now: the pipes reach EOF when it is done
-            for stream in (proc.stdin, proc.stdout, proc.stderr):
-                stack.callback(stream.close)
-            pidfd = os.pidfd_open(proc.pid)
-            stack.callback(os.close, pidfd)
-            stack.callback(lambda: proc.returncode is None and _kill(proc, pidfd, cgroup, None))
+            run = self._spawn(argv, files, limits, layout, stack)
+            proc = run.proc
             out, err, result = _Capped(limits.output_bytes), _Capped(limits.output_bytes), _Capped(limits.result_bytes)
-            sinks = {proc.stdout.fileno(): out, proc.stderr.fileno(): err, result_r: result}
-            status = _Capped(1 << 16)
-            if launch.status_r is not None:
-                sinks[launch.status_r] = status
-            killed = _pump(proc, pidfd, sinks, stdin, start + limits.wall_s)
-            init_pid = _bwrap_status(status.value(), "child-pid") if killed else None
-            _kill(proc, pidfd, cgroup, init_pid)  # the launcher has exited or must die; stragglers of its group too
-            exit_code, reason = self._outcome(proc.returncode, status.value(), killed, cgroup, err.value())
+            sinks = {proc.stdout.fileno(): out, proc.stderr.fileno(): err, run.result_r: result}
+            if run.status_r is not None:
+                sinks[run.status_r] = run.status
+            killed = _pump(proc, run.pidfd, sinks, stdin, start + limits.wall_s)
+            init_pid = _bwrap_status(run.status.value(), "child-pid") if killed else None
+            _kill(proc, run.pidfd, run.cgroup, init_pid)  # the launcher has exited or must die; its stragglers too
+            exit_code, reason = self._outcome(proc.returncode, run.status.value(), killed, run.cgroup, err.value())
             return SandboxResult(exit_code, out.value(), err.value(), result.value(), reason, time.monotonic() - start)
+
+    def _spawn(self, argv, files, limits: SandboxLimits, layout: _Layout, stack: contextlib.ExitStack) -> _Spawned:
+        """Start the launcher; `stack` closes its pipes, kills whatever is left of it and removes its cgroup."""
+        cgroup = Cgroup.create(limits.memory_mb, limits.pids + _BWRAP_PIDS) if self._use_cgroup else None
+        if cgroup:
+            stack.callback(cgroup.remove)
+        launch = (
+            self._unsafe_launch(argv, files, stack)
+            if self.unsafe
+            else self._bwrap_launch(argv, files, limits, layout, stack)
+        )
+        result_r, result_w = (_above_stdio(fd) for fd in os.pipe())
+        stack.callback(os.close, result_r)
+        try:
+            proc = subprocess.Popen(
+                [self._tools.bash, "-c", _launcher(limits, cgroup, result_w, launch.userns), "rllm", *launch.command],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(result_w, *launch.pass_fds),
+                env=launch.env,
+                cwd=launch.cwd,
+                start_new_session=True,
+            )
+        finally:
+            for fd in (result_w, *launch.write_ends):
+                os.close(fd)  # only the child holds them now: the pipes reach EOF when it is done
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            stack.callback(stream.close)
+        pidfd = os.pidfd_open(proc.pid)
+        stack.callback(os.close, pidfd)
+        stack.callback(lambda: proc.returncode is None and _kill(proc, pidfd, cgroup, None))
+        return _Spawned(proc, pidfd, cgroup, result_r, launch.status_r, _Capped(1 << 16))
 
     def _outcome(self, returncode, status, killed, cgroup, stderr) -> tuple[int | None, str | None]:
         if killed:
@@ -569,22 +714,24 @@ class Sandbox:
         code = returncode if self.unsafe else _bwrap_status(status, "exit-code")
         if code is None:
             raise InfraError(f"the sandbox did not start (exit {returncode}): {stderr.decode(errors='replace')}")
+        if code == 125 and stderr.rstrip().rsplit(b"\n", 1)[-1].startswith(_SETUP_FAILED):
+            raise InfraError(f"the sandbox's set-up failed: {stderr.decode(errors='replace').strip()}")
         code, reason = _signal_of(code)
         if code != 0 and cgroup and cgroup.pids_exhausted():
             reason = "pids"
         return code, reason
 
-    def _bwrap_launch(self, argv, files, limits, stack) -> _Launch:
+    def _bwrap_launch(self, argv, files, limits, layout, stack) -> _Launch:
         memfds = {name: _memfd(content, stack) for name, content in files.items()}
         seccomp = _memfd(_seccomp_filter(), stack)  # a fresh one per run: reading it moves its offset
         userns = _root_user_namespace() if self._tools.setpriv else None
         status_r, status_w = (_above_stdio(fd) for fd in os.pipe())
         stack.callback(os.close, status_r)
-        command = [*_bwrap_argv(self._tools, limits, memfds, status_w, seccomp), *argv]
+        command = [*_bwrap_argv(self._tools, limits, memfds, status_w, seccomp, layout), *argv]
         inherited = [status_w, seccomp, *memfds.values(), *([userns] if userns else [])]
         return _Launch(command, "/", {}, inherited, [status_w], status_r, userns)
 
-    def _unsafe_launch(self, argv, files, limits, stack) -> _Launch:
+    def _unsafe_launch(self, argv, files, stack) -> _Launch:
         cwd = stack.enter_context(tempfile.TemporaryDirectory(prefix="rllm-unsafe-"))
         for name, content in files.items():
             Path(cwd, name).parent.mkdir(parents=True, exist_ok=True)
