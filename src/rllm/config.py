@@ -368,11 +368,16 @@ class DataConfig(_Section):
         return task
 
     def make_tasks(self, split: Literal["train", "val"]) -> list[dict]:
-        """The split's rows from the task's generator: `train_size` rows from `seed`, or `val_size` from `val_seed`."""
+        """The split's rows from the task's generator: `train_size` rows from `seed`, or `val_size` from `val_seed`.
+        A generator with a `split` parameter is told which split it makes (e.g. swe: its splits are packages)."""
+        import inspect
+
         from rllm.tasks import get_task
 
         size, seed = (self.train_size, self.seed) if split == "train" else (self.val_size, self.val_seed)
-        return get_task(self.task).make_tasks(size, seed=seed, **self.task_args) if size else []
+        make = get_task(self.task).make_tasks
+        extra = {"split": split} if "split" in inspect.signature(make).parameters else {}
+        return make(size, seed=seed, **extra, **self.task_args) if size else []
 
 
 class TrainConfig(_Section):

@@ -1,0 +1,194 @@
+"""`SWEEnv`: a software-engineering task in a sandboxed repository, R2E-Gym/SWE-agent style, without Docker.
+
+A task is a dataset row in SWE-bench's format (`instance_id`, `problem_statement`, `patch`, `test_patch`,
+`FAIL_TO_PASS`, `PASS_TO_PASS`, ...; see rllm.envs.swe.build for the generated ones). Per episode:
+- `reset()` starts one sandbox session (rllm.rewards.sandbox_session) holding the task's base tree at /testbed: an
+  overlay on a size-capped tmpfs over the read-only tree (nothing is copied, nothing of the host is writable), the
+  hidden tests absent, no network, its own PID namespace, a cgroup, rlimits and a wall clock for the episode. The
+  first observation is the issue; `info["tools"]` holds the scaffold's JSON-schema tools.
+- `step(action)` runs the tool calls of one reply (ToolAgent's action: `{"tool_calls", "content", "errors"}`) in
+  the session, each with `step_timeout` s, outputs cut to `max_output_chars` with a marker. Bad calls (unknown tool,
+  bad arguments, a path outside the repository) are answered with an error message and counted in
+  `info["tool_errors"]`; a reply with no call is told to call a tool. `finish`/`submit` ends the episode.
+- The reward: the diff of /testbed against the base, graded in a fresh sandbox (rllm.envs.swe.grading). At the
+  end of an episode that ran out of turns, `compute_final_reward()` grades what the repository holds then.
+- `info["termination"]` on the last step says why it ended: submitted, sandbox_died (the session was killed: memory,
+  pids, its wall clock), and `info["grade"]` the grader's reason (resolved, tests_failed, protected_path,
+  patch_failed, grader_timeout, tampering, empty_patch).
+Sandbox failures of ours (it cannot start) raise InfraError: the engine retries the episode.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from rllm.envs.base import BaseEnv
+from rllm.envs.swe.tools import FINISH_TOOLS, server_call, tool_schemas
+
+__all__ = ["SWEEnv", "issue_prompt"]
+
+_HERE = Path(__file__).parent
+_BIN_MOUNT = "/opt/rllm-bin"
+_OPTIONS = ("scaffold", "step_timeout", "max_output_chars", "episode_timeout", "partial_credit", "grade_timeout",
+            "memory_mb", "repo_size_mb")  # fmt: skip
+
+
+def issue_prompt(task: dict) -> str:
+    return (
+        "A Python repository is checked out at /testbed. A user reported this issue:\n\n"
+        f"<issue>\n{task['problem_statement'].strip()}\n</issue>\n\n"
+        "Change the repository's non-test source files so that the issue is resolved. The tests that check your fix "
+        "are hidden; do not edit or add tests. Work step by step: find the code involved, reproduce the problem with "
+        "a small script, fix the code, run your script again to check the fix, then call the finish tool."
+    )
+
+
+class SWEEnv(BaseEnv):
+    def __init__(self, task: dict, *, scaffold: str = "r2egym", step_timeout: float = 90.0,
+                 max_output_chars: int = 10000, episode_timeout: float = 1800.0, partial_credit: bool = False,
+                 grade_timeout: float = 300.0, memory_mb: int = 2048, repo_size_mb: int = 256,
+                 sandbox: Any = None) -> None:  # fmt: skip
+        tool_schemas(scaffold)  # an unknown scaffold fails here, naming the known ones
+        for key in ("instance_id", "problem_statement", "FAIL_TO_PASS", "PASS_TO_PASS", "patch", "test_patch"):
+            if key not in task:
+                raise ValueError(f"SWEEnv: the task row lacks {key!r}; rows need SWE-bench's keys "
+                                 "(see rllm.envs.swe.build)")  # fmt: skip
+        self.task, self.scaffold = task, scaffold
+        self.step_timeout, self.max_output_chars = float(step_timeout), int(max_output_chars)
+        self.episode_timeout, self.partial_credit = float(episode_timeout), bool(partial_credit)
+        self.grade_timeout, self.memory_mb, self.repo_size_mb = float(grade_timeout), int(memory_mb), int(repo_size_mb)
+        self.sandbox = sandbox
+        self.session = None
+        self.result = None  # the GradeResult, once graded
+        self.tool_errors: dict[str, int] = {}
+
+    @classmethod
+    def from_dict(cls, task: dict) -> SWEEnv:
+        task = dict(task)
+        options = {key: task.pop(key) for key in _OPTIONS if key in task}
+        return cls(task, **options)
+
+    # ---- the episode -----------------------------------------------------------------------------------------
+
+    def reset(self) -> tuple[Any, dict]:
+        from rllm.envs.swe.store import RUNTIME_MOUNT, runtime_dir, task_trees
+        from rllm.rewards.sandbox import RepoMount, SandboxLimits, _python, default_sandbox
+
+        self.close()
+        self.result, self.tool_errors = None, {}
+        base, _ = task_trees(self.task)
+        sandbox = self.sandbox or default_sandbox()
+        limits = SandboxLimits(wall_s=self.episode_timeout, cpu_s=int(self.episode_timeout), memory_mb=self.memory_mb,
+                               pids=256, tmpfs_mb=256, output_bytes=1 << 20)  # fmt: skip
+        files = {"rllm_swe_server.py": (_HERE / "workspace_server.py").read_text(),
+                 "rllm_swe_patches.py": (_HERE / "patches.py").read_text()}  # fmt: skip
+        env = {"PYTHONPATH": RUNTIME_MOUNT, "RLLM_SWE_PATH_PREFIX": _BIN_MOUNT}
+        argv = [_python()[1], "-s", "-B", "/work/rllm_swe_server.py"]
+        self.session = sandbox.session(argv, files=files, limits=limits, env=env,
+                                       repo=RepoMount(str(base), size_mb=self.repo_size_mb),
+                                       ro_binds={str(runtime_dir()): RUNTIME_MOUNT, str(_python_bin()): _BIN_MOUNT})  # fmt: skip
+        self.session.request({"op": "ping"}, timeout_s=60)
+        return issue_prompt(self.task), {"tools": tool_schemas(self.scaffold)}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, dict]:
+        from rllm.rewards.sandbox_session import SessionClosedError
+
+        action = action if isinstance(action, dict) else {"tool_calls": [], "content": str(action or ""), "errors": []}
+        calls, errors = action.get("tool_calls") or [], action.get("errors") or []
+        if any(call.get("name") in FINISH_TOOLS for call in calls):
+            return self._end("submitted")
+        messages = []
+        try:
+            for call in calls:
+                messages.append(self._run(call))
+        except SessionClosedError as e:
+            return self._end("sandbox_died", detail=str(e))
+        for error in errors:
+            self._count(error.get("kind", "malformed"))
+            messages.append({"role": "tool", "content": f"Error: {error.get('message', 'malformed tool call')}"})
+        if not messages:
+            self._count("no_tool_call")
+            messages.append({"role": "user", "content": "No tool call found in your reply. Call one of the tools; "
+                             "when your fix is done, call the finish tool."})  # fmt: skip
+        return messages, 0.0, False, self._info()
+
+    def compute_final_reward(self) -> float:
+        """rLLM's hook, called once the episode is over: grade what the repository holds (once)."""
+        if self.result is None:
+            self._grade()
+        return self.result.reward
+
+    def close(self) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            session.close()
+
+    # ---- helpers -----------------------------------------------------------------------------------------------
+
+    def _run(self, call: dict) -> dict:
+        name, arguments = str(call.get("name")), call.get("arguments")
+        target = server_call(self.scaffold, name, arguments if arguments is not None else {})
+        if isinstance(target, str):
+            self._count("bad_call")
+            return _tool_message(call, name, f"Error: {target}")
+        tool, args = target
+        reply = self.session.request({"op": "tool", "name": tool, "args": args, "timeout_s": self.step_timeout,
+                                      "max_chars": self.max_output_chars}, timeout_s=self.step_timeout + 30)  # fmt: skip
+        if reply.get("is_error"):
+            self._count(str(reply.get("error_kind") or "tool_error"))
+        return _tool_message(call, name, str(reply.get("output", "")))
+
+    def _grade(self, detail: str = "") -> None:
+        from rllm.envs.swe.grading import GradeResult, grade
+        from rllm.rewards.sandbox_session import SessionClosedError
+
+        try:
+            reply = self.session.request({"op": "diff"}, timeout_s=120) if self.session else None
+        except SessionClosedError as e:
+            reply, detail = None, str(e)
+        if reply is None:  # the workspace is gone: nothing can be submitted
+            self.result = GradeResult(0.0, False, "no_workspace", detail or "the sandbox session had ended")
+            return
+        self.diff, self.skipped = str(reply.get("diff", "")), list(reply.get("skipped", []))
+        self.result = grade(self.task, self.diff, sandbox=self.sandbox, partial_credit=self.partial_credit,
+                            timeout_s=self.grade_timeout)  # fmt: skip
+
+    def _end(self, termination: str, detail: str = "") -> tuple[Any, float, bool, dict]:
+        self._grade(detail)
+        info = {**self._info(), "termination": termination, "success": self.result.resolved,
+                "grade": self.result.reason, "grade_detail": self.result.detail[:2000]}  # fmt: skip
+        if detail:
+            info["detail"] = detail[:2000]
+        return "done", self.result.reward, True, info
+
+    def _count(self, kind: str) -> None:
+        self.tool_errors[kind] = self.tool_errors.get(kind, 0) + 1
+
+    def _info(self) -> dict:
+        return {"tool_errors": sum(self.tool_errors.values()), "tool_error_kinds": dict(self.tool_errors)}
+
+
+def _tool_message(call: dict, name: str, content: str) -> dict:
+    message = {"role": "tool", "name": name, "content": content}
+    if call.get("id"):
+        message["tool_call_id"] = call["id"]
+    return message
+
+
+def _python_bin() -> Path:
+    """A directory with `python` and `python3` naming the sandbox's interpreter (it is not on the sandbox's PATH)."""
+    from rllm.envs.swe.store import swe_home
+    from rllm.rewards.sandbox import _python
+
+    directory = swe_home() / "bin"
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("python", "python3"):
+        link = directory / name
+        if not link.is_symlink() or os.readlink(link) != _python()[1]:
+            tmp = directory / f".{name}.{os.getpid()}"
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(_python()[1])
+            os.replace(tmp, link)
+    return directory
