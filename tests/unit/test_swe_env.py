@@ -122,7 +122,7 @@ def test_bad_calls_are_told_and_counted(env):
                              {"id": "c", "name": "file_editor", "arguments": {"command": "fly", "path": "/testbed"}},
                              {"id": "d", "name": "execute_bash", "arguments": "not json"}],
               "content": "", "errors": [{"kind": "truncated", "message": "the tool call JSON is cut off"}]}  # fmt: skip
-    observation, reward, done, info = env.step(action)
+    observation, _, done, info = env.step(action)
     texts = [m["content"] for m in observation]
     assert "unknown tool 'nope'" in texts[0] and "needs the argument(s) cmd" in texts[1]
     assert "unknown `command` 'fly'" in texts[2] and "must be a JSON object" in texts[3]
@@ -166,7 +166,7 @@ def test_running_out_of_turns_grades_what_the_repository_holds(env):
 
 def test_a_killed_workspace_ends_the_episode(env):
     env.reset()
-    observation, reward, done, info = env.step(call("execute_bash", cmd="kill -9 $PPID"))
+    _, reward, done, info = env.step(call("execute_bash", cmd="kill -9 $PPID"))
     assert done and reward == 0.0 and info["termination"] == "sandbox_died" and info["grade"] == "no_workspace"
 
 

@@ -86,9 +86,9 @@ class SWEEnv(BaseEnv):
                  "rllm_swe_patches.py": (_HERE / "patches.py").read_text()}  # fmt: skip
         env = {"PYTHONPATH": RUNTIME_MOUNT, "RLLM_SWE_PATH_PREFIX": _BIN_MOUNT}
         argv = [_python()[1], "-s", "-B", "/work/rllm_swe_server.py"]
-        self.session = sandbox.session(argv, files=files, limits=limits, env=env,
-                                       repo=RepoMount(str(base), size_mb=self.repo_size_mb),
-                                       ro_binds={str(runtime_dir()): RUNTIME_MOUNT, str(_python_bin()): _BIN_MOUNT})  # fmt: skip
+        binds = {str(runtime_dir()): RUNTIME_MOUNT, str(_python_bin()): _BIN_MOUNT}
+        repo = RepoMount(str(base), size_mb=self.repo_size_mb)
+        self.session = sandbox.session(argv, files=files, limits=limits, env=env, repo=repo, ro_binds=binds)
         self.session.request({"op": "ping"}, timeout_s=60)
         return issue_prompt(self.task), {"tools": tool_schemas(self.scaffold)}
 
@@ -134,8 +134,9 @@ class SWEEnv(BaseEnv):
             self._count("bad_call")
             return _tool_message(call, name, f"Error: {target}")
         tool, args = target
-        reply = self.session.request({"op": "tool", "name": tool, "args": args, "timeout_s": self.step_timeout,
-                                      "max_chars": self.max_output_chars}, timeout_s=self.step_timeout + 30)  # fmt: skip
+        request = {"op": "tool", "name": tool, "args": args, "timeout_s": self.step_timeout,
+                   "max_chars": self.max_output_chars}  # fmt: skip
+        reply = self.session.request(request, timeout_s=self.step_timeout + 30)
         if reply.get("is_error"):
             self._count(str(reply.get("error_kind") or "tool_error"))
         return _tool_message(call, name, str(reply.get("output", "")))

@@ -1,6 +1,6 @@
 """Unified diffs of repository trees: made with difflib, applied with `git apply` (outside any git repository it
-applies to the working directory, refuses paths that leave it, and applies all or nothing). Standard library only: this file
-also runs inside the sandbox, next to the workspace server, to diff the agent's tree against the base.
+applies to the working directory, refuses paths that leave it, and applies all or nothing). Standard library only:
+this file also runs inside the sandbox, next to the workspace server, to diff the agent's tree against the base.
 
 A diff is git-style (`diff --git a/P b/P`, `--- a/P` / `+++ b/P`, `/dev/null` for a created or deleted file), so
 `git apply`, GNU `patch -p1` and SWE-bench's harness all take it. Only UTF-8 text files are diffed; others are
@@ -111,7 +111,7 @@ def apply_patch(root: str | os.PathLike, diff: str, *, reverse: bool = False, wh
         return
     command = ["git", "apply", "--whitespace=nowarn", *(["--reverse"] if reverse else []), "-"]
     try:
-        done = subprocess.run(command, input=diff, capture_output=True, text=True, timeout=60, cwd=root)
+        done = subprocess.run(command, check=False, input=diff, capture_output=True, text=True, timeout=60, cwd=root)
     except FileNotFoundError as e:
         raise PatchError("git is not installed: apt-get install git") from e
     if done.returncode != 0:

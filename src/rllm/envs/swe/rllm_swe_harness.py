@@ -15,19 +15,33 @@ def main(argv: list[str]) -> int:
     options, pytest_args = argv[:split], argv[split + 1 :]
     if "--diff" in options:
         diff = options[options.index("--diff") + 1]
-        done = subprocess.run(["git", "apply", "--whitespace=nowarn", diff], cwd="/testbed", capture_output=True,
-                              text=True)  # fmt: skip
+        command = ["git", "apply", "--whitespace=nowarn", diff]
+        done = subprocess.run(command, check=False, cwd="/testbed", capture_output=True, text=True)
         if done.returncode != 0:
             send({"patch_failed": (done.stdout + done.stderr)[-2000:]})
             return 0
     nonce = os.environ["RLLM_SWE_CANARY"]
     canary = f"/tmp/rllm_canary_{nonce}.py"
     with open(canary, "w") as f:
-        f.write(
-            f"def test_canary_passes_{nonce}():\n    assert True\n\n\ndef test_canary_fails_{nonce}():\n    assert False\n"
-        )
-    args = [*pytest_args, canary, "-p", "rllm_swe_report", "-p", "no:cacheprovider", "--rootdir", "/testbed",
-            "-q", "--no-header", "-rN", "--color=no", "--tb=short", "-W", "ignore::pytest.PytestAssertRewriteWarning"]  # fmt: skip
+        f.write(f"def test_canary_passes_{nonce}():\n    assert True\n\n\n")
+        f.write(f"def test_canary_fails_{nonce}():\n    assert False\n")
+    args = [
+        *pytest_args,
+        canary,
+        "-p",
+        "rllm_swe_report",
+        "-p",
+        "no:cacheprovider",
+        "--rootdir",
+        "/testbed",
+        "-q",
+        "--no-header",
+        "-rN",
+        "--color=no",
+        "--tb=short",
+        "-W",
+        "ignore::pytest.PytestAssertRewriteWarning",
+    ]
     if "--coverage" in options:  # the generator: which tests run which lines
         import coverage
 

@@ -7,10 +7,11 @@ repository trees an episode and its grader see. All under `$RLLM_HOME/swe` (defa
 - `runtime_dir()`: pytest and coverage installed once with `pip install --target` (pinned), bound read-only into the
   sandbox at `/opt/rllm-swe` and first on its PYTHONPATH, so a repository cannot shadow them. The sandbox's Python
   is the host's own base interpreter with its site-packages hidden (rllm.rewards.sandbox).
-- `task_trees(task)`: a task's two trees, made once (keyed by its id, source and patches): `full` = the released package (or the row's local
-  `repo_dir`) with the task's bug in it, i.e. its `patch` reversed (what the grader tests), `base` = `full` without the hidden test files (what the agent gets). Both are handed to the
-  sandbox's user (`make_editable`) and mounted read-only under a per-run tmpfs overlay (`RepoMount`), so neither is
-  ever written after it is made.
+- `task_trees(task)`: a task's two trees, made once (keyed by its id, source and patches): `full` = the released
+  package (or the row's local `repo_dir`) with the task's bug in it, i.e. its `patch` reversed (what the grader
+  tests); `base` = `full` without the hidden test files (what the agent gets). Both are handed to the sandbox's user
+  (`make_editable`) and mounted read-only under a per-run tmpfs overlay (`RepoMount`), so neither is ever written
+  after it is made.
 
 Every step writes to a temporary name and renames it into place, so a killed build never leaves a half-made tree
 that a later run would trust.
@@ -167,7 +168,7 @@ def runtime_dir() -> Path:
         tmp = Path(tempfile.mkdtemp(dir=swe_home(), prefix=".runtime-"))
         command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                    "--no-compile", "--target", str(tmp), *RUNTIME_REQUIREMENTS]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True)
+        done = subprocess.run(command, check=False, capture_output=True, text=True)
         if done.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
             raise SWEDataError(f"cannot install the SWE sandbox runtime ({' '.join(RUNTIME_REQUIREMENTS)}) with pip: "

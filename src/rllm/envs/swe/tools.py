@@ -45,7 +45,7 @@ SCAFFOLDS: dict[str, list[dict]] = {
                 "path": {**_PATH, "description": "A directory or file under /testbed (default /testbed)."},
             },
             ["search_term"],
-        ),  # fmt: skip
+        ),
         _function("execute_bash", _BASH_TEXT, {"cmd": {"type": "string", "description": "The command."}}, ["cmd"]),
         _function(
             "finish",
@@ -55,7 +55,7 @@ SCAFFOLDS: dict[str, list[dict]] = {
                 "result": {"type": "string", "description": "Optional: what you changed."},
             },
             [],
-        ),  # fmt: skip
+        ),
     ],
     "sweagent": [
         _function("bash", _BASH_TEXT, {"command": {"type": "string", "description": "The command."}}, ["command"]),
