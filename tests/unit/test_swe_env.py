@@ -191,3 +191,30 @@ def test_the_sweagent_scaffold(calc_task):
 
 def test_fixture_sanity():
     assert BUGGY != CALC
+
+
+def test_closing_leaves_nothing_running(calc_task):
+    env = SWEEnv.from_dict(calc_task)
+    env.reset()
+    env.step(call("execute_bash", cmd="(sleep 300 &) ; echo started"))
+    env.close()
+    env.close()  # twice is fine
+    leftovers = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if b"rllm_swe_server" in (entry / "cmdline").read_bytes():
+                    leftovers.append(entry.name)
+            except OSError:
+                pass
+    assert leftovers == []
+
+
+def test_a_task_whose_bug_does_not_apply_is_named(calc_task):
+    broken = {
+        **calc_task,
+        "instance_id": "calc__broken",
+        "patch": calc_task["patch"].replace("if x > high:", "if x > top:"),
+    }
+    with pytest.raises(ValueError, match="the bug of calc__broken does not apply"):
+        SWEEnv.from_dict(broken).reset()

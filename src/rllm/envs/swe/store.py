@@ -201,17 +201,20 @@ def task_trees(task: dict) -> tuple[Path, Path]:
             return base, full
         shutil.rmtree(root, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(dir=swe_home(), prefix=".task-"))
-        shutil.copytree(pristine, tmp / "full", symlinks=True)
-        apply_patch(tmp / "full", task["patch"], reverse=True, what=f"the bug of {task['instance_id']}")
-        shutil.copytree(tmp / "full", tmp / "base", symlinks=True)
-        for path in patch_paths(task["test_patch"]):
-            (tmp / "base" / path).unlink(missing_ok=True)
-        for tree in (tmp / "full", tmp / "base"):
-            make_editable(tree)
-        os.chmod(tmp, 0o755)
-        (tmp / ".complete").write_text(task["instance_id"])
-        root.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, root)
+        try:
+            shutil.copytree(pristine, tmp / "full", symlinks=True)
+            apply_patch(tmp / "full", task["patch"], reverse=True, what=f"the bug of {task['instance_id']}")
+            shutil.copytree(tmp / "full", tmp / "base", symlinks=True)
+            for path in patch_paths(task["test_patch"]):
+                (tmp / "base" / path).unlink(missing_ok=True)
+            for tree in (tmp / "full", tmp / "base"):
+                make_editable(tree)
+            os.chmod(tmp, 0o755)
+            (tmp / ".complete").write_text(task["instance_id"])
+            root.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, root)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # gone already when it was renamed into place
     return base, full
 
 
