@@ -16,6 +16,8 @@ A task is a dataset row in SWE-bench's format (`instance_id`, `problem_statement
   pids, its wall clock), and `info["grade"]` the grader's reason (resolved, tests_failed, protected_path,
   patch_failed, grader_timeout, tampering, empty_patch).
 Sandbox failures of ours (it cannot start) raise InfraError: the engine retries the episode.
+`backend="docker"` plays the task in its own Docker image instead (rows from rllm.envs.swe.swebench: SWE-bench,
+SWE-Gym), workspace and grader both (rllm.envs.swe.docker); without Docker, reset() raises DockerUnavailableError.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ __all__ = ["SWEEnv", "issue_prompt"]
 _HERE = Path(__file__).parent
 _BIN_MOUNT = "/opt/rllm-bin"
 _OPTIONS = ("scaffold", "step_timeout", "max_output_chars", "episode_timeout", "partial_credit", "grade_timeout",
-            "memory_mb", "repo_size_mb")  # fmt: skip
+            "memory_mb", "repo_size_mb", "backend")  # fmt: skip
 
 
 def issue_prompt(task: dict) -> str:
@@ -49,7 +51,7 @@ class SWEEnv(BaseEnv):
     def __init__(self, task: dict, *, scaffold: str = "r2egym", step_timeout: float = 90.0,
                  max_output_chars: int = 10000, episode_timeout: float = 1800.0, partial_credit: bool = False,
                  grade_timeout: float = 300.0, memory_mb: int = 2048, repo_size_mb: int = 256,
-                 sandbox: Any = None) -> None:  # fmt: skip
+                 sandbox: Any = None, backend: str = "sandbox") -> None:  # fmt: skip
         tool_schemas(scaffold)  # an unknown scaffold fails here, naming the known ones
         for key in ("instance_id", "problem_statement", "FAIL_TO_PASS", "PASS_TO_PASS", "patch", "test_patch"):
             if key not in task:
@@ -59,7 +61,9 @@ class SWEEnv(BaseEnv):
         self.step_timeout, self.max_output_chars = float(step_timeout), int(max_output_chars)
         self.episode_timeout, self.partial_credit = float(episode_timeout), bool(partial_credit)
         self.grade_timeout, self.memory_mb, self.repo_size_mb = float(grade_timeout), int(memory_mb), int(repo_size_mb)
-        self.sandbox = sandbox
+        if backend not in ("sandbox", "docker"):
+            raise ValueError(f"SWEEnv: unknown backend {backend!r}: use 'sandbox' or 'docker' (rllm.envs.swe.docker)")
+        self.sandbox, self.backend = sandbox, backend
         self.session = None
         self.result = None  # the GradeResult, once graded
         self.tool_errors: dict[str, int] = {}
@@ -78,6 +82,11 @@ class SWEEnv(BaseEnv):
 
         self.close()
         self.result, self.tool_errors = None, {}
+        if self.backend == "docker":  # the task's own image: rllm.envs.swe.docker
+            from rllm.envs.swe.docker import open_session
+
+            self.session = open_session(self.task, wall_s=self.episode_timeout, memory_mb=self.memory_mb)
+            return issue_prompt(self.task), {"tools": tool_schemas(self.scaffold)}
         base, _ = task_trees(self.task)
         sandbox = self.sandbox or default_sandbox()
         limits = SandboxLimits(wall_s=self.episode_timeout, cpu_s=int(self.episode_timeout), memory_mb=self.memory_mb,
@@ -153,6 +162,12 @@ class SWEEnv(BaseEnv):
             self.result = GradeResult(0.0, False, "no_workspace", detail or "the sandbox session had ended")
             return
         self.diff, self.skipped = str(reply.get("diff", "")), list(reply.get("skipped", []))
+        if self.backend == "docker":
+            from rllm.envs.swe.docker import grade_in_docker
+
+            self.result = grade_in_docker(self.task, self.diff, partial_credit=self.partial_credit,
+                                          timeout_s=self.grade_timeout)  # fmt: skip
+            return
         self.result = grade(self.task, self.diff, sandbox=self.sandbox, partial_credit=self.partial_credit,
                             timeout_s=self.grade_timeout)  # fmt: skip
 

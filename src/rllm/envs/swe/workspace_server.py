@@ -4,7 +4,8 @@ object per line on stdin/stdout (rllm.rewards.sandbox_session).
 
 Requests: {"op": "tool", "name": ..., "args": {...}, "timeout_s": s, "max_chars": n} -> {"output": str,
 "is_error": bool, "error_kind": str | None}; {"op": "diff"} -> {"diff": str, "skipped": [paths]};
-{"op": "ping"} -> {"pong": true}.
+{"op": "ping"} -> {"pong": true}. With RLLM_SWE_BASE=git (a Docker image whose /testbed is a git checkout at the
+task's base commit) the diff is `git add -A; git diff --cached HEAD`, binary files left out and listed as skipped.
 
 Every path is resolved inside the repository: '..' is refused, and a path whose real location (symlinks followed)
 is outside /testbed is refused. A command runs as `bash -c` in /testbed in a session of its own, with a timeout;
@@ -263,6 +264,28 @@ def kill_others() -> None:
         time.sleep(0.01)
 
 
+def git_diff() -> dict:
+    env = dict(os.environ, GIT_LITERAL_PATHSPECS="1")  # a path is a path, not a glob
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=REPO, env=env, capture_output=True, check=False)
+        if done.returncode != 0:
+            raise OSError(done.stderr.decode(errors="replace").strip()[-1000:])
+        return done.stdout.decode("utf-8", errors="replace")
+
+    try:
+        git("add", "-A")
+        stats = git("diff", "--cached", "--no-renames", "--numstat", "-z", "HEAD").split("\0")
+        skipped = [s.split("\t", 2)[2] for s in stats if s.startswith("-\t-\t")]  # binary: no text diff applies
+        if skipped:
+            git("reset", "-q", "--", *skipped)
+        diff = git("diff", "--cached", "--no-renames", "--no-color", "--no-ext-diff", "--src-prefix=a/",
+                   "--dst-prefix=b/", "HEAD")  # fmt: skip
+    except OSError as e:
+        return {"diff": "", "skipped": [], "error": f"git diff failed: {e}"}
+    return {"diff": diff, "skipped": skipped}
+
+
 # ---- the loop -----------------------------------------------------------------------------------------------
 
 
@@ -271,6 +294,8 @@ def handle(request: dict) -> dict:
     if op == "ping":
         return {"pong": True}
     if op == "diff":
+        if BASE == "git":
+            return git_diff()
         diff, skipped = diff_trees(BASE, REPO)
         return {"diff": diff, "skipped": skipped}
     if op != "tool":
