@@ -69,3 +69,12 @@ def test_long_outputs_are_cut_on_arrival_and_old_ones_elided():
     assert first_step_seen.startswith("0" * 200)  # what an earlier step was given stays as it was
     with pytest.raises(ValueError, match="too small"):
         SWEAgent(max_observation_chars=10)
+
+
+def test_a_reply_of_several_bare_calls_is_taken_as_its_first():
+    agent = SWEAgent()
+    text = '{"name": "search", "arguments": {"search_term": "clamp"}}\n\n{"name": "finish", "arguments": {}}'
+    action = agent.parse_action(ModelOutput(text=text))
+    assert action["tool_calls"] == [{"id": "call_0", "name": "search", "arguments": {"search_term": "clamp"}}]
+    prose = agent.parse_action(ModelOutput(text="I would search for clamp."))
+    assert prose["tool_calls"] == [] and prose["content"] == "I would search for clamp."

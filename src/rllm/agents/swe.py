@@ -13,9 +13,11 @@ context management for long tool outputs:
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rllm.agents.tool import ToolAgent
+from rllm.types import ModelOutput
 
 __all__ = ["SWE_SYSTEM_PROMPT", "SWEAgent"]
 
@@ -46,6 +48,13 @@ class SWEAgent(ToolAgent):
         if self.context_chars and not done:
             self._elide_old_outputs()
 
+    def parse_action(self, output: ModelOutput) -> dict:
+        action = super().parse_action(output)
+        if action["tool_calls"] or action["errors"]:
+            return action
+        first = _leading_json_call(output.text)
+        return {"tool_calls": [first], "content": "", "errors": []} if first else action
+
     def _cut(self, message: Any) -> Any:
         if not isinstance(message, dict) or not isinstance(message.get("content"), str):
             return message
@@ -66,3 +75,18 @@ class SWEAgent(ToolAgent):
             if self.messages[i].get("content") != _ELIDED:
                 total -= len(str(self.messages[i]["content"])) - len(_ELIDED)
                 self.messages[i] = {**self.messages[i], "content": _ELIDED}
+
+
+def _leading_json_call(text: str) -> dict | None:
+    """The JSON object a reply starts with, when it is a call (has a string "name"); None otherwise."""
+    body = (text or "").lstrip()
+    if body.startswith("```"):
+        body = body.lstrip("`").removeprefix("json").lstrip()
+    try:
+        value, _ = json.JSONDecoder().raw_decode(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        return None
+    arguments = value.get("arguments", value.get("parameters", {}))
+    return {"id": "call_0", "name": value["name"], "arguments": arguments if isinstance(arguments, dict) else {}}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 __all__ = ["SCAFFOLDS", "server_call", "tool_schemas"]
 
-_PATH = {"type": "string", "description": "Absolute path under /testbed (e.g. /testbed/pkg/module.py)."}
+_PATH = {"type": "string", "description": "An absolute path under /testbed."}
 _EDITOR_PROPERTIES = {
     "command": {"type": "string", "enum": ["view", "create", "str_replace", "insert", "undo_edit"],
                 "description": "view a file or directory; create a new file; str_replace one exact occurrence; "
