@@ -160,3 +160,16 @@ def test_a_reply_that_is_not_json_ends_the_session():
     with pytest.raises(SessionClosedError) as caught:
         s.request({"op": "ping"}, timeout_s=5)
     assert caught.value.reason == "bad_reply"
+
+
+def test_a_session_outlives_the_thread_that_opened_it():
+    """bwrap's --die-with-parent follows the thread that started it: sessions start from one long-lived thread."""
+    import threading
+
+    opened = []
+    thread = threading.Thread(target=lambda: opened.append(session(Sandbox(LIMITS), SERVER)))
+    thread.start()
+    thread.join()
+    time.sleep(0.5)
+    with opened[0] as s:
+        assert s.alive and s.request({"op": "ping"}, timeout_s=5)["echo"] == {"op": "ping"}

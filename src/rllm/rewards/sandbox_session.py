@@ -11,11 +11,13 @@ wall clock (`limits.wall_s`) for its whole life. `close()` kills all of it, and 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import selectors
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rllm.errors import InfraError
@@ -24,6 +26,14 @@ from rllm.rewards.sandbox import _bwrap_status, _Capped, _kill, _signal_of
 __all__ = ["SandboxSession", "SessionClosedError"]
 
 _MAX_REPLY = 16 << 20  # one reply line; the program caps what it sends far below this
+
+
+@functools.cache
+def _spawner() -> ThreadPoolExecutor:
+    """The thread every session's sandbox is started from. bwrap's --die-with-parent (PR_SET_PDEATHSIG) fires when
+    the *thread* that started it ends, not the process: a session opened from a short-lived worker thread would die
+    with that thread. This one is never shut down."""
+    return ThreadPoolExecutor(1, thread_name_prefix="rllm-sandbox-spawner")
 
 
 class SessionClosedError(InfraError):
@@ -44,8 +54,8 @@ class SandboxSession:
         self._stack = contextlib.ExitStack()
         self._closed_reason: str | None = None
         self._lock = threading.Lock()
-        try:
-            self._run = sandbox._spawn(argv, files, limits, layout, self._stack)
+        try:  # started from one thread that lives as long as the process: see _spawner
+            self._run = _spawner().submit(sandbox._spawn, argv, files, limits, layout, self._stack).result()
         except BaseException:
             self._stack.close()
             raise
@@ -106,7 +116,7 @@ class SandboxSession:
 
     @property
     def alive(self) -> bool:
-        return self._closed_reason is None
+        return self._closed_reason is None and self._run.proc.poll() is None
 
     @property
     def stderr(self) -> bytes:
@@ -136,7 +146,8 @@ class SandboxSession:
             self._drainer.join(timeout=5)
             if reason in ("closed", "exit:0") and run.cgroup and run.cgroup.oom_killed():
                 self._closed_reason = "memory"
-            self._stack.close()
+            with contextlib.suppress(OSError):  # e.g. flushing a request into the pipe of a program already gone
+                self._stack.close()
 
     def _exit_reason(self) -> str:
         """Why the program ended by itself: read from the cgroup and bwrap's status once it has exited."""

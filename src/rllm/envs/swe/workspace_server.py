@@ -15,6 +15,7 @@ between calls. Outputs are cut to `max_chars` (head and tail kept) with a marker
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -234,8 +235,11 @@ def execute_bash(args: dict, timeout_s: float) -> tuple[str, bool]:
             if size < 4 << 20:  # keep the first 4 MiB; the rest is drained and dropped
                 chunks.append(data)
             size += len(data)
+    if timed_out:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()  # reaped first: a zombie of ours would look alive to kill_others
     kill_others()
-    proc.wait()
     proc.stdout.close()
     text = b"".join(chunks).decode("utf-8", errors="replace")
     if size > 4 << 20:
@@ -254,10 +258,12 @@ def kill_others() -> None:
             if not entry.isdigit() or int(entry) in (me, 1):
                 continue
             try:
-                if os.stat(f"/proc/{entry}").st_uid == uid:
+                with open(f"/proc/{entry}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+                if state != "Z" and os.stat(f"/proc/{entry}").st_uid == uid:  # zombies: already dead, init reaps
                     os.kill(int(entry), signal.SIGKILL)
                     found = True
-            except (OSError, ProcessLookupError):
+            except (OSError, IndexError):
                 pass
         if not found:
             return
