@@ -78,6 +78,7 @@ bench: models sandbox vllm verl
 	$(PY) benchmarks/engine_concurrency.py
 	$(PY) benchmarks/local_generation.py
 	$(PY) benchmarks/sandbox_throughput.py
+	$(PY) benchmarks/swe_env.py
 	$(PY) benchmarks/local_vs_vllm.py
 	$(VERL_PY) benchmarks/verl_backend.py
 	$(PY) -m pip install -q -e ".[bench]"
