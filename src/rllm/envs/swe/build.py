@@ -1,0 +1,455 @@
+"""`rllm swe build`: SWE tasks made offline from PyPI sdists by mutation, and the shipped default set.
+
+For each package (`build_package`):
+1. The pristine sdist tree; its test files (`test_*.py` / `*_test.py`); two baseline runs in the sandbox: one with
+   coverage (which test functions run which lines), one without, timed (`--durations`). A test counts as passing at
+   baseline only if it passed in both runs, is not slower than `SLOW_TEST_S` and its node id holds no memory address
+   (such ids change from run to run).
+2. Candidate bugs: every site of rllm.envs.swe.mutate in a non-test module whose line a passing test covers, in a
+   seeded order that alternates between operators.
+3. Per candidate: the tests covering the mutated function run on the mutant (the bug applied with `git apply` in the
+   sandbox). FAIL_TO_PASS = those that passed at baseline and fail now; kept if 1 to `MAX_FAIL_TO_PASS`. Rejected:
+   the mutant breaks collection or import, a run times out, a test's id disappears, no test fails, too many fail,
+   or its fix would not pass the grader's policy (rllm.envs.swe.grading.check_submission).
+4. The hidden tests are the files holding a FAIL_TO_PASS test (their pristine text, as `test_patch`). PASS_TO_PASS
+   is, as in SWE-bench, the other tests of those files that pass before and after, capped at `MAX_PASS_TO_PASS` so
+   that grading takes seconds: those that cover the mutated module first, then the rest, each group in a fixed hashed
+   order; they are run on the mutant (one that fails there joins FAIL_TO_PASS).
+5. The oracle: `grade(row, row["patch"])` on the materialized task must give 1, or the task is dropped.
+
+Rows are SWE-bench's (`instance_id`, `repo`, `version`, `base_commit`, `problem_statement`, `patch` = the fix,
+`test_patch`, `FAIL_TO_PASS`, `PASS_TO_PASS`) plus `sdist`, `split` (by package), `created_by`, `mutation` and
+`difficulty` (≈ lines an agent reads to find the bug: the mutated function plus a tenth of its module; lower is
+easier). The same packages and seed give the same rows: everything is sorted, nothing depends on the clock (the
+one caveat: a test that takes about `SLOW_TEST_S` may count as slow in one build and not in another).
+
+The shipped set (`rllm/tasks/data/swe_default.jsonl`, read by `load_default_tasks`) is `DEFAULT_PACKAGES` built with
+`rllm swe build --seed 0 --jobs 2 --out src/rllm/tasks/data/swe_default.jsonl` (45 tasks per package, or
+`DEFAULT_COUNTS`); `tabulate` is its validation split. A package's first N tasks do not depend on how many are asked
+for, so a smaller count gives a prefix of the same rows.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from rllm.envs.swe.mutate import Mutation, apply_mutation, find_mutations, shuffled
+
+__all__ = ["DEFAULT_COUNTS", "DEFAULT_PACKAGES", "DEFAULT_PER_PACKAGE", "DEFAULT_VALIDATION", "PackageReport",
+           "build_package", "build_tasks", "load_default_tasks", "parse_package", "problem_statement", "test_files",
+           "write_tasks"]  # fmt: skip
+
+# (name, version, sha256 of the sdist): small pure-Python packages whose suites run with plain pytest in seconds.
+DEFAULT_PACKAGES = (
+    ("boltons", "26.2.0", "d39cfd15c1a1c3bd4d705c82252fa9edb8e4f5e8cc039f8e39afac7b1b47e92c"),
+    ("inflection", "0.5.1", "1a29730d366e996aaacffb2f1f1cb9593dc38e2ddd30c91250c6dde09ea9b417"),
+    ("more-itertools", "11.2.1", "cbf08fd0af284dc69718b9b76a8e6203df624d70209ea511e4219d350c856f63"),
+    ("tabulate", "0.10.0", "e2cfde8f79420f6deeffdeda9aaec3b6bc5abce947655d17ac662b126e48a60d"),
+    ("toolz", "1.2.0", "9667a038e9d6ecba37995e26cb2f59ec6420b6ad8dd9677de59db9b956b08490"),
+)
+DEFAULT_VALIDATION = ("tabulate",)  # held out: never trained on
+DEFAULT_PER_PACKAGE = 45
+# the shipped set's counts where they differ: more-itertools' hidden test file is 57 kB (a row carries it), boltons'
+# are small; inflection runs out of candidates at 23
+DEFAULT_COUNTS = {"boltons": 70, "more-itertools": 30}
+MAX_FAIL_TO_PASS = 20
+MAX_PASS_TO_PASS = 100
+# a row carries its hidden test files whole (test_patch): files past this size would make the shipped set large
+MAX_HIDDEN_BYTES = 64_000
+SLOW_TEST_S = 1.0
+REASONS = ("no_failing_test", "too_many_failing_tests", "import_broken", "timeout", "collection_changed",
+           "hidden_tests_too_big", "fix_not_gradable", "does_not_compile", "oracle_failed")  # fmt: skip
+_NOT_SOURCE = {"docs", "doc", "benchmark", "benchmarks", "examples", "build", "setup.py"}
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+
+
+@dataclass
+class PackageReport:
+    name: str
+    version: str
+    split: str
+    tried: int = 0
+    kept: int = 0
+    rejected: Counter = field(default_factory=Counter)
+
+    def line(self) -> str:
+        reasons = ", ".join(f"{r.replace('_', ' ')} {n}" for r, n in sorted(self.rejected.items()))
+        return (f"{self.name} {self.version} ({self.split}): tried {self.tried}, kept {self.kept}"
+                + (f"; rejected: {reasons}" if reasons else ""))  # fmt: skip
+
+
+def parse_package(spec) -> tuple[str, str, str | None]:
+    """'name==version' or a (name, version[, sha256]) tuple -> (name, version, sha256 or None)."""
+    if isinstance(spec, str):
+        name, sep, version = spec.partition("==")
+        if not sep or not name.strip() or not version.strip():
+            raise ValueError(f"a package is given as name==version, got {spec!r}")
+        return name.strip(), version.strip(), None
+    name, version, *rest = spec
+    return name, version, (rest[0] if rest else None)
+
+
+def test_files(tree: Path) -> list[str]:
+    """The test modules of a tree (`test_*.py`, `*_test.py`), relative, sorted."""
+    found = []
+    for path in tree.rglob("*.py"):
+        rel = path.relative_to(tree)
+        if (path.name.startswith("test_") or path.name.endswith("_test.py")) and not _NOT_SOURCE & set(rel.parts):
+            found.append(rel.as_posix())
+    return sorted(found)
+
+
+def _file_of(node_id: str) -> str:
+    return node_id.split("::", 1)[0]
+
+
+def _function_id(node_id: str) -> str:
+    return node_id.split("[", 1)[0]
+
+
+class _Baseline:
+    """The package's tests before any bug: which pass, which run which lines."""
+
+    def __init__(self, tree: Path, files: list[str], timeout_s: float) -> None:
+        from rllm.envs.swe.grading import run_tests
+
+        covered = run_tests(tree, files, coverage=True, timeout_s=timeout_s * 20)
+        timed = run_tests(
+            tree, [*files, "--durations=0", f"--durations-min={SLOW_TEST_S / 2}"], timeout_s=timeout_s * 20
+        )
+        for run in (covered, timed):
+            if run.killed_reason or run.tampered or not run.outcomes:
+                raise RuntimeError(f"the baseline test run of {tree.name} failed ({run.killed_reason or run.tampered}):"
+                                   f" {run.output[-1500:]}")  # fmt: skip
+        seconds = Counter()
+        for match in re.finditer(r"^([\d.]+)s (?:call|setup|teardown)\s+(\S.*)$", timed.output, re.M):
+            seconds[match.group(2).strip()] += float(match.group(1))
+        self.tree, self.all_ids = tree, sorted(covered.outcomes)
+        self.passed = {t for t, o in covered.outcomes.items() if o == "passed" and timed.outcomes.get(t) == "passed"
+                       and seconds[t] < SLOW_TEST_S and not _ADDRESS.search(t)}  # fmt: skip
+        by_function: dict[str, list[str]] = {}
+        for node in sorted(self.passed):
+            by_function.setdefault(_function_id(node), []).append(node)
+        # coverage names a test by its dotted function (`pkg.tests.test_x.Class.test_y`): match it to node ids
+        suffixes: dict[str, list[str]] = {}
+        for function_id in by_function:
+            path, *names = function_id.split("::")
+            dotted = PurePosixPath(path).with_suffix("").parts + tuple(".".join(names).split("."))
+            for i in range(len(dotted) - len(names)):
+                suffixes.setdefault(".".join(dotted[i:]), []).append(function_id)
+        self.lines: dict[str, dict[int, frozenset[str]]] = {}
+        for path, lines in covered.coverage.items():
+            if path.endswith(".py") and _is_source(path):
+                self.lines[path] = {int(n): frozenset(t for c in contexts for f in suffixes.get(c, ())
+                                                      for t in by_function[f])
+                                    for n, contexts in lines.items()}  # fmt: skip
+
+    def tests_on(self, path: str, lines) -> set[str]:
+        covered = self.lines.get(path, {})
+        return set().union(*(covered.get(n, frozenset()) for n in lines))
+
+    @functools.cached_property
+    def words(self) -> set[str]:
+        """Names that would point at a test: its functions, classes, modules and files."""
+        words = set()
+        for node in self.all_ids:
+            path, *names = _function_id(node).split("::")
+            words.update([path, PurePosixPath(path).name, PurePosixPath(path).stem, *names])
+        return words
+
+
+def _is_source(path: str) -> bool:
+    from rllm.envs.swe.grading import is_test_path
+
+    return not is_test_path(path) and not _NOT_SOURCE & set(PurePosixPath(path).parts)
+
+
+def _candidates(base: _Baseline, seed: str) -> list[tuple[str, Mutation]]:
+    found, sizes = [], {}
+
+    def small(test_file: str) -> bool:  # a test in a file too big to hide cannot make a task
+        if test_file not in sizes:
+            sizes[test_file] = (base.tree / test_file).stat().st_size <= MAX_HIDDEN_BYTES
+        return sizes[test_file]
+
+    for path in sorted(base.lines):
+        source = (base.tree / path).read_text(encoding="utf-8")
+        for mutation in find_mutations(source):
+            tests = base.tests_on(path, {mutation.line, mutation.stmt_line})
+            if any(small(_file_of(t)) for t in tests):
+                found.append((path, mutation))
+    return shuffled(found, seed, key=lambda item: item[1])
+
+
+@dataclass
+class _Trial:
+    reason: str | None  # None: kept
+    bug: str = ""  # the diff that makes the mutant
+    fix: str = ""
+    f2p: list[str] = field(default_factory=list)
+    p2p: list[str] = field(default_factory=list)
+    failures: dict[str, str] = field(default_factory=dict)
+
+
+def _try(base: _Baseline, path: str, mutation: Mutation, timeout_s: float) -> _Trial:
+    """Run one candidate on the mutant: step 3-4 of the module docstring."""
+    from rllm.envs.swe.grading import check_submission, run_tests
+    from rllm.envs.swe.patches import diff_files
+
+    original = (base.tree / path).read_text(encoding="utf-8")
+    mutant = apply_mutation(original, mutation)
+    try:
+        compile(mutant, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return _Trial("does_not_compile")
+    trial = _Trial(None, diff_files(path, original, mutant), diff_files(path, mutant, original))
+    if check_submission(trial.fix) is not None:
+        trial.reason = "fix_not_gradable"
+        return trial
+    lines = range(mutation.function_lines[0], mutation.function_lines[1] + 1)
+    covering = sorted(base.tests_on(path, lines) & base.passed)
+    run = run_tests(base.tree, covering, diff=trial.bug, timeout_s=timeout_s)
+    trial.reason = _broken(run, covering)
+    if trial.reason is not None:
+        return trial
+    outcomes, trial.failures = dict(run.outcomes), dict(run.failures)
+    f2p = {t for t in covering if outcomes[t] in ("failed", "error")}
+    if not f2p or len(f2p) > MAX_FAIL_TO_PASS:
+        trial.reason = "too_many_failing_tests" if f2p else "no_failing_test"
+        return trial
+    hidden = {_file_of(t) for t in f2p}
+    if sum((base.tree / f).stat().st_size for f in hidden) > MAX_HIDDEN_BYTES:
+        trial.reason = "hidden_tests_too_big"
+        return trial
+    module_tests = base.tests_on(path, base.lines[path])
+    pool = sorted((t for t in base.passed if _file_of(t) in hidden and t not in f2p),
+                  key=lambda t: (t not in module_tests, hashlib.sha256(t.encode()).hexdigest()))  # fmt: skip
+    pool = pool[:MAX_PASS_TO_PASS]
+    if unknown := [t for t in pool if t not in outcomes]:
+        more = run_tests(base.tree, unknown, diff=trial.bug, timeout_s=timeout_s)
+        trial.reason = _broken(more, unknown)
+        if trial.reason is not None:
+            return trial
+        outcomes.update(more.outcomes)
+        trial.failures.update(more.failures)
+    f2p |= {t for t in pool if outcomes[t] in ("failed", "error")}
+    trial.f2p, trial.p2p = sorted(f2p), sorted(t for t in pool if outcomes[t] == "passed")
+    if len(f2p) > MAX_FAIL_TO_PASS:
+        trial.reason = "too_many_failing_tests"
+    return trial
+
+
+def _broken(run, wanted: list[str]) -> str | None:
+    if run.killed_reason is not None:
+        return "timeout" if run.killed_reason == "timeout" else "import_broken"
+    if run.patch_failed:  # our bug diff always applies to our own tree: a broken setup, not a bad mutant
+        raise RuntimeError(f"a mutant's diff did not apply in the sandbox: {run.patch_failed}")
+    if run.collect_errors or run.tampered:
+        return "import_broken"
+    if any(t not in run.outcomes for t in wanted):
+        return "collection_changed"
+    return None
+
+
+_HINTS = re.compile(r"-v to get|use '-vv'|\(pytest_assertion plugin|Full output truncated")
+_FRAME = re.compile(r"^(\S+?):\d+: in \S+$")
+# a test helper's or attribute's name (`_test_queue(...)`, `self.test_str`), a test directory, a sandbox path
+_TEST_WORD = re.compile(r"(?<![A-Za-z0-9])_*[Tt]ests?_\w|\btests?/|/tmp/|/opt/")
+# a datetime down to the microsecond is the clock's (`datetime.now()` in a test): it would differ in every build
+_NOW = re.compile(r"datetime\.datetime\(\d{4}(?:, \d+){6}\)")
+_TRIVIAL = re.compile(r"^(AssertionError|assert (False|True|None|0))$")
+
+
+def problem_statement(package: str, failures: list[str], test_words: set[str]) -> str:
+    """An issue written from failure reports (pytest's `--tb=short` text): the `E` lines (the exception, or the
+    assertion's values) and the failing statement of the test when it is one whole line, never a test's name or
+    file, a frame of the package (it would show the mutated code), a sandbox path, a memory address or the clock's
+    time. Of the reports, the first whose `E` lines say more than `assert False` is used. One thing can still differ
+    between builds: a set printed in an assertion, when its items hash by address (None, in Python 3.11)."""
+    words = sorted((w for w in test_words if w), key=len, reverse=True)
+    leaks = re.compile("|".join(rf"(?<![\w/.]){re.escape(w)}(?!\w)" for w in words)) if words else None
+    described = [d for d in (_describe(f, leaks) for f in failures) if d[1]]
+    if not described:
+        return (
+            f"After a recent change, {package} misbehaves: some of its functions give wrong results or raise "
+            "errors where they used to work. Find the cause in the package's source code and fix it."
+        )
+    call, error = next((d for d in described if not _TRIVIAL.match(d[1])), described[0])
+    text = f"After a recent change, {package} misbehaves. "
+    text += f"This used to work:\n\n```python\n{call}\n```\n\nand now fails with\n\n" if call else "Code that "
+    text += "" if call else "used to work now fails with\n\n"
+    return text + f"```\n{error}\n```\n\nFind the cause in the package's source code and fix it."
+
+
+def _describe(failure: str, leaks: re.Pattern | None) -> tuple[str, str]:
+    """(the test's failing statement or "", the scrubbed `E` lines) of one failure report."""
+
+    def clean(text: str) -> str | None:
+        text = re.sub(r"[\w.]*<locals>\.", "", text)  # `test_x.<locals>.<lambda>` names a test
+        text = _ADDRESS.sub("0x...", text.replace("/testbed/", "").replace("/testbed", "."))
+        text = _NOW.sub("datetime.datetime(...)", text)
+        if _HINTS.search(text) or (leaks and leaks.search(text)) or _TEST_WORD.search(text):
+            return None
+        return text.rstrip()[:300]
+
+    lines = failure.splitlines()
+    call = ""
+    if lines and (frame := _FRAME.match(lines[0])) and _is_test_file(frame.group(1)) and len(lines) > 1:
+        statement = lines[1].strip()
+        if statement and not lines[1].startswith("E ") and _parses(statement):
+            call = clean(statement) or ""
+    errors = [clean(raw[4:] if raw.startswith("E   ") else raw[1:].strip()) for raw in lines if raw.startswith("E ")]
+    kept = [e for e in errors if e is not None]
+    while kept and not kept[-1].strip():
+        kept.pop()
+    return call, "\n".join(kept[:15])[:1500]
+
+
+def _is_test_file(path: str) -> bool:
+    from rllm.envs.swe.grading import is_test_path
+
+    return is_test_path(path)
+
+
+def _parses(statement: str) -> bool:
+    try:
+        ast.parse(statement)
+    except SyntaxError:
+        return False
+    return True
+
+
+def _row(name: str, version: str, sdist: dict, index: int, split: str, seed: int, base: _Baseline, path: str,
+         mutation: Mutation, trial: _Trial) -> dict:  # fmt: skip
+    from rllm.envs.swe.patches import diff_files
+
+    hidden = sorted({_file_of(t) for t in trial.f2p})
+    test_patch = "".join(diff_files(f, None, (base.tree / f).read_text(encoding="utf-8")) for f in hidden)
+    reports = [trial.failures[t] for t in trial.f2p if t in trial.failures]
+    module_lines = (base.tree / path).read_text(encoding="utf-8").count("\n")
+    function_lines = mutation.function_lines[1] - mutation.function_lines[0] + 1
+    return {
+        "instance_id": f"{name}__{name}-{version}__{index:04d}",
+        "repo": name,
+        "version": version,
+        "base_commit": f"sdist-{sdist['sha256'][:12]}+mut-{hashlib.sha256(trial.bug.encode()).hexdigest()[:8]}",
+        "problem_statement": problem_statement(name, reports, base.words),
+        "patch": trial.fix,
+        "test_patch": test_patch,
+        "FAIL_TO_PASS": trial.f2p,
+        "PASS_TO_PASS": trial.p2p,
+        "sdist": sdist,
+        "split": split,
+        "created_by": f"rllm swe build {seed}",
+        "mutation": {"operator": mutation.operator, "file": path, "line": mutation.line,
+                     "function": mutation.function, "function_lines": function_lines, "module_lines": module_lines},
+        "difficulty": function_lines + module_lines // 10,
+    }  # fmt: skip
+
+
+def _oracle_ok(row: dict) -> bool:
+    from rllm.envs.swe.grading import grade
+
+    return grade(row, row["patch"]).reward == 1.0
+
+
+def build_package(name: str, version: str, sha256: str | None = None, *, seed: int = 0,
+                  per_package: int = DEFAULT_PER_PACKAGE, split: str = "train", jobs: int = 1,
+                  timeout_s: float = 30.0, log=None) -> tuple[list[dict], PackageReport]:  # fmt: skip
+    """Up to `per_package` task rows of one package (see the module docstring) and the counts of what was tried.
+    `jobs` candidates run at once; the result does not depend on it (candidates are decided in their order)."""
+    from rllm.envs.swe.store import fetch_sdist, pristine_tree, swe_home
+    from rllm.rewards.sandbox import make_editable
+
+    archive = fetch_sdist(name, version, sha256)
+    sdist = {"name": name, "version": version, "filename": archive.name,
+             "sha256": sha256 or hashlib.sha256(archive.read_bytes()).hexdigest()}  # fmt: skip
+    pristine = pristine_tree(name, version, sdist["sha256"])
+    with tempfile.TemporaryDirectory(dir=swe_home(), prefix=".build-") as tmp:
+        # the sandbox's user applies each bug inside its overlay: the files must be its own (the pristine tree
+        # stays as it is, shared with every task made from it)
+        tree = Path(tmp, pristine.name)
+        shutil.copytree(pristine, tree, symlinks=True)
+        make_editable(tree)
+        os.chmod(tmp, 0o755)
+        base = _Baseline(tree, test_files(tree), timeout_s)
+        candidates = _candidates(base, f"{seed}:{name}=={version}")
+        rows, report = _decide(name, version, sdist, split, seed, base, candidates, per_package, jobs, timeout_s, log)
+    return rows, report
+
+
+def _decide(name, version, sdist, split, seed, base, candidates, per_package, jobs, timeout_s, log):
+    """Try candidates `jobs` at a time, deciding them in their order, until `per_package` pass the oracle."""
+    report, rows = PackageReport(name, version, split), []
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        position = 0
+        while len(rows) < per_package and position < len(candidates):
+            batch = candidates[position : position + max(1, jobs)]
+            position += len(batch)
+            trials = list(pool.map(lambda c: _try(base, c[0], c[1], timeout_s), batch))
+            accepted = []
+            for (path, mutation), trial in zip(batch, trials, strict=True):
+                if len(rows) + len(accepted) >= per_package:
+                    break
+                report.tried += 1
+                if trial.reason is None:
+                    index = len(rows) + len(accepted) + report.rejected["oracle_failed"]
+                    accepted.append(_row(name, version, sdist, index, split, seed, base, path, mutation, trial))
+                else:
+                    report.rejected[trial.reason] += 1
+            for row, ok in zip(accepted, pool.map(_oracle_ok, accepted), strict=True):
+                if ok:
+                    rows.append(row)
+                else:
+                    report.rejected["oracle_failed"] += 1
+            if log is not None:
+                log(f"  {name}: tried {report.tried}, kept {len(rows)}")
+    report.kept = len(rows)
+    return rows, report
+
+
+def build_tasks(packages, *, seed: int = 0, per_package: int | dict = DEFAULT_PER_PACKAGE, validation_packages=(),
+                jobs: int = 1, timeout_s: float = 30.0, on_package=None, log=None) -> list[dict]:  # fmt: skip
+    """Task rows for `packages` ('name==version' strings or (name, version[, sha256]) tuples), sorted by id.
+    A package named in `validation_packages` gives rows of split "validation", the others "train". `per_package`
+    is a count for every package or a dict of counts by name (`DEFAULT_PER_PACKAGE` for a name it lacks).
+    `on_package(report)` is called with each package's PackageReport."""
+    rows = []
+    for spec in packages:
+        name, version, sha256 = parse_package(spec)
+        count = per_package.get(name, DEFAULT_PER_PACKAGE) if isinstance(per_package, dict) else per_package
+        split = "validation" if name in set(validation_packages) else "train"
+        built, report = build_package(name, version, sha256, seed=seed, per_package=count, split=split,
+                                      jobs=jobs, timeout_s=timeout_s, log=log)  # fmt: skip
+        rows.extend(built)
+        if on_package is not None:
+            on_package(report)
+    return sorted(rows, key=lambda r: r["instance_id"])
+
+
+def write_tasks(rows: list[dict], path: str | Path) -> None:
+    """One JSON row per line, sorted by instance_id, keys sorted: the same rows give the same bytes."""
+    lines = [json.dumps(r, sort_keys=True, ensure_ascii=False) for r in sorted(rows, key=lambda r: r["instance_id"])]
+    Path(path).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def load_default_tasks(split: str | None = None) -> list[dict]:
+    """The shipped task set (`rllm/tasks/data/swe_default.jsonl`), optionally one split ("train", "validation")."""
+    from importlib.resources import files
+
+    text = files("rllm.tasks").joinpath("data", "swe_default.jsonl").read_text(encoding="utf-8")
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if split not in (None, "train", "validation"):
+        raise ValueError(f"the shipped SWE tasks have the splits 'train' and 'validation', not {split!r}")
+    return [r for r in rows if split is None or r["split"] == split]
