@@ -5,6 +5,7 @@ rllm eval configs/math_grpo.yaml rollout.server=openai rollout.openai.base_url=U
 rllm train configs/frozenlake_grpo.yaml trainer.total_steps=20   # RL on the embedded model
 rllm fetch qwen2.5-coder-0.5b-instruct           # download + verify + convert an embedded model
 rllm serve gateway --upstream URL --model NAME --tokenizer NAME   # OpenAI-compatible gateway, exact token ids
+rllm swe build --out tasks.jsonl                 # SWE tasks from PyPI sdists (mutations, hidden tests)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from rllm.cli import eval as eval_cmd
 from rllm.cli import fetch as fetch_cmd
 from rllm.cli import serve as serve_cmd
+from rllm.cli import swe as swe_cmd
 from rllm.cli import train as train_cmd
 
 __all__ = ["main"]
@@ -26,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     eval_cmd.add_parser(sub)
     fetch_cmd.add_parser(sub)
     serve_cmd.add_parser(sub)
+    swe_cmd.add_parser(sub)
     train_cmd.add_parser(sub)
     return parser
 

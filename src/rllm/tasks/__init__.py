@@ -33,6 +33,7 @@ REGISTRY: dict[str, str] = {
     "humaneval": "rllm.tasks.humaneval",
     "math": "rllm.tasks.math",
     "mcp_kb": "rllm.tasks.mcp_kb",
+    "swe": "rllm.tasks.swe",
 }
 
 

@@ -23,9 +23,10 @@ Rows are SWE-bench's (`instance_id`, `repo`, `version`, `base_commit`, `problem_
 easier). The same packages and seed give the same rows: everything is sorted, nothing depends on the clock (the
 one caveat: a test that takes about `SLOW_TEST_S` may count as slow in one build and not in another).
 
-The shipped set (`rllm/tasks/data/swe_default.jsonl`, read by `load_default_tasks`) is `DEFAULT_PACKAGES` built with
-`rllm swe build --seed 0 --jobs 2 --out src/rllm/tasks/data/swe_default.jsonl` (45 tasks per package, or
-`DEFAULT_COUNTS`); `tabulate` is its validation split. A package's first N tasks do not depend on how many are asked
+The shipped set (`rllm/tasks/data/swe_default.jsonl.gz`, read by `load_default_tasks`) is `DEFAULT_PACKAGES` built with
+`rllm swe build --seed 0 --jobs 2 --out swe_default.jsonl` (45 tasks per package, or `DEFAULT_COUNTS`), then
+`gzip -9 -n` (5.7 MB of rows, each carrying its hidden test files, are 0.9 MB gzipped); `tabulate` is its
+validation split. A package's first N tasks do not depend on how many are asked
 for, so a smaller count gives a prefix of the same rows.
 """
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import gzip
 import hashlib
 import json
 import os
@@ -445,10 +447,10 @@ def write_tasks(rows: list[dict], path: str | Path) -> None:
 
 
 def load_default_tasks(split: str | None = None) -> list[dict]:
-    """The shipped task set (`rllm/tasks/data/swe_default.jsonl`), optionally one split ("train", "validation")."""
+    """The shipped task set (`rllm/tasks/data/swe_default.jsonl.gz`), optionally one split ("train", "validation")."""
     from importlib.resources import files
 
-    text = files("rllm.tasks").joinpath("data", "swe_default.jsonl").read_text(encoding="utf-8")
+    text = gzip.decompress(files("rllm.tasks").joinpath("data", "swe_default.jsonl.gz").read_bytes()).decode("utf-8")
     rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     if split not in (None, "train", "validation"):
         raise ValueError(f"the shipped SWE tasks have the splits 'train' and 'validation', not {split!r}")

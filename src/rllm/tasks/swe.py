@@ -1,0 +1,71 @@
+"""The `swe` task: fix a bug in a real open-source Python package, with hidden tests, in the sandbox (no Docker).
+
+Rows are SWE-bench-format tasks. By default they come from the shipped set (`rllm/tasks/data/swe_default.jsonl.gz`,
+made by `rllm swe build` from PyPI sdists; train and validation are different packages); `task_args.file` loads
+a JSONL of your own instead (`rllm swe build --out`, played in the sandbox; or SWE-bench / SWE-Gym / R2E-Gym rows, which
+play in their Docker images). The agent is `SWEAgent`, the env `SWEEnv` (rllm.envs.swe.env), rewarded 1 when every
+FAIL_TO_PASS and PASS_TO_PASS test passes.
+
+`make_tasks(n, seed=, split=)` draws n rows of the split with `random.Random(seed)`; `easiest=True` takes the n
+easiest instead (fewest lines to read: see the rows' `difficulty`), for a first training run on a small model;
+`packages=[...]` keeps only those packages. Asking for more rows than the split has is an error naming how many
+there are.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from rllm.agents.swe import SWEAgent
+from rllm.envs.swe.env import SWEEnv
+from rllm.tasks import Task
+
+__all__ = ["make_swe_tasks"]
+
+
+def make_swe_tasks(n: int, *, seed: int = 0, split: str = "train", easiest: bool = False,
+                   packages: list[str] | None = None, file: str | None = None,
+                   **env_options: Any) -> list[dict]:  # fmt: skip
+    """n task rows (see the module docstring); `env_options` (e.g. scaffold, step_timeout) go into every row."""
+    if file:
+        wanted = "train" if split == "train" else "validation"
+        rows = [r for r in _rows_of(file) if r.get("split", wanted) == wanted]
+    else:
+        from rllm.envs.swe.build import load_default_tasks
+
+        rows = load_default_tasks("train" if split == "train" else "validation")
+    if packages:
+        rows = [r for r in rows if r.get("repo") in set(packages)]
+    if n > len(rows):
+        raise ValueError(f"the swe task's {split} split has {len(rows)} rows"
+                         f"{' of ' + ', '.join(packages) if packages else ''}; asked for {n}: lower "
+                         f"data.{'train' if split == 'train' else 'val'}_size")  # fmt: skip
+    if easiest:
+        chosen = sorted(rows, key=lambda r: (r.get("difficulty", 0), r["instance_id"]))[:n]
+    else:
+        chosen = random.Random(seed).sample(sorted(rows, key=lambda r: r["instance_id"]), n)
+    return [{**row, "id": row["instance_id"], **env_options} for row in chosen]
+
+
+def _rows_of(file: str) -> list[dict]:
+    """`rllm swe build`'s JSONL as it is (its rows play in the sandbox); other files through `load_swe_rows`
+    (SWE-bench, SWE-Gym, R2E-Gym rows: they play in their Docker images)."""
+    from rllm.envs.swe.swebench import load_swe_rows
+
+    if file.endswith(".jsonl"):
+        with open(file, encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        if rows and all("sdist" in r or "repo_dir" in r for r in rows):
+            return rows
+    return load_swe_rows(file)
+
+
+TASK = Task(
+    name="swe",
+    description="Fix a bug in a real Python package (hidden tests, sandboxed repository, tool calls; multi-turn).",
+    make_tasks=make_swe_tasks,
+    agent=SWEAgent,
+    env=SWEEnv,
+)
