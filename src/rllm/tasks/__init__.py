@@ -34,6 +34,7 @@ REGISTRY: dict[str, str] = {
     "math": "rllm.tasks.math",
     "mcp_kb": "rllm.tasks.mcp_kb",
     "swe": "rllm.tasks.swe",
+    "web": "rllm.tasks.web",
 }
 
 

@@ -1,0 +1,45 @@
+"""`WebAgent`: a multi-turn agent for `WebEnv` (MiniWoB++ in a real browser), BrowserGym-style in plain text.
+
+Each turn the model sees the goal and the page (its accessibility tree, elements named by refs such as `[ref=e5]`),
+and replies with calls such as `click('e5')` or `fill('e6', 'Jerald')` inside ```` ``` ````: the env parses them
+(rllm.envs.web.actions), so the agent hands it the reply's text. An action that failed comes back in the next
+observation as `last_action_error`. The whole conversation is kept (each turn's prompt extends the previous one, so
+training rows stay token-exact, DESIGN.md); `max_observation_chars` cuts a long page on arrival.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rllm.agents.base import BaseAgent
+from rllm.envs.web.actions import describe_actions
+from rllm.envs.web.env import observation_text
+
+__all__ = ["WEB_SYSTEM_PROMPT", "WebAgent"]
+
+WEB_SYSTEM_PROMPT = (
+    "You operate a web page to reach a goal. You see the page as an accessibility tree: one line per element with "
+    "its role, its name and a ref such as [ref=e5]. You act on elements by their ref with these calls:\n"
+    f"{describe_actions()}\n\n"
+    "Reply with a short thought, then the calls to do next inside ``` ```, one per line, for example:\n"
+    "The goal asks for the OK button, which is e5.\n```\nclick('e5')\n```"
+)
+
+
+class WebAgent(BaseAgent):
+    system_prompt = WEB_SYSTEM_PROMPT
+
+    def __init__(self, max_observation_chars: int = 6000, **kwargs: Any) -> None:
+        if max_observation_chars < 200:
+            raise ValueError(f"WebAgent(max_observation_chars={max_observation_chars}): at least 200")
+        self.max_observation_chars = int(max_observation_chars)
+        super().__init__(**kwargs)
+
+    def format_observation(self, observation: Any) -> str:
+        if not isinstance(observation, dict) or "axtree" not in observation:
+            raise TypeError(f"WebAgent.format_observation: expected WebEnv's observation dict (goal, axtree, ...), "
+                            f"got {type(observation).__name__}")  # fmt: skip
+        text = observation_text(observation)
+        if len(text) > self.max_observation_chars:
+            text = text[: self.max_observation_chars] + f"\n[... page cut: {len(text)} characters in all]"
+        return text
