@@ -9,6 +9,7 @@ on (`EASY_TASKS`) in training.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import random
 import re
@@ -38,9 +39,9 @@ def task_names() -> tuple[str, ...]:
 
 def task_url(name: str) -> str:
     if name not in task_names():
-        close = [t for t in task_names() if t.startswith(name.split("-")[0])][:8]
-        raise ValueError(f"unknown MiniWoB++ task {name!r}; e.g. {close or list(task_names()[:8])} "
-                         "(rllm.envs.web.miniwob.task_names() lists all)")  # fmt: skip
+        close = difflib.get_close_matches(name, task_names(), n=5, cutoff=0.5) or list(task_names()[:5])
+        raise ValueError(f"unknown MiniWoB++ task {name!r}: did you mean {', '.join(close)}? "
+                         "(rllm.envs.web.miniwob.task_names() lists all 130)")  # fmt: skip
     return (miniwob_root() / "miniwob" / f"{name}.html").as_uri()
 
 
