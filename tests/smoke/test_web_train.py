@@ -1,0 +1,50 @@
+"""`rllm train configs/web_grpo.yaml` end to end on a tiny random-init model: MiniWoB++ episodes in a real headless
+Chromium, a GRPO update, validation before and after; then `rllm eval` of the config on the validation tasks."""
+
+from __future__ import annotations
+
+import pytest
+
+from rllm.runs import load_metrics, read_episodes
+from tests.conftest import run_rllm
+
+
+@pytest.fixture(autouse=True)
+def _chromium():
+    from rllm.envs.web.browser import BrowserUnavailableError, find_chromium
+
+    try:
+        find_chromium()
+    except BrowserUnavailableError as e:
+        pytest.skip(str(e))
+
+
+def test_rllm_train_runs_the_web_config(tmp_path, tiny_model_dir):
+    args = ["configs/web_grpo.yaml", f"model.name={tiny_model_dir}", "data.train_size=2", "data.val_size=2",
+            "rollout.n=2", "rollout.max_tokens=6", "rollout.max_steps=2", "trainer.tasks_per_step=2",
+            "trainer.total_steps=1", "optim.micro_batch_size=2", f"trainer.run_dir={tmp_path / 'runs'}",
+            "trainer.name=web", "--no-progress"]  # fmt: skip
+    out = run_rllm("train", *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    episodes = read_episodes(tmp_path / "runs" / "web", split="train")
+    assert len(episodes) == 2 * 2
+    for episode in episodes:  # random text: no action parses, so each turn reports an error and the page waits
+        last = episode.trajectories[0].steps[-1]
+        assert episode.trajectories[0].reward == 0.0 and last.info["action_errors"] >= 1
+        assert last.info["task"] in ("click-test", "click-button", "enter-text")
+    assert len(read_episodes(tmp_path / "runs" / "web", split="val")) == 2 * 2  # before and after
+    assert [m["step"] for m in load_metrics(tmp_path / "runs" / "web") if "reward_mean" in m] == [1]
+
+
+def test_rllm_eval_runs_the_web_config_on_the_validation_tasks(tmp_path, tiny_model_dir):
+    args = ["configs/web_grpo.yaml", f"model.name={tiny_model_dir}", "data.task_args={}", "data.val_size=3",
+            "rollout.max_tokens=4", "rollout.max_steps=1", f"trainer.run_dir={tmp_path / 'runs'}",
+            "trainer.name=web-eval", "--no-progress"]  # fmt: skip
+    out = run_rllm("eval", *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    from rllm.envs.web.miniwob import split_tasks
+
+    run_dir = out.stdout.split("run directory")[1].split()[0]
+    episodes = read_episodes(run_dir, split="eval")
+    assert len(episodes) == 3
+    assert {e.trajectories[0].steps[-1].info["task"] for e in episodes} <= set(split_tasks()["validation"])
