@@ -37,8 +37,22 @@ __all__ = ["WebEnv", "observation_text"]
 
 _OPTIONS = ("reward", "step_timeout", "action_timeout_ms", "max_snapshot_chars", "screenshot", "max_actions",
             "settle_ms", "browsers", "viewport")  # fmt: skip
-# The page's score board ("Last reward", "Time left") is not part of the task: hidden, it leaves the snapshot.
-_HIDE_SCOREBOARD = "#reward-display { display: none !important; }"
+# The page's score board ("Last reward", "Time left") and its between-episodes cover are not part of the task:
+# hidden, they leave the snapshot.
+_HIDE_SCOREBOARD = "#reward-display, #sync-task-cover { display: none !important; }"
+# Elements a user would see as clickable (a pointer cursor) but that have no ARIA role are inline text to the
+# accessibility tree, so they get no ref (MiniWoB's links are <span class="alink">). They are given the role they look
+# like, link if underlined else button, before each snapshot (the tasks never read roles). BrowserGym reaches them
+# through its own element ids on every node instead.
+_EXPOSE_CLICKABLES = """() => {
+    const native = new Set(["A", "BUTTON", "INPUT", "SELECT", "TEXTAREA", "OPTION", "LABEL", "BODY", "HTML"]);
+    for (const el of document.body.querySelectorAll("*")) {
+        if (el.hasAttribute("role") || native.has(el.tagName) || el.id === "sync-task-cover") continue;
+        const style = getComputedStyle(el);
+        if (style.cursor !== "pointer" || getComputedStyle(el.parentElement).cursor === "pointer") continue;
+        el.setAttribute("role", style.textDecorationLine.includes("underline") ? "link" : "button");
+    }
+}"""
 _START = """seed => {
     Math.seedrandom(seed);
     core.EPISODE_MAX_TIME = 2e9;  // ms: under setTimeout's 2**31 limit, past which it fires at once
@@ -173,6 +187,7 @@ class WebEnv(BaseEnv):
         if self.settle_ms and last_action is not None:
             await page.wait_for_timeout(self.settle_ms)  # let the page's handlers and animations run
         done, raw, why, goal = await page.evaluate(_STATE)
+        await page.evaluate(_EXPOSE_CLICKABLES)
         tree = await page.locator("body").aria_snapshot(mode="ai", timeout=self.step_timeout * 1000)
         if len(tree) > self.max_snapshot_chars:
             tree = tree[: self.max_snapshot_chars] + f"\n[... snapshot cut: {len(tree)} characters in all]"
