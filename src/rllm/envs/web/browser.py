@@ -31,6 +31,9 @@ __all__ = ["BrowserPool", "BrowserUnavailableError", "chromium_pids", "find_chro
 
 T = TypeVar("T")
 CANDIDATES = ("chromium-headless-shell", "chromium", "chromium-browser")
+# Debian's /usr/bin/chromium* are shell wrappers that do not exec: the binary itself is launched instead, so the
+# browser is one process that Playwright owns, not a shell with a browser under it.
+DEBIAN_BINARIES = ("/usr/lib/chromium/chromium-headless-shell", "/usr/lib/chromium/chromium")
 # --no-sandbox: Chromium's own sandbox needs user namespaces it cannot get as root in a container; the pages are
 # MiniWoB's local files. The rest keep a headless browser from reaching the network or the GPU.
 LAUNCH_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
@@ -47,6 +50,9 @@ def find_chromium() -> str:
         if not os.access(explicit, os.X_OK):
             raise BrowserUnavailableError(f"RLLM_CHROMIUM={explicit} is not an executable file")
         return explicit
+    for path in DEBIAN_BINARIES:
+        if os.access(path, os.X_OK):
+            return path
     for name in CANDIDATES:
         found = shutil.which(name)
         if found:
