@@ -164,3 +164,11 @@ def test_a_hung_page_times_out_as_infra_and_its_browser_is_replaced(pool):
     observation, _ = fresh.reset()
     assert fresh.step(click(observation, "button"))[1] == 1.0
     fresh.close()
+
+
+def test_a_partly_covered_element_is_clicked_where_it_shows(pool):
+    env = play(pool, "click-test-2", 6)  # seed 6 places TWO over the centre of ONE
+    observation, _ = env.reset()
+    _, reward, done, info = env.step(click(observation, "button", "ONE"))
+    assert (reward, done, info["action_errors"]) == (1.0, True, 0)
+    env.close()

@@ -165,7 +165,9 @@ async def perform(page: Any, action: WebAction, timeout_ms: float) -> None:
         target = page.locator(f"aria-ref={args['ref']}")
         if await target.count() == 0:
             raise ActionError(f"{action}: no element with ref {args['ref']!r} on the page now")
-        if action.name in ("click", "dblclick", "hover", "focus", "check", "uncheck"):
+        if action.name in ("click", "dblclick", "hover"):
+            await _pointer(target, action.name, timeout_ms)
+        elif action.name in ("focus", "check", "uncheck"):
             await getattr(target, action.name)(timeout=timeout_ms)
         elif action.name == "fill":
             await target.fill(args["text"], timeout=timeout_ms)
@@ -178,9 +180,37 @@ async def perform(page: Any, action: WebAction, timeout_ms: float) -> None:
         if _is_crash(e):
             raise
         reason = str(e).split("\n")[0].replace("Locator.", "").replace("Page.", "")
-        if "Timeout" in reason:
+        if "intercepts pointer events" in str(e):
+            reason = "another element covers it wherever it could be clicked"
+        elif "Timeout" in reason:
             reason = f"the element did not accept it within {timeout_ms:g} ms (hidden, disabled or the wrong kind)"
         raise ActionError(f"{action}: {reason}") from None
+
+
+async def _pointer(target: Any, how: str, timeout_ms: float) -> None:
+    """Click (or hover) the element where it can be hit. Playwright aims at the centre and refuses when another
+    element covers it there (MiniWoB places some elements overlapping); a person would aim at the part they can see,
+    so the corners are tried (a trial, which clicks nothing) before giving up."""
+    from playwright.async_api import Error as PlaywrightError
+
+    try:
+        await getattr(target, how)(timeout=timeout_ms)
+        return
+    except PlaywrightError as e:
+        if "intercepts pointer events" not in str(e):
+            raise
+        covered = e
+    box = await target.bounding_box()
+    if box:
+        for x, y in ((0.1, 0.1), (0.9, 0.1), (0.1, 0.9), (0.9, 0.9), (0.5, 0.1), (0.5, 0.9), (0.1, 0.5), (0.9, 0.5)):
+            position = {"x": box["width"] * x, "y": box["height"] * y}
+            try:
+                await getattr(target, how)(position=position, timeout=200, trial=True)
+            except PlaywrightError:
+                continue
+            await getattr(target, how)(position=position, timeout=timeout_ms)
+            return
+    raise covered
 
 
 def _is_crash(error: Exception) -> bool:

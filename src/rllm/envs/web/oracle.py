@@ -17,7 +17,6 @@ __all__ = ["ORACLE_TASKS", "Element", "elements", "oracle_action", "run_oracle"]
 
 _LINE = re.compile(r"^(?P<indent>\s*)- '?(?P<role>[a-z]+)(?: \"(?P<name>(?:[^\"\\]|\\.)*)\")?(?P<flags>[^:]*?)"
                    r"\[ref=(?P<ref>\w+)\][^:]*'?(?::\s*(?P<value>.*))?$")  # fmt: skip
-_ORDINALS = {"1st": 0, "2nd": 1, "3rd": 2, "4th": 3, "5th": 4, "6th": 5, "7th": 6, "8th": 7, "9th": 8}
 
 
 @dataclass(frozen=True)
@@ -107,8 +106,8 @@ def _choose_list(goal: str, items: list[Element]) -> str:
 
 
 def _focus_nth_textbox(goal: str, items: list[Element]) -> str:
-    match = re.search(r"(\d+(?:st|nd|rd|th))", goal)
-    index = _ORDINALS[match.group(1)] if match else 0
+    match = re.search(r"(\d+)(?:st|nd|rd|th)", goal)
+    index = int(match.group(1)) - 1 if match else 0
     return f"focus({_of_role(items, 'textbox')[index].ref!r})"
 
 
@@ -162,7 +161,7 @@ def _read_table(goal: str, items: list[Element]) -> str:
 
 
 def _find_word(goal: str, items: list[Element]) -> str:
-    index = _ORDINALS[re.search(r"(\d+(?:st|nd|rd|th)) word", goal).group(1)]
+    index = int(re.search(r"(\d+)(?:st|nd|rd|th) word", goal).group(1)) - 1
     words = re.findall(r"[\w']+", _first(items, "paragraph").value)
     return "\n".join([_fill(_first(items, "textbox"), words[index]), _click(_submit(items))])
 
