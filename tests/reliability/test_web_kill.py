@@ -1,0 +1,74 @@
+"""No Chromium outlives the run: `rllm train configs/web_grpo.yaml` (tiny model, real browsers) killed with SIGKILL
+mid-run leaves none of its browser processes (browser, renderers, Playwright's driver) behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rllm.envs.web.browser import BrowserUnavailableError, chromium_pids, find_chromium
+
+pytestmark = pytest.mark.reliability
+REPO = Path(__file__).resolve().parents[2]
+
+
+def descendants(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, stack = set(), [root]
+    while stack:
+        for pid in children.get(stack.pop(), []):
+            found.add(pid)
+            stack.append(pid)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_killing_the_trainer_leaves_no_browser(tmp_path, tiny_model_dir):
+    try:
+        find_chromium()
+    except BrowserUnavailableError as e:
+        pytest.skip(str(e))
+    args = ["configs/web_grpo.yaml", f"model.name={tiny_model_dir}", "data.train_size=8", "data.val_size=8",
+            "rollout.n=2", "rollout.max_tokens=6", "rollout.max_steps=3", "trainer.tasks_per_step=4",
+            "trainer.total_steps=3", "optim.micro_batch_size=2", f"trainer.run_dir={tmp_path}",
+            "--no-progress"]  # fmt: skip
+    trainer = subprocess.Popen([sys.executable, "-m", "rllm.cli.main", "train", *args], cwd=REPO,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not chromium_pids(trainer.pid):
+            assert trainer.poll() is None, trainer.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "the trainer never started a browser"
+            time.sleep(0.2)
+        time.sleep(1.0)  # mid-episode: contexts and renderers open
+        browser_side = descendants(trainer.pid)
+        assert len(browser_side) >= 3  # the driver, the browser and its helpers
+        os.kill(trainer.pid, signal.SIGKILL)
+        trainer.wait(10)
+        deadline = time.monotonic() + 10
+        while any(alive(pid) for pid in browser_side) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [pid for pid in browser_side if alive(pid)], "processes outlived the killed trainer"
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
