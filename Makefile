@@ -80,11 +80,13 @@ $(VERL_STAMP): pyproject.toml
 	$(VERL_PY) -c "import verl.workers.engine_workers"
 	touch $(VERL_STAMP)
 
-bench: models sandbox vllm verl
+bench: models sandbox chromium vllm verl
 	$(PY) benchmarks/engine_concurrency.py
 	$(PY) benchmarks/local_generation.py
 	$(PY) benchmarks/sandbox_throughput.py
 	$(PY) benchmarks/swe_env.py
+	$(PY) benchmarks/web_oracle.py
+	$(PY) benchmarks/web_env.py
 	$(PY) benchmarks/local_vs_vllm.py
 	$(VERL_PY) benchmarks/verl_backend.py
 	$(PY) -m pip install -q -e ".[bench]"

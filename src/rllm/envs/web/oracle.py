@@ -186,16 +186,29 @@ _MOVIE_FIELDS = {"year": re.compile(r"year (\d+)"), "genre": re.compile(r"for (\
 
 def _movie_search(goal: str, items: list[Element]) -> str:
     values = {field: pattern.search(goal).group(1) for field, pattern in _MOVIE_FIELDS.items()}
-    calls, label = [], ""
-    for element in items:
-        if element.role in ("rowheader", "generic", "text") and (element.name or element.value):
-            label = (element.name or element.value).lower()
-        elif element.role == "textbox":
+    calls = []
+    for i, element in enumerate(items):
+        if element.role == "textbox":
+            label = _label_of(items, i).lower()
             field = next((f for f in values if f in label or (f == "year" and "date" in label)), None)
             if field:
                 calls.append(_fill(element, values[field]))
     button = next(e for e in items if e.role == "button")
     return "\n".join([*calls, _click(button)])
+
+
+def _label_of(items: list[Element], index: int) -> str:
+    """A field's label: its sibling just before or after it (layouts put it on either side), else the last label
+    above it (a table's row header)."""
+
+    def label(element: Element) -> str:
+        return (element.name or element.value) if element.role in ("rowheader", "generic") else ""
+
+    depth = items[index].depth
+    for neighbour in (index - 1, index + 1):
+        if 0 <= neighbour < len(items) and items[neighbour].depth == depth and label(items[neighbour]):
+            return label(items[neighbour])
+    return next((label(e) for e in reversed(items[:index]) if label(e)), "")
 
 
 _RULES: dict[str, Callable[[str, list[Element]], str]] = {

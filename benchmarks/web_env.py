@@ -1,0 +1,135 @@
+"""What a web episode costs in a real browser (WebEnv: Playwright + Debian's headless Chromium, MiniWoB++ pages):
+reset and step latency, memory per concurrent episode, and scripted episodes per second at 1, 4 and 16 at once.
+
+    .venv/bin/python benchmarks/web_env.py            # ~1 minute on 2 cores
+
+- latency, one episode at a time on a warm browser: `reset()` (a fresh context, the page loaded, seeded and started,
+  its snapshot) and `step()` (the oracle's action done, the page settled, its snapshot), p50 and p95 over
+  `--episodes` episodes of the oracle's tasks (rllm.envs.web.oracle), in order, seeds 0, 1, ...;
+- memory: PSS (/proc/<pid>/smaps_rollup) of every process under this one (Playwright's driver, the browser and its
+  renderers) with 1 and then 16 episodes open at once: one browser's base and the MiB each extra episode adds;
+- throughput: `--episodes` oracle episodes (reset, the oracle's steps, close) on a thread pool of 1, 4 and 16 on one
+  shared browser; every reward must be 1 (those that are not are counted). The last line is `episodes/s: N` at 16.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+
+def descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, stack = [], [root]
+    while stack:
+        for pid in children.get(stack.pop(), []):
+            found.append(pid)
+            stack.append(pid)
+    return found
+
+
+def pss_mib(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+def percentiles(values: list[float]) -> str:
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return f"p50 {statistics.median(ordered) * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms"
+
+
+def episodes_of(count: int) -> list[tuple[str, int]]:
+    from rllm.envs.web.oracle import ORACLE_TASKS
+
+    return [(ORACLE_TASKS[i % len(ORACLE_TASKS)], i // len(ORACLE_TASKS)) for i in range(count)]
+
+
+def latency(episodes: list[tuple[str, int]]) -> None:
+    from rllm.envs.web.env import WebEnv
+    from rllm.envs.web.oracle import oracle_action
+
+    resets, steps, failed = [], [], 0
+    for task, seed in episodes:
+        env = WebEnv({"task": task, "seed": seed})
+        started = time.perf_counter()
+        observation, _ = env.reset()
+        resets.append(time.perf_counter() - started)
+        for _ in range(10):
+            action = oracle_action(task, observation)
+            started = time.perf_counter()
+            observation, reward, done, _ = env.step(action)
+            steps.append(time.perf_counter() - started)
+            if done:
+                break
+        failed += reward != 1.0
+        env.close()
+    print(f"reset: {percentiles(resets)}  ({len(resets)} episodes)")
+    print(f"step:  {percentiles(steps)}  ({len(steps)} steps; not solved: {failed})")
+
+
+def memory() -> None:
+    from rllm.envs.web.env import WebEnv
+
+    envs = [WebEnv({"task": "book-flight", "seed": 0})]
+    envs[0].reset()
+    one = pss_mib(descendants(os.getpid()))
+    for seed in range(1, 16):
+        envs.append(WebEnv({"task": "book-flight", "seed": seed}))
+        envs[-1].reset()
+    sixteen = pss_mib(descendants(os.getpid()))
+    for env in envs:
+        env.close()
+    print(f"memory: {one:.0f} MiB PSS with 1 episode open (driver + browser + renderer), {sixteen:.0f} MiB with 16: "
+          f"{(sixteen - one) / 15:.1f} MiB per extra episode")  # fmt: skip
+
+
+def throughput(episodes: list[tuple[str, int]], workers: int) -> float:
+    from rllm.envs.web.oracle import run_oracle
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        rewards = [reward for reward, _ in pool.map(lambda job: run_oracle(*job), episodes)]
+    rate = len(episodes) / (time.perf_counter() - started)
+    unsolved = sum(r != 1.0 for r in rewards)
+    print(f"concurrency {workers:2d}: {rate:.2f} episodes/s  ({len(episodes)} episodes, not solved: {unsolved})")
+    return rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--episodes", type=int, default=48, help="episodes per measurement (default 48)")
+    args = parser.parse_args()
+    from rllm.envs.web.browser import find_chromium, shared_pool
+
+    print(f"browser: {find_chromium()}")
+    pool = shared_pool()
+    slot, context = pool.call(pool.new_context, 60)  # the browser launched once, outside the measurements
+    pool.call(lambda: pool.release(slot, context), 30)
+    episodes = episodes_of(args.episodes)
+    latency(episodes[: min(30, len(episodes))])
+    memory()
+    rates = {workers: throughput(episodes, workers) for workers in (1, 4, 16)}
+    print(f"episodes/s: {rates[16]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
