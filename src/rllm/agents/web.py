@@ -19,10 +19,12 @@ __all__ = ["WEB_SYSTEM_PROMPT", "WebAgent"]
 
 WEB_SYSTEM_PROMPT = (
     "You operate a web page to reach a goal. You see the page as an accessibility tree: one line per element with "
-    "its role, its name and a ref such as [ref=e5]. You act on elements by their ref with these calls:\n"
+    "its role, its name and a ref such as [ref=e12]. You act on elements by their ref with these calls:\n"
     f"{describe_actions()}\n\n"
-    "Reply with a short thought, then the calls to do next inside ``` ```, one per line, for example:\n"
-    "The goal asks for the OK button, which is e5.\n```\nclick('e5')\n```"
+    "Reply with a short thought, then the calls to do next inside ``` ```, one per line. For example, if the goal "
+    'were to type "hi" and submit, and the page showed `textbox [ref=e31]` and `button "Submit" [ref=e32]`, '
+    "you would reply:\nThe text field is e31 and the Submit button is e32.\n```\nfill('e31', 'hi')\nclick('e32')\n```\n"
+    "Use the refs of the page you are given, never the ones of this example."
 )
 
 

@@ -76,7 +76,9 @@ def parse_actions(action: Any) -> list[WebAction]:
     calls = [_parse_call(text, match.start()) for match in _CALL_START.finditer(text)]
     calls = [call for call in calls if call is not None]
     if not calls:
-        raise ActionError("no action found: reply with one call such as click('e5') or fill('e7', 'hello')")
+        # no concrete ref in the hint: a small model copies whatever example it is shown
+        raise ActionError("no action found: end the reply with the calls inside ``` ```, e.g. click(ref) with a "
+                          "ref of the page")  # fmt: skip
     return calls
 
 
