@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 RLLM := $(VENV)/bin/rllm
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install models sandbox chromium vllm verl bench clean
+.PHONY: demo test lint install models sandbox chromium vllm verl browsergym bench clean
 
 # The main job: GRPO + LoRA on the embedded Qwen2.5-Coder-0.5B, on a CPU (about 8 minutes on 2 cores).
 demo: models
@@ -80,6 +80,20 @@ $(VERL_STAMP): pyproject.toml
 	$(VERL_PY) -c "import verl.workers.engine_workers"
 	touch $(VERL_STAMP)
 
+# BrowserGym (rllm.envs.web.browsergym, for WebArena/WorkArena/... users) in its own venv: browsergym-core pins
+# playwright==1.44, which cannot share ours. On request only (not part of `make test`); no browser is downloaded.
+# Its parity test: $(BROWSERGYM_VENV)/bin/python -m pytest tests/browsergym
+BROWSERGYM_VENV ?= .venv-browsergym
+
+browsergym: $(BROWSERGYM_VENV)/.installed
+
+$(BROWSERGYM_VENV)/.installed: pyproject.toml
+	test -x $(BROWSERGYM_VENV)/bin/python || $(PYTHON) -m venv $(BROWSERGYM_VENV)
+	$(BROWSERGYM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BROWSERGYM_VENV)/bin/python -m pip install -q -e ".[dev]" browsergym-miniwob==0.14.3 miniwob==1.1.0
+	$(BROWSERGYM_VENV)/bin/python -c "import browsergym.miniwob, rllm.envs.web.browsergym"
+	touch $@
+
 bench: models sandbox chromium vllm verl
 	$(PY) benchmarks/engine_concurrency.py
 	$(PY) benchmarks/local_generation.py
@@ -93,4 +107,4 @@ bench: models sandbox chromium vllm verl
 	$(PY) benchmarks/grpo_vs_trl.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(VERL_VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(VERL_VENV) $(BROWSERGYM_VENV) runs .pytest_cache
