@@ -15,28 +15,10 @@ reset and step latency, memory per concurrent episode, and scripted episodes per
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-
-def descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, stack = [], [root]
-    while stack:
-        for pid in children.get(stack.pop(), []):
-            found.append(pid)
-            stack.append(pid)
-    return found
 
 
 def pss_mib(pids: list[int]) -> float:
@@ -87,15 +69,16 @@ def latency(episodes: list[tuple[str, int]]) -> None:
 
 
 def memory() -> None:
+    from rllm.envs.web.browser import descendant_pids
     from rllm.envs.web.env import WebEnv
 
     envs = [WebEnv({"task": "book-flight", "seed": 0})]
     envs[0].reset()
-    one = pss_mib(descendants(os.getpid()))
+    one = pss_mib(descendant_pids())
     for seed in range(1, 16):
         envs.append(WebEnv({"task": "book-flight", "seed": seed}))
         envs[-1].reset()
-    sixteen = pss_mib(descendants(os.getpid()))
+    sixteen = pss_mib(descendant_pids())
     for env in envs:
         env.close()
     print(f"memory: {one:.0f} MiB PSS with 1 episode open (driver + browser + renderer), {sixteen:.0f} MiB with 16: "

@@ -35,6 +35,17 @@ def shipped_tokenizer(request):
 
 
 @pytest.fixture(scope="session")
+def chromium() -> str:
+    """The system Chromium the web tests drive (rllm.envs.web); they skip, naming the install command, without one."""
+    from rllm.envs.web.browser import BrowserUnavailableError, find_chromium
+
+    try:
+        return find_chromium()
+    except BrowserUnavailableError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, smollm2_tokenizer):
     """A saved tiny random-init model folder with the real SmolLM2 tokenizer (for CLI and loader tests)."""
     from rllm.models.registry import build_tiny_model

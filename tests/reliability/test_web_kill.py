@@ -12,27 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from rllm.envs.web.browser import BrowserUnavailableError, chromium_pids, find_chromium
+from rllm.envs.web.browser import chromium_pids, descendant_pids
 
 pytestmark = pytest.mark.reliability
 REPO = Path(__file__).resolve().parents[2]
-
-
-def descendants(root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, stack = set(), [root]
-    while stack:
-        for pid in children.get(stack.pop(), []):
-            found.add(pid)
-            stack.append(pid)
-    return found
 
 
 def alive(pid: int) -> bool:
@@ -43,11 +26,7 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_killing_the_trainer_leaves_no_browser(tmp_path, tiny_model_dir):
-    try:
-        find_chromium()
-    except BrowserUnavailableError as e:
-        pytest.skip(str(e))
+def test_killing_the_trainer_leaves_no_browser(tmp_path, tiny_model_dir, chromium):
     args = ["configs/web_grpo.yaml", f"model.name={tiny_model_dir}", "data.train_size=8", "data.val_size=8",
             "rollout.n=2", "rollout.max_tokens=6", "rollout.max_steps=3", "trainer.tasks_per_step=4",
             "trainer.total_steps=3", "optim.micro_batch_size=2", f"trainer.run_dir={tmp_path}",
@@ -61,7 +40,7 @@ def test_killing_the_trainer_leaves_no_browser(tmp_path, tiny_model_dir):
             assert time.monotonic() < deadline, "the trainer never started a browser"
             time.sleep(0.2)
         time.sleep(1.0)  # mid-episode: contexts and renderers open
-        browser_side = descendants(trainer.pid)
+        browser_side = set(descendant_pids(trainer.pid))
         assert len(browser_side) >= 3  # the driver, the browser and its helpers
         os.kill(trainer.pid, signal.SIGKILL)
         trainer.wait(10)

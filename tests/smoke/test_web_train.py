@@ -10,13 +10,8 @@ from tests.conftest import run_rllm
 
 
 @pytest.fixture(autouse=True)
-def _chromium():
-    from rllm.envs.web.browser import BrowserUnavailableError, find_chromium
-
-    try:
-        find_chromium()
-    except BrowserUnavailableError as e:
-        pytest.skip(str(e))
+def _chromium(chromium):
+    return chromium
 
 
 def test_rllm_train_runs_the_web_config(tmp_path, tiny_model_dir):

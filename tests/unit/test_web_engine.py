@@ -11,19 +11,16 @@ import pytest
 
 from rllm.agents.web import WebAgent
 from rllm.engine.workflow_engine import AgentWorkflowEngine
-from rllm.envs.web.browser import BrowserUnavailableError, chromium_pids, find_chromium
+from rllm.envs.web.browser import chromium_pids
 from rllm.envs.web.env import WebEnv
 from rllm.envs.web.oracle import oracle_action
 from rllm.models.fake import FakeModel
 from rllm.workflows.agent_env import AgentEnvWorkflow
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _chromium():
-    try:
-        find_chromium()
-    except BrowserUnavailableError as e:
-        pytest.skip(str(e))
+@pytest.fixture(autouse=True)
+def _chromium(chromium):
+    return chromium
 
 
 def seen(prompt) -> dict:

@@ -11,17 +11,13 @@ import time
 
 import pytest
 
-from rllm.envs.web.browser import BrowserPool, BrowserUnavailableError, chromium_pids, find_chromium
+from rllm.envs.web.browser import BrowserPool, chromium_pids
 from rllm.envs.web.env import WebEnv
 from rllm.errors import InfraError
 
 
 @pytest.fixture(scope="module")
-def pool():
-    try:
-        find_chromium()
-    except BrowserUnavailableError as e:
-        pytest.skip(str(e))
+def pool(chromium):
     browsers = BrowserPool(browsers=2)
     yield browsers
     browsers.close()

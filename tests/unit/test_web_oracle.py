@@ -40,19 +40,9 @@ def test_rules_answer_from_the_page_as_it_is_now():
         oracle_action("drag-box", {"goal": "", "axtree": ""})
 
 
-@pytest.fixture(scope="module")
-def _chromium():
-    from rllm.envs.web.browser import BrowserUnavailableError, find_chromium
-
-    try:
-        find_chromium()
-    except BrowserUnavailableError as e:
-        pytest.skip(str(e))
-
-
 @pytest.mark.parametrize("task", ["click-link", "click-checkboxes", "choose-list", "login-user", "click-collapsible",
                                   "multi-layouts"])  # fmt: skip
-def test_the_oracle_solves_real_pages(_chromium, task):
+def test_the_oracle_solves_real_pages(chromium, task):
     assert task in ORACLE_TASKS
     for seed in (0, 1):
         reward, steps = run_oracle(task, seed)

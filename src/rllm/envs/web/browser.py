@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from rllm.errors import InfraError, RllmError
 
-__all__ = ["BrowserPool", "BrowserUnavailableError", "chromium_pids", "find_chromium", "shared_pool"]
+__all__ = ["BrowserPool", "BrowserUnavailableError", "chromium_pids", "descendant_pids", "find_chromium", "shared_pool"]
 
 T = TypeVar("T")
 CANDIDATES = ("chromium-headless-shell", "chromium", "chromium-browser")
@@ -63,28 +63,36 @@ def find_chromium() -> str:
     )
 
 
-def chromium_pids(root: int | None = None) -> list[int]:
-    """PIDs of the Chromium browser processes (not their renderers) descended from `root` (default: this process)."""
+def descendant_pids(root: int | None = None) -> list[int]:
+    """Every process descended from `root` (default: this process), from /proc."""
     root = os.getpid() if root is None else root
     children: dict[int, list[int]] = {}
-    commands: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            commands[int(entry.name)] = (entry / "cmdline").read_bytes().decode(errors="replace")
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+            children.setdefault(ppid, []).append(int(entry.name))
     found, stack = [], [root]
     while stack:
         for pid in children.get(stack.pop(), []):
+            found.append(pid)
             stack.append(pid)
-            command = commands.get(pid, "")
-            if any(name in command for name in CANDIDATES) and "--type=" not in command:
-                found.append(pid)
     return sorted(found)
+
+
+def chromium_pids(root: int | None = None) -> list[int]:
+    """PIDs of the Chromium browser processes (not their renderers) descended from `root` (default: this process)."""
+    found = []
+    for pid in descendant_pids(root):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if any(name in command for name in CANDIDATES) and "--type=" not in command:
+            found.append(pid)
+    return found
 
 
 class BrowserPool:
