@@ -14,7 +14,7 @@ import pytest
 
 from rllm.envs.web.browser import chromium_pids, descendant_pids
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.browser]
 REPO = Path(__file__).resolve().parents[2]
 
 

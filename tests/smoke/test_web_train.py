@@ -8,6 +8,8 @@ import pytest
 from rllm.runs import load_metrics, read_episodes
 from tests.conftest import run_rllm
 
+pytestmark = pytest.mark.browser
+
 
 @pytest.fixture(autouse=True)
 def _chromium(chromium):

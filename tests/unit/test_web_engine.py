@@ -17,6 +17,8 @@ from rllm.envs.web.oracle import oracle_action
 from rllm.models.fake import FakeModel
 from rllm.workflows.agent_env import AgentEnvWorkflow
 
+pytestmark = pytest.mark.browser
+
 
 @pytest.fixture(autouse=True)
 def _chromium(chromium):

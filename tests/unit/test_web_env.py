@@ -15,6 +15,8 @@ from rllm.envs.web.browser import BrowserPool, chromium_pids
 from rllm.envs.web.env import WebEnv
 from rllm.errors import InfraError
 
+pytestmark = pytest.mark.browser
+
 
 @pytest.fixture(scope="module")
 def pool(chromium):

@@ -40,6 +40,7 @@ def test_rules_answer_from_the_page_as_it_is_now():
         oracle_action("drag-box", {"goal": "", "axtree": ""})
 
 
+@pytest.mark.browser
 @pytest.mark.parametrize("task", ["click-link", "click-checkboxes", "choose-list", "login-user", "click-collapsible",
                                   "multi-layouts"])  # fmt: skip
 def test_the_oracle_solves_real_pages(chromium, task):
