@@ -129,7 +129,7 @@ def test_concurrent_episodes_share_the_browsers(pool):
     for thread in threads:
         thread.join(60)
     assert not errors and rewards == [1.0] * 4
-    assert len(chromium_pids()) == 2  # four episodes at once spread over both browsers
+    assert pool.live_browsers() == 2  # four episodes at once spread over both browsers
     assert pool.open_contexts() == 0
 
 

@@ -188,6 +188,10 @@ class BrowserPool:
     def open_contexts(self) -> int:
         return sum(self._load)
 
+    def live_browsers(self) -> int:
+        """Browsers of this pool launched and still connected."""
+        return sum(1 for browser in self._slots if browser is not None and browser.is_connected())
+
     def close(self) -> None:
         """Close every browser and the driver. Idempotent; registered at exit."""
         with self._lock:
