@@ -5,6 +5,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RLLM := $(VENV)/bin/rllm
 STAMP := $(VENV)/.installed
+# No pip wheel cache: every venv installs once, and a cache would hold a second copy of torch, vLLM and verl
+# (several GB) on machines whose disk can be nearly full.
+export PIP_NO_CACHE_DIR := 1
 
 .PHONY: demo test lint install models sandbox chromium vllm verl browsergym bench clean
 
