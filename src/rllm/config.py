@@ -158,6 +158,9 @@ class RolloutConfig(_Section):
     retry_limit: int = Field(2, ge=0, description="Retries of an episode that hit an infrastructure error.")
     val_temperature: float = Field(0.0, ge=0, description="Temperature for validation and eval; 0 is greedy.")
     val_n: int = Field(1, ge=1, description="Samples per task in validation and eval.")
+    max_staleness: int = Field(0, ge=0, description="Asynchronous training: rollouts for steps k+1..k+s are sampled "
+                               "while step k trains, each step's with the weights of s updates before (its tokens "
+                               "are at most s versions old); 0 is synchronous (rollout, then update).")  # fmt: skip
 
     @model_validator(mode="before")
     @classmethod
@@ -188,6 +191,49 @@ class RolloutConfig(_Section):
 
 
 AdvantageName = Literal["grpo", "dr_grpo", "rloo", "remax", "reinforce_pp", "reinforce", "gae"]
+
+
+class OffPolicyConfig(_Section):
+    """Off-policy corrections (algorithm.off_policy): which policy anchors the PPO ratio and how the sampler's tokens
+    are reweighted or masked (rllm.training.off_policy; verl: algorithm.rollout_correction)."""
+
+    mode: Literal["bypass", "decoupled"] = Field(
+        "bypass",
+        description="bypass: the PPO ratio is taken against the sampler's log-probs; decoupled: against the trainer's "
+        "own, recomputed before the update, with pi_prox / pi_sampler importance weights.",
+    )
+    is_level: Literal["token", "sequence", "geometric"] | None = Field(
+        None,
+        description="Importance-sampling level: per token, the product over the row, or its geometric mean; null: "
+        "no correction.",
+    )
+    is_mode: Literal["truncate", "mask"] = Field(
+        "truncate",
+        description="truncate: weights above is_high are cut to it (TIS); mask: tokens or rows outside "
+        "[is_low, is_high] leave the loss (IcePop / MIS). bypass mode masks only.",
+    )
+    is_high: float = Field(2.0, gt=1, description="Upper bound of the importance weight.")
+    is_low: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="Lower bound of the importance weight; null: none for truncate, 1 / is_high for mask.",
+    )
+    mismatch_threshold: float = Field(
+        0.2,
+        gt=0,
+        description="Metric mismatch/frac_beyond counts tokens whose |trainer - sampler| log-prob exceeds this (0.2: "
+        "about the PPO clip range).",
+    )
+
+    @model_validator(mode="after")
+    def _bypass_masks_only(self) -> OffPolicyConfig:
+        if self.mode == "bypass" and self.is_level is not None and self.is_mode == "truncate":
+            raise ValueError("algorithm.off_policy.is_mode=truncate with mode=bypass: in bypass mode the PPO ratio "
+                             "pi_theta / pi_sampler already is the importance weight, so there is nothing to "
+                             "truncate; set algorithm.off_policy.mode=decoupled (ratio against the trainer's own "
+                             "log-probs, truncated pi_prox / pi_sampler weights) or is_mode=mask")  # fmt: skip
+        return self
 
 
 class RoleAlgorithmConfig(_Section):
@@ -231,6 +277,8 @@ class AlgorithmConfig(_Section):
                                               "format, bad tool call); null keeps the env's reward.")  # fmt: skip
     value_coef: float = Field(0.5, ge=0, description="Weight of the critic's value loss (gae only).")
     value_clip: float | None = Field(0.5, gt=0, description="Clip range of value updates (gae only); null: off.")
+    off_policy: OffPolicyConfig = Field(default_factory=OffPolicyConfig, description="Off-policy corrections and "
+                                        "the train-inference mismatch metric.")  # fmt: skip
     roles: dict[str, RoleAlgorithmConfig] = Field(
         default_factory=dict,
         description="Per-role overrides keyed by trajectory name, e.g. {judge: {advantage: reinforce}}; each may set "
@@ -432,6 +480,12 @@ class TrainConfig(_Section):
                              "workers")  # fmt: skip
         if trainer.backend != "verl":
             return
+        off_policy = self.algorithm.off_policy
+        if self.rollout.max_staleness or off_policy.mode == "decoupled" or off_policy.is_level is not None:
+            raise ValueError("rollout.max_staleness > 0 and algorithm.off_policy corrections (mode=decoupled, "
+                             "is_level) train on the torch backend only: the verl backend's workers neither keep "
+                             "a separate rollout copy nor take behaviour log-probs yet; use "
+                             "trainer.backend=torch")  # fmt: skip
         if self.algorithm.uses_advantage("gae"):
             raise ValueError("algorithm.advantage gae (PPO with a critic) trains on the torch backend only: verl's "
                              "separate critic workers are not wired in yet; use trainer.backend=torch or another "

@@ -159,24 +159,27 @@ def test_a_server_that_dies_while_starting_reports_its_log(tmp_path):
         VLLMServer.launch(tmp_path / "model", python=python, log_path=tmp_path / "log", startup_timeout=30)
 
 
-def test_trainer_with_vllm_rollouts_on_an_attached_server(fake, smollm2_tokenizer, tmp_path):
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_trainer_with_vllm_rollouts_on_an_attached_server(fake, smollm2_tokenizer, tmp_path, staleness):
     """The trainer's vllm path end to end, fast: rollouts from the (scripted) fake, each update synced into the
-    fake's real weights and checked; the version every step's outputs carry is the one synced before it."""
+    fake's real weights and checked; the version every step's outputs carry is the one synced before it, or, with
+    asynchronous training (max_staleness 1), the one synced two steps before while the server samples during the
+    update."""
     from rllm.runs import load_metrics
     from rllm.training.trainer import AgentTrainer
 
     server, _ = fake
     overrides = ["rollout.n=2", "rollout.max_tokens=6", "rollout.max_steps=1", "trainer.tasks_per_step=2",
-                 "data.train_size=4", "data.val_size=0", "optim.micro_batch_size=2", "trainer.total_steps=2",
+                 "data.train_size=4", "data.val_size=0", "optim.micro_batch_size=2", "trainer.total_steps=3",
                  "model.lora.rank=4", "model.lora.target_modules=[q_proj,v_proj]",
                  f"trainer.run_dir={tmp_path}", "trainer.name=fake", f"rollout.vllm.base_url={server.base_url}",
-                 "rollout.server=vllm"]  # fmt: skip
+                 "rollout.server=vllm", f"rollout.max_staleness={staleness}"]  # fmt: skip
     config = load_config("configs/frozenlake_grpo.yaml", overrides)
     trainer = AgentTrainer(config=config, model=sharp_tiny_model(smollm2_tokenizer, 0), tokenizer=smollm2_tokenizer,
                            progress=False)  # the weights the fake serves  # fmt: skip
     trainer.train()
     steps = [m for m in load_metrics(tmp_path / "fake") if "reward_mean" in m]
-    assert [m["weight_version"] for m in steps] == [1, 2] and server.version == "2"
+    assert [m["weight_version"] for m in steps] == [1, 2, 3] and server.version == "3"
     assert all(m["weight_sync_logprob_max_diff"] < 1e-3 for m in steps)
     sampled_with: dict[int, set[int]] = {}
     for line in (tmp_path / "fake" / "episodes.jsonl").read_text().splitlines():
@@ -184,4 +187,5 @@ def test_trainer_with_vllm_rollouts_on_an_attached_server(fake, smollm2_tokenize
         for trajectory in record["episode"]["trajectories"]:
             for step in trajectory["steps"]:
                 sampled_with.setdefault(record["step"], set()).add(step["model_output"]["weight_version"])
-    assert sampled_with == {1: {0}, 2: {1}}  # step k samples with the weights synced after step k-1
+    # step k samples with the weights synced after step k - 1 - staleness
+    assert sampled_with == {k: {max(0, k - 1 - staleness)} for k in (1, 2, 3)}

@@ -39,6 +39,7 @@ This module imports torch only inside `collate`: building rows is pure Python, c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -55,6 +56,7 @@ __all__ = [
     "build_rows",
     "collate",
     "episode_trajectories",
+    "nonfinite_tokens",
     "split_micro_batches",
 ]
 
@@ -86,6 +88,7 @@ class TrainingRow:
     step_indices: list[int] = field(default_factory=list)  # steps of the trajectory this row holds
     weight_versions: list[int] = field(default_factory=list)  # one per step in step_indices
     truncated: bool = False  # tokens past max_response_length were dropped
+    prox_logprobs: list[float] | None = None  # off_policy.mode=decoupled: the trainer's log-probs before the update
 
     @property
     def num_loss_tokens(self) -> int:
@@ -304,14 +307,21 @@ def split_micro_batches(rows: Sequence[TrainingRow], micro_batch_size: int) -> l
     return [[rows[i] for i in order[k : k + micro_batch_size]] for k in range(0, len(order), micro_batch_size)]
 
 
+def nonfinite_tokens(rows: Sequence[TrainingRow]) -> int:
+    """Loss tokens whose recorded sampler log-prob is NaN or infinite (a broken sampler): the loss masks them."""
+    return sum(1 for row in rows for lp, m in zip(row.old_logprobs, row.loss_mask, strict=True)
+               if m and not math.isfinite(lp))  # fmt: skip
+
+
 def collate(rows: Sequence[TrainingRow], *, pad_id: int, pad_to_multiple: int | None = None) -> dict[str, torch.Tensor]:
     """Right-padded tensors for a micro-batch, padded to its longest row (rounded up to `pad_to_multiple`).
 
     Token-aligned, `[B, L]`: `input_ids` (long, `pad_id` on padding), `attention_mask` (long), `position_ids`
     (long, 0.. along each row), `loss_mask` (float, 1 on trained sampled tokens), `old_logprobs`, `advantages`
     (float). Next-token view, `[B, L-1]`, position t paired with `logits[:, t]`: `target_ids`, `target_mask`,
-    `target_old_logprobs`, `target_advantages`, and `target_returns` / `target_old_values` when the rows carry a
-    critic's targets. Also `prompt_lengths` `[B]`. Padding is 0 in every mask.
+    `target_old_logprobs`, `target_advantages`, `target_prox_logprobs` when the rows carry them (decoupled
+    off-policy mode), and `target_returns` / `target_old_values` when the rows carry a critic's targets. Also
+    `prompt_lengths` `[B]`. Padding is 0 in every mask.
     """
     import torch
 
@@ -345,6 +355,12 @@ def collate(rows: Sequence[TrainingRow], *, pad_id: int, pad_to_multiple: int | 
         "target_advantages": advantages[:, 1:],
         "prompt_lengths": torch.tensor([row.prompt_length for row in rows], dtype=torch.long),
     }
+    with_prox = [row.prox_logprobs is not None for row in rows]
+    if any(with_prox):
+        if not all(with_prox):
+            raise RowBuildError("some rows carry prox_logprobs (off_policy.mode=decoupled) and some do not: the "
+                                "trainer recomputes them for every row of an update")  # fmt: skip
+        batch["target_prox_logprobs"] = padded([row.prox_logprobs for row in rows], 0.0, torch.float32)[:, 1:]
     with_critic = [row.returns is not None and row.old_values is not None for row in rows]
     if any(with_critic):
         if not all(with_critic):

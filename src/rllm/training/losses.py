@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from rllm.training import off_policy
+
 __all__ = [
     "AGG_MODES",
     "actor_loss",
@@ -79,6 +81,7 @@ def policy_loss(
     agg: str = "token-mean",
     norm_length: int | None = None,
     dual_clip: float | None = None,
+    weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate (Schulman et al. 2017) with asymmetric clipping (DAPO clip-higher, Yu et al. 2025).
 
@@ -90,7 +93,8 @@ def policy_loss(
     unlikely tokens with positive advantage grow faster, against entropy collapse.
     Dual clip (Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL"; verl `clip_ratio_c`): for
     A < 0 the pessimistic max() is unbounded as the ratio grows; cap it at `-A * dual_clip` (dual_clip > 1, e.g. 3).
-    advantages are [B, T] (broadcast a per-row advantage with `adv[:, None]`).
+    advantages are [B, T] (broadcast a per-row advantage with `adv[:, None]`). `weights` [B, T] (detached importance
+    weights, `rllm.training.off_policy`) multiply each token's clipped loss.
     Metrics (detached 0-dim tensors, masked means; no host sync): clip_fraction (tokens whose clipped branch is
     active), dual_clip_fraction, approx_kl (k3 estimate of KL(old || new) = mean(ratio - 1 - log ratio), as CleanRL
     logs it), ratio_mean, ratio_max.
@@ -110,6 +114,8 @@ def policy_loss(
         cap = -advantages * dual_clip
         dual_clipped = (advantages < 0) & (per_token > cap)
         per_token = torch.where(dual_clipped, cap, per_token)
+    if weights is not None:
+        per_token = per_token * weights
     loss = aggregate(per_token, mask, agg, norm_length)
 
     with torch.no_grad():
@@ -222,6 +228,7 @@ def actor_loss(
     *,
     norm_length: int | None = None,
     ref_logprobs: Tensor | None = None,
+    behaviour_logprobs: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float], dict[str, float]]:
     """The policy's loss on one micro-batch, aggregated over itself, as every training backend computes it:
 
@@ -231,16 +238,24 @@ def actor_loss(
     `ref_logprobs` are needed when kl_coef > 0. Returns the loss and, for the log, its aggregated parts (pg_loss,
     loss) and per-token means (clip_fraction, approx_kl, dual_clip_fraction, entropy, kl). Entropy carries a
     gradient only if the caller computed it with one (it should when entropy_coef > 0).
+
+    Off-policy (`algorithm.off_policy`, see `rllm.training.off_policy`): `old_logprobs` anchor the PPO ratio -- the
+    sampler's in bypass mode, the trainer's recomputed ones in decoupled mode, where `behaviour_logprobs` are the
+    sampler's and every token's loss is weighted by the truncated pi_prox / pi_sampler. Tokens whose old or behaviour
+    log-prob is not finite leave the loss (the caller counts them); a non-finite *current* log-prob is not masked:
+    it reaches the gradient norm, which skips the optimizer step and says so.
     """
+    mask, weights, is_metrics = _off_policy_mask(logprobs, old_logprobs, behaviour_logprobs, mask, algorithm)
     agg = partial(aggregate, mask=mask, mode=algorithm.loss_agg, norm_length=norm_length)
     pg_loss, pg = policy_loss(
         logprobs, old_logprobs, advantages, mask, clip_low=algorithm.clip_low, clip_high=algorithm.clip_high,
-        agg=algorithm.loss_agg, norm_length=norm_length, dual_clip=algorithm.dual_clip,
+        agg=algorithm.loss_agg, norm_length=norm_length, dual_clip=algorithm.dual_clip, weights=weights,
     )  # fmt: skip
     loss = pg_loss
     losses = {"pg_loss": pg_loss.item()}
     token_means = {k: pg[k].item() for k in ("clip_fraction", "approx_kl", "dual_clip_fraction")}
     token_means["entropy"] = masked_token_mean(entropy, mask)
+    token_means.update({f"off_policy/{k}": v.item() for k, v in is_metrics.items()})
     if algorithm.kl_coef > 0:
         if ref_logprobs is None:
             raise ValueError("algorithm.kl_coef > 0 needs the reference policy's log-probs")
@@ -251,6 +266,31 @@ def actor_loss(
         loss = loss - algorithm.entropy_coef * agg(entropy)
     losses["loss"] = loss.item()
     return loss, losses, token_means
+
+
+def _off_policy_mask(logprobs: Tensor, old_logprobs: Tensor, behaviour_logprobs: Tensor | None, mask: Tensor,
+                     algorithm: Any) -> tuple[Tensor, Tensor | None, dict[str, Tensor]]:  # fmt: skip
+    """The loss mask without non-finite old/behaviour tokens and without what `algorithm.off_policy` masks, the
+    importance weights (decoupled mode) and their metrics. All finite and no correction: `mask` unchanged."""
+    finite = torch.isfinite(old_logprobs)
+    if behaviour_logprobs is not None:
+        finite = finite & torch.isfinite(behaviour_logprobs)
+    mask = mask * finite.to(mask.dtype)
+    settings = getattr(algorithm, "off_policy", None)
+    if settings is None or settings.is_level is None:
+        return mask, None, {}
+    decoupled = settings.mode == "decoupled"
+    if decoupled and behaviour_logprobs is None:
+        raise ValueError("algorithm.off_policy.mode=decoupled needs the sampler's log-probs (behaviour_logprobs) "
+                         "beside the recomputed old_logprobs")  # fmt: skip
+    behaviour = behaviour_logprobs if decoupled else old_logprobs
+    target = old_logprobs if decoupled else logprobs.detach()  # bypass: pi_theta / pi_sampler, at this forward
+    log_ratio = torch.where(mask > 0, target - behaviour, torch.zeros_like(target))
+    weights, keep, metrics = off_policy.importance_weights(
+        log_ratio, mask, level=settings.is_level, mode=settings.is_mode, low=settings.is_low, high=settings.is_high
+    )
+    metrics.pop("nonfinite_tokens")  # non-finite tokens were masked above: the backend counts them
+    return mask * keep.to(mask.dtype), weights if decoupled else None, metrics
 
 
 def masked_token_mean(values: Tensor, mask: Tensor) -> float:

@@ -49,11 +49,13 @@ Choices:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import random
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,8 @@ from rllm.runs import RunLog, create_run_dir, is_unstarted_train_run, write_json
 from rllm.training.advantages import apply_gae, group_key, score_episodes, trajectory_reward
 from rllm.training.batch import build_rows
 from rllm.training.checkpoint import find_resumable_checkpoint, load_checkpoint, save_checkpoint, verify_checkpoint
+from rllm.training.off_policy import merge_mismatch_sums, mismatch_metrics, mismatch_sums
+from rllm.types import Episode
 from rllm.workflows.resolve import workflow_for_config
 
 __all__ = ["AgentTrainer"]
@@ -158,29 +162,52 @@ class AgentTrainer:
         cfg = self.config.trainer
         stop = cfg.total_steps if cfg.stop_after is None else min(cfg.total_steps, start_step + cfg.stop_after)
         bar = _progress(self.progress, total=cfg.total_steps, initial=start_step)
+        pipeline = RolloutPipeline(self, start_step) if self.config.rollout.max_staleness else None
         metrics: dict[str, Any] = {}
-        for step in range(start_step + 1, stop + 1):
-            metrics = await self._train_step(step, log)
-            self.step = step
-            if cfg.val_every and step % cfg.val_every == 0 and step < cfg.total_steps:
-                self.val_history.append({"step": step, **await self._validate(log, step)})
-            if cfg.save_every and step % cfg.save_every == 0 and step < stop:
-                self._save()  # the loop's last step is saved once, after it (with the final validation)
-            bar.set_postfix(reward=f"{metrics['reward_mean']:.2f}", val=f"{self.val_history[-1]['success_rate']:.2f}")
-            bar.update()
+        try:
+            for step in range(start_step + 1, stop + 1):
+                if pipeline is None:
+                    metrics = await self._train_step(step, log, await self._rollout(step))
+                else:
+                    started = time.perf_counter()
+                    batch = await pipeline.take(step)
+                    metrics = await self._train_step(step, log, batch, waited=time.perf_counter() - started,
+                                                     pipeline=pipeline)  # fmt: skip
+                self.step = step
+                if cfg.val_every and step % cfg.val_every == 0 and step < cfg.total_steps:
+                    self.val_history.append({"step": step, **await self._validate(log, step)})
+                if cfg.save_every and step % cfg.save_every == 0 and step < stop:
+                    self._save()  # the loop's last step is saved once, after it (with the final validation)
+                if pipeline is not None:
+                    pipeline.release()  # the next rollouts start on the weights just pushed (and validated)
+                bar.set_postfix(reward=f"{metrics['reward_mean']:.2f}",
+                                val=f"{self.val_history[-1]['success_rate']:.2f}")  # fmt: skip
+                bar.update()
+        finally:
+            if pipeline is not None:
+                await pipeline.close()
         bar.close()
         return metrics
 
-    async def _train_step(self, step: int, log: RunLog) -> dict[str, Any]:
+    async def _rollout(self, step: int) -> StepRollouts:
+        """Step `step`'s episodes (and ReMax's greedy baselines) from the rollout model as it is now."""
         cfg = self.config
         tasks = self.sampler.take(cfg.trainer.tasks_per_step)
         started = time.perf_counter()
+        version = self.rollout_model.weight_version
         self.engine.sampling = cfg.rollout.to_sampling(seed=_step_seed(cfg.trainer.seed, step))
         episodes = await self.engine.execute_tasks_async(tasks, n_rollouts=cfg.rollout.n)
         greedy = await self._greedy_baselines(tasks) if cfg.algorithm.uses_advantage("remax") else None
-        time_rollout = time.perf_counter() - started
+        return StepRollouts(step, episodes, greedy, time.perf_counter() - started, version)
 
-        batch = score_episodes(episodes, cfg.algorithm, greedy)
+    async def _train_step(self, step: int, log: RunLog, rollouts: StepRollouts, *, waited: float | None = None,
+                          pipeline: RolloutPipeline | None = None) -> dict[str, Any]:  # fmt: skip
+        """Score and train on `rollouts`, then push the new weights. Synchronously (`pipeline` None) everything runs
+        here; asynchronously the update runs in a worker thread while the pipeline's rollouts go on, and the push
+        waits until the rollouts that must use the older weights are done."""
+        cfg = self.config
+        episodes = rollouts.episodes
+        batch = score_episodes(episodes, cfg.algorithm, rollouts.greedy)
         rows, row_stats = build_rows(
             batch.trajectories,
             step_advantages=batch.step_advantages,
@@ -191,27 +218,46 @@ class AgentTrainer:
         started = time.perf_counter()
         update: dict[str, Any] = {"skipped_update": int(not rows)}
         if rows:
-            if cfg.algorithm.advantage == "gae":  # PPO with a critic: advantages and returns from its values
-                update.update(apply_gae(rows, self.backend.compute_values(rows), cfg.algorithm))
-            update.update(self.backend.update(rows, temperature=cfg.rollout.temperature,
-                                              norm_length=cfg.rollout.max_response_length))  # fmt: skip
+            update.update(_staleness(rows, self.backend.weight_version, cfg.rollout.max_staleness))
+            offload = pipeline is not None
+            update.update(await _call(offload, self._update, rows))
+        if pipeline is not None:
+            await pipeline.wait_for_older_rollouts(step)
         version = self.backend.push_weights(self.rollout_model)
         update.update(getattr(self.rollout_model, "sync_metrics", {}))
         time_update = time.perf_counter() - started
 
         metrics = {
-            **summarize_episodes(episodes, time_rollout),
-            "time_rollout_s": time_rollout,
+            **summarize_episodes(episodes, rollouts.seconds),
+            "time_rollout_s": rollouts.seconds,
+            **({"time_wait_rollout_s": waited} if waited is not None else {}),
             **{f"batch/{k}": v for k, v in {**batch.stats, **row_stats}.items()},
             **update,
             "time_update_s": time_update,
             "weight_version": version,
+            "rollout_weight_version": rollouts.weight_version,
         }
         log.log(step, metrics)
         if cfg.trainer.log_episodes:
             log.log_episodes(step, episodes, "train")
         self._check_finite(step, update, batch.rewards)
         return metrics
+
+    def _update(self, rows: list) -> dict[str, Any]:
+        """The backend's work on one step's rows: GAE values, the decoupled mode's proximal log-probs, the update."""
+        cfg, out = self.config, {}
+        if cfg.algorithm.advantage == "gae":  # PPO with a critic: advantages and returns from its values
+            out.update(apply_gae(rows, self.backend.compute_values(rows), cfg.algorithm))
+        prox = None
+        if cfg.algorithm.off_policy.mode == "decoupled":  # pi_prox: this trainer's log-probs before the update
+            prox = self.backend.compute_logprobs(rows, temperature=cfg.rollout.temperature)
+            for row, logprobs in zip(rows, prox, strict=True):
+                row.prox_logprobs = logprobs
+        out.update(self.backend.update(rows, temperature=cfg.rollout.temperature,
+                                       norm_length=cfg.rollout.max_response_length))  # fmt: skip
+        if prox is not None:  # every row's trainer log-probs exist: measure the mismatch on all of them
+            out.update(_rows_mismatch(rows, cfg.algorithm.off_policy.mismatch_threshold))
+        return out
 
     def _check_finite(self, step: int, update: dict[str, Any], rewards: list[float]) -> None:
         """Count updates skipped for a non-finite loss or gradient; stop after `trainer.max_nonfinite_updates` in
@@ -263,6 +309,7 @@ class AgentTrainer:
         _seed_everything(cfg.trainer.seed)
         self.sampler = TaskSampler(self.train_dataset, cfg.trainer.seed)
         self.step, self.val_history, self._nonfinite_streak = 0, [], 0
+        self.pending_rollouts: dict[int, StepRollouts] = {}  # async: sampled, not yet trained (RolloutPipeline)
         checkpoint = _find_checkpoint(Path(cfg.trainer.resume)) if cfg.trainer.resume else None
         self.resumed_from = checkpoint
         if checkpoint is not None:
@@ -278,8 +325,9 @@ class AgentTrainer:
 
             self.rollout_model = start_vllm_rollout(cfg, self.backend, self.run_dir)
         else:
-            self.rollout_model = self.backend.make_rollout_model(max_batch_size=cfg.rollout.n_parallel,
-                                                                 seed=cfg.trainer.seed)  # fmt: skip
+            # async training samples while the backend trains: from a copy of the weights, not the shared model
+            make = self.backend.make_rollout_copy if cfg.rollout.max_staleness else self.backend.make_rollout_model
+            self.rollout_model = make(max_batch_size=cfg.rollout.n_parallel, seed=cfg.trainer.seed)
             if resumed_version is not None:
                 self.rollout_model.set_weight_version(resumed_version)
         self.engine, self.val_engine = self._make_engine(), self._make_engine()
@@ -297,6 +345,8 @@ class AgentTrainer:
         self.val_history = [{sys.intern(renamed.get(k, k)): v for k, v in entry.items()}
                             for entry in state["val_history"]]  # fmt: skip
         _set_rng_state(state["rng"])
+        pending = [StepRollouts.from_state(entry) for entry in state.get("pending_rollouts", [])]
+        self.pending_rollouts = {rollouts.step: rollouts for rollouts in pending}
         return state["weight_version"]
 
     def _new_run_dir(self) -> None:
@@ -327,8 +377,103 @@ class AgentTrainer:
             "val_history": self.val_history,
             "rng": _rng_state(),
             "weight_version": self.rollout_model.weight_version,
+            "pending_rollouts": [self.pending_rollouts[step].to_state() for step in sorted(self.pending_rollouts)],
         }
         save_checkpoint(self.run_dir, self.step, {"trainer": trainer_state}, write=self.backend.save)
+
+
+@dataclass
+class StepRollouts:
+    """One training step's episodes, as the rollout phase hands them to the update."""
+
+    step: int
+    episodes: list[Episode]
+    greedy: dict[str, float] | None  # ReMax's greedy baselines
+    seconds: float
+    weight_version: int  # the rollout model's version when they were sampled
+
+    def to_state(self) -> dict[str, Any]:
+        return {"step": self.step, "episodes": [episode.to_dict() for episode in self.episodes],
+                "greedy": self.greedy, "seconds": self.seconds, "weight_version": self.weight_version}  # fmt: skip
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> StepRollouts:
+        return cls(state["step"], [Episode.from_dict(e) for e in state["episodes"]], state["greedy"],
+                   state["seconds"], state["weight_version"])  # fmt: skip
+
+
+class RolloutPipeline:
+    """Asynchronous training (`rollout.max_staleness` = s >= 1): a producer task samples the rollouts of later
+    steps while the trainer updates on earlier ones.
+
+    The rollouts of step j are sampled with the weights pushed after step j - 1 - s (the initial ones for the first
+    s + 1 steps), never newer and never older, so every token of step j is exactly s versions behind the weights it
+    is trained from (fewer in the first steps), and a run is as reproducible as a synchronous one. The rollout model
+    holds one version at a time: the push after step k waits until the rollouts of steps <= k + s, which need the
+    older weights, are done (`wait_for_older_rollouts`), and the producer starts step k + s + 1 only once the trainer
+    released the new weights (after validating and checkpointing them). At most s steps of rollouts wait for the
+    update, so memory stays bounded. Finished but untrained rollouts are part of every checkpoint
+    (`trainer.pending_rollouts`): a resumed run trains exactly the episodes the uninterrupted one would have.
+    """
+
+    def __init__(self, trainer: AgentTrainer, start_step: int) -> None:
+        self.trainer = trainer
+        self.staleness = trainer.config.rollout.max_staleness
+        self.total = trainer.config.trainer.total_steps
+        self.released = start_step  # the step whose weights the rollout model holds and may sample with
+        pending = trainer.pending_rollouts
+        self.next_step = max(pending, default=start_step) + 1
+        self.changed = asyncio.Condition()
+        self.producer = asyncio.create_task(self._produce())
+
+    async def _produce(self) -> None:
+        pending = self.trainer.pending_rollouts
+        try:
+            while self.next_step <= self.total:
+                step = self.next_step
+                async with self.changed:
+                    await self.changed.wait_for(lambda step=step: self.released >= step - 1 - self.staleness)
+                rollouts = await self.trainer._rollout(step)
+                async with self.changed:
+                    pending[step] = rollouts
+                    self.next_step = step + 1
+                    self.changed.notify_all()
+        finally:
+            async with self.changed:
+                self.changed.notify_all()  # a waiter sees the producer's end (or its error) at once
+
+    async def _wait(self, ready: Any) -> None:
+        async with self.changed:
+            await self.changed.wait_for(lambda: ready() or self.producer.done())
+        if not ready():
+            self.producer.result()  # re-raise the producer's error
+            raise RuntimeError("the rollout producer stopped before the trainer's step")  # a bug, never expected
+
+    async def take(self, step: int) -> StepRollouts:
+        await self._wait(lambda: step in self.trainer.pending_rollouts)
+        return self.trainer.pending_rollouts.pop(step)
+
+    async def wait_for_older_rollouts(self, step: int) -> None:
+        """Until the rollouts that must use the weights before step `step`'s update are sampled."""
+        last = min(step + self.staleness, self.total)
+        await self._wait(lambda: self.next_step > last)
+
+    def release(self) -> None:
+        """The weights pushed after the current step may be sampled from."""
+        self.released = self.trainer.step
+
+        async def notify() -> None:
+            async with self.changed:
+                self.changed.notify_all()
+
+        asyncio.get_running_loop().create_task(notify())
+
+    async def close(self) -> None:
+        """Stop the producer: a step it is sampling is dropped (its tasks were not saved as taken: the producer
+        only starts a step after the last checkpoint's release)."""
+        self.producer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.producer
 
 
 class TrainingDivergedError(RllmError):
@@ -356,6 +501,34 @@ class TaskSampler:
 
 
 # ---- helpers --------------------------------------------------------------------------------------------------
+
+
+async def _call(offload: bool, function: Any, *args: Any) -> Any:
+    """`function(*args)` here, or in a worker thread so that the event loop keeps driving rollouts meanwhile."""
+    return await asyncio.to_thread(function, *args) if offload else function(*args)
+
+
+def _staleness(rows: list, version: int, bound: int) -> dict[str, float]:
+    """How many weight versions the trained tokens lag the weights they are trained from, per sampled step of each
+    row; more than `rollout.max_staleness` would be a bug of the pipeline, so it stops the run."""
+    lags = [version - sampled for row in rows for sampled in row.weight_versions]
+    if not lags:
+        return {}
+    if max(lags) > bound:
+        raise RuntimeError(f"rows sampled {max(lags)} weight versions ago exceed rollout.max_staleness={bound}")
+    return {"off_policy/staleness_mean": sum(lags) / len(lags), "off_policy/staleness_max": max(lags)}
+
+
+def _rows_mismatch(rows: list, threshold: float) -> dict[str, float]:
+    """`mismatch/*` of the rows' recomputed (`prox_logprobs`) against their sampled log-probs, over every row."""
+    import torch
+
+    total = None
+    for row in rows:
+        sums = mismatch_sums(torch.tensor(row.prox_logprobs), torch.tensor(row.old_logprobs),
+                             torch.tensor(row.loss_mask), threshold=threshold)  # fmt: skip
+        total = merge_mismatch_sums(total, sums)
+    return mismatch_metrics(total)
 
 
 def _step_seed(seed: int, step: int) -> int:

@@ -74,10 +74,11 @@ def split_contiguous(order: list[int], parts: int) -> list[list[int]]:
 
 class UpdateLog:
     """An update's metrics: weighted parts summed per optimizer step, then averaged over the steps; counts
-    (`train_tokens`, `loss_tokens`, `skipped_nonfinite`: optimizer steps skipped for a non-finite loss or gradient)
-    summed over the whole update (every epoch)."""
+    (`train_tokens`, `loss_tokens`, `skipped_nonfinite`: optimizer steps skipped for a non-finite loss or gradient,
+    `off_policy/nonfinite_tokens`: sampled tokens whose recorded log-prob is not finite, masked out of the loss)
+    summed over the whole update."""
 
-    _COUNTS = ("train_tokens", "loss_tokens", "skipped_nonfinite")
+    _COUNTS = ("train_tokens", "loss_tokens", "skipped_nonfinite", "off_policy/nonfinite_tokens")
 
     def __init__(self) -> None:
         self.totals: dict[str, float] = defaultdict(float)

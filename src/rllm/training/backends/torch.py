@@ -64,8 +64,9 @@ from rllm.training.backends.torch_model import (
     merged_lora_state,
     plain_state_name,
 )
-from rllm.training.batch import TrainingRow, collate, split_micro_batches
+from rllm.training.batch import TrainingRow, collate, nonfinite_tokens, split_micro_batches
 from rllm.training.losses import actor_loss, masked_token_mean, value_loss
+from rllm.training.off_policy import merge_mismatch_sums, mismatch_metrics, mismatch_sums
 
 __all__ = ["TorchBackend"]
 
@@ -225,7 +226,8 @@ class TorchBackend:
             with self._dropout_rng():
                 plan = mini_batch_order(len(rows), epochs=algo.ppo_epochs, mini_batches=algo.mini_batches,
                                         generator=self.generator)  # fmt: skip
-                for mini_batch in plan:
+                mismatch = None
+                for index, mini_batch in enumerate(plan):
                     batches = [self._collate([rows[i] for i in c]) for c in self._micro_batches(rows, mini_batch)]
                     units = [self._units(batch["target_mask"]) for batch in batches]
                     tokens = [int(batch["target_mask"].sum()) for batch in batches]
@@ -234,7 +236,11 @@ class TorchBackend:
                         log.count_tokens(float(batch["attention_mask"].sum()), float(batch["target_mask"].sum()))
                         if unit == 0:
                             continue
-                        loss, losses, token_means = self._loss(batch, temperature, norm_length)
+                        loss, losses, token_means, logprobs = self._loss(batch, temperature, norm_length)
+                        if index == 0:  # before the first optimizer step: the trainer's view of the sampled tokens
+                            mismatch = merge_mismatch_sums(mismatch, mismatch_sums(
+                                logprobs, batch["target_old_logprobs"], batch["target_mask"],
+                                threshold=algo.off_policy.mismatch_threshold))  # fmt: skip
                         (loss * (unit / sum(units))).backward()
                         log.add(losses, unit / sum(units))
                         log.add(token_means, count / sum(tokens))
@@ -249,11 +255,13 @@ class TorchBackend:
         finally:
             self.model.eval()
         self.updates += 1
-        return log.metrics(time.perf_counter() - started)
+        log.add({"off_policy/nonfinite_tokens": nonfinite_tokens(rows)})
+        return {**log.metrics(time.perf_counter() - started), **mismatch_metrics(mismatch)}
 
     def _loss(self, batch: dict[str, Tensor], temperature: float,
-              norm_length: int | None) -> tuple[Tensor, dict[str, float], dict[str, float]]:  # fmt: skip
-        """A micro-batch's loss aggregated over itself, its parts, and per-token means for the log:
+              norm_length: int | None) -> tuple[Tensor, dict[str, float], dict[str, float], Tensor]:  # fmt: skip
+        """A micro-batch's loss aggregated over itself, its parts, per-token means for the log, and the current
+        log-probs `[B, T]` (detached; for the mismatch metric):
 
         loss = pg_loss + kl_coef * kl - entropy_coef * entropy + value_coef * value_loss
         """
@@ -266,9 +274,14 @@ class TorchBackend:
                             hidden=self.value_head is not None)  # fmt: skip
         logprobs = _scatter(out.logprobs, positions)
         reference = self._reference_logprobs(batch, positions, temperature) if algo.kl_coef > 0 else None
+        # decoupled mode (rows carry the trainer's recomputed log-probs): the ratio's anchor is pi_prox, the sampler's
+        # log-probs become the behaviour policy of the importance weights
+        decoupled = "target_prox_logprobs" in batch
         loss, losses, token_means = actor_loss(
-            logprobs, _scatter(out.entropy, positions), batch["target_old_logprobs"], batch["target_advantages"],
+            logprobs, _scatter(out.entropy, positions),
+            batch["target_prox_logprobs"] if decoupled else batch["target_old_logprobs"], batch["target_advantages"],
             mask, algo, norm_length=norm_length, ref_logprobs=reference,
+            behaviour_logprobs=batch["target_old_logprobs"] if decoupled else None,
         )  # fmt: skip
         if self.value_head is not None:
             values = _scatter(self.value_head(out.hidden).squeeze(-1), positions)
@@ -278,7 +291,7 @@ class TorchBackend:
             losses.update(value_loss=v_loss.item(), loss=loss.item())
             token_means.update(value_clip_fraction=v["value_clip_fraction"].item(),
                                value_mean=masked_token_mean(values, mask))  # fmt: skip
-        return loss, losses, token_means
+        return loss, losses, token_means, logprobs.detach()
 
     @contextlib.contextmanager
     def _dropout_rng(self) -> Iterator[None]:
@@ -318,6 +331,16 @@ class TorchBackend:
                 f"make_rollout_model shares the training model on {self.device}; device={device!r} would move it"
             )
         return LocalModel(self.model, self.tokenizer, **local_model_kwargs)
+
+    def make_rollout_copy(self, **local_model_kwargs: Any) -> Any:
+        """A `LocalModel` on its OWN copy of the current weights (LoRA merged in), for rollouts that run while this
+        backend trains (asynchronous training); `push_weights` copies the trained weights into it."""
+        from rllm.models.local import LocalModel
+
+        model = copy.deepcopy(self.model)
+        if self.lora:
+            model = model.merge_and_unload()
+        return LocalModel(model.requires_grad_(False).eval(), self.tokenizer, **local_model_kwargs)
 
     def rollout_state_dict(self) -> dict[str, Tensor]:
         """The weights training changes, named as in the plain base model: LoRA merged into its target weights
