@@ -161,6 +161,12 @@ class RolloutConfig(_Section):
     max_staleness: int = Field(0, ge=0, description="Asynchronous training: rollouts for steps k+1..k+s are sampled "
                                "while step k trains, each step's with the weights of s updates before (its tokens "
                                "are at most s versions old); 0 is synchronous (rollout, then update).")  # fmt: skip
+    partial_rollouts: bool = Field(
+        False,
+        description="With max_staleness > 0: a weight push does not wait for the rollouts in flight; they go on with "
+        "the new weights (LocalModel records a version per token), so fewer tokens are stale, but a run no longer "
+        "reproduces exactly.",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -216,6 +216,27 @@ def test_update_weights_changes_outputs_and_bumps_the_version(make_model, prompt
     assert run(model.generate(prompts[1], GREEDY)).completion_ids == before.completion_ids
 
 
+def test_a_generation_spanning_a_weight_update_records_a_version_per_token(make_model, prompts, tokenizer):
+    """A partial rollout: the update lands between two decode steps of a running request, which goes on with the new
+    weights; the output says which version produced each token."""
+    model = make_model(eos_token_ids=())  # never stops early: 200 tokens
+    other = _tiny_model(tokenizer, seed=1).state_dict()
+
+    async def go():
+        task = asyncio.create_task(model.generate(prompts[1], SamplingParams(temperature=0.0, max_tokens=200)))
+        while model.stats["generated_tokens"] < 5:
+            await asyncio.sleep(0.001)
+        await asyncio.to_thread(model.update_weights, other)
+        return await task
+
+    out = run(go())
+    versions = out.info["token_weight_versions"]
+    assert out.weight_version == 0 and out.info["weight_version_end"] == 1 and len(versions) == 200
+    switch = versions.index(1)
+    assert 5 <= switch < 200 and versions == [0] * switch + [1] * (200 - switch)
+    assert "token_weight_versions" not in run(model.generate(prompts[1], GREEDY)).info  # one version: not repeated
+
+
 def test_more_requests_than_slots_all_complete(make_model, prompts):
     model = make_model(max_batch_size=3)
     requests = [(prompts[i % len(prompts)], SamplingParams(max_tokens=2 + i % 7, seed=i)) for i in range(20)]

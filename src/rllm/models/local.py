@@ -21,8 +21,10 @@ Choices worth knowing:
 - `max_tokens` is cut to what the context still holds (`max_position_embeddings` minus the prompt); a prompt that
   leaves no room is refused with `PromptTooLongError` before it reaches the worker.
 - `update_weights` is applied by the worker between two steps. Requests already running keep going with the new
-  weights; `ModelOutput.weight_version` is the version that produced a request's first token and
-  `info["weight_version_end"]` the version of its last one when they differ.
+  weights; `ModelOutput.weight_version` is the version that produced a request's first token and, when they
+  differ, `info["weight_version_end"]` the version of its last one and `info["token_weight_versions"]` one per
+  completion token (a partial rollout: the tokens after the update were sampled with the new weights on the K/V the
+  old ones computed).
 - The worker is a daemon thread started by the first call and stopped by `close()` (or `async with`).
 """
 
@@ -226,8 +228,9 @@ class LocalModel:
     def _output(self, request: GenerationRequest) -> ModelOutput:
         text = self._decode(request.completion_ids)
         info: dict[str, Any] = {}
-        if self._scheduler.weight_version != request.weight_version:
-            info["weight_version_end"] = self._scheduler.weight_version
+        if request.token_versions and request.token_versions[-1] != request.weight_version:
+            info["weight_version_end"] = request.token_versions[-1]
+            info["token_weight_versions"] = list(request.token_versions)  # partial rollouts: a version per token
         return ModelOutput(
             text=text,
             content=text,

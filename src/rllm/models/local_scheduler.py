@@ -37,6 +37,7 @@ class GenerationRequest:
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str | None = None
     weight_version: int = 0  # the version that produced the first token
+    token_versions: list[int] = field(default_factory=list)  # the version that produced each completion token
     cancelled: bool = False  # set by the caller's task when it is cancelled
     prompt_logits: torch.Tensor | None = None  # last prompt position; kept so a same-prompt request can skip prefill
     submitted_at: float = field(default_factory=time.perf_counter)
@@ -191,6 +192,7 @@ class BatchScheduler:
         request = self.active[row]
         request.completion_ids.append(token)
         request.logprobs.append(logprob)
+        request.token_versions.append(self.weight_version)
         self.stats.generated_tokens += 1
         if token in self.eos_ids or (request.stop and self._hit_stop_string(request)):
             request.finish_reason = "stop"

@@ -177,15 +177,20 @@ class AgentTrainer:
                 if cfg.val_every and step % cfg.val_every == 0 and step < cfg.total_steps:
                     self.val_history.append({"step": step, **await self._validate(log, step)})
                 if cfg.save_every and step % cfg.save_every == 0 and step < stop:
+                    if pipeline is not None:
+                        await pipeline.settle()  # partial rollouts: the step in flight is finished, then saved
                     self._save()  # the loop's last step is saved once, after it (with the final validation)
-                if pipeline is not None:
+                if pipeline is not None and step < stop:
                     pipeline.release()  # the next rollouts start on the weights just pushed (and validated)
                 bar.set_postfix(reward=f"{metrics['reward_mean']:.2f}",
                                 val=f"{self.val_history[-1]['success_rate']:.2f}")  # fmt: skip
                 bar.update()
-        finally:
+        except BaseException:
             if pipeline is not None:
-                await pipeline.close()
+                await pipeline.close(settle=False)
+            raise
+        if pipeline is not None:
+            await pipeline.close(settle=True)
         bar.close()
         return metrics
 
@@ -414,13 +419,19 @@ class RolloutPipeline:
     released the new weights (after validating and checkpointing them). At most s steps of rollouts wait for the
     update, so memory stays bounded. Finished but untrained rollouts are part of every checkpoint
     (`trainer.pending_rollouts`): a resumed run trains exactly the episodes the uninterrupted one would have.
+
+    `rollout.partial_rollouts`: the push does not wait; the step in flight goes on with the new weights (its tokens
+    then span two versions; the oldest bounds the staleness). A checkpoint waits for that step to finish
+    (`settle`), so nothing sampled is lost or sampled twice, but the run is no longer reproducible bit for bit.
     """
 
     def __init__(self, trainer: AgentTrainer, start_step: int) -> None:
         self.trainer = trainer
         self.staleness = trainer.config.rollout.max_staleness
         self.total = trainer.config.trainer.total_steps
+        self.partial = trainer.config.rollout.partial_rollouts
         self.released = start_step  # the step whose weights the rollout model holds and may sample with
+        self.in_flight: int | None = None  # the step being sampled
         pending = trainer.pending_rollouts
         self.next_step = max(pending, default=start_step) + 1
         self.changed = asyncio.Condition()
@@ -433,10 +444,11 @@ class RolloutPipeline:
                 step = self.next_step
                 async with self.changed:
                     await self.changed.wait_for(lambda step=step: self.released >= step - 1 - self.staleness)
+                self.in_flight = step
                 rollouts = await self.trainer._rollout(step)
                 async with self.changed:
                     pending[step] = rollouts
-                    self.next_step = step + 1
+                    self.next_step, self.in_flight = step + 1, None
                     self.changed.notify_all()
         finally:
             async with self.changed:
@@ -454,9 +466,16 @@ class RolloutPipeline:
         return self.trainer.pending_rollouts.pop(step)
 
     async def wait_for_older_rollouts(self, step: int) -> None:
-        """Until the rollouts that must use the weights before step `step`'s update are sampled."""
+        """Until the rollouts that must use the weights before step `step`'s update are sampled (partial rollouts:
+        no wait)."""
+        if self.partial:
+            return
         last = min(step + self.staleness, self.total)
         await self._wait(lambda: self.next_step > last)
+
+    async def settle(self) -> None:
+        """Until no step is being sampled (the producer waits for its release, or has sampled every step)."""
+        await self._wait(lambda: self.in_flight is None)
 
     def release(self) -> None:
         """The weights pushed after the current step may be sampled from."""
@@ -468,9 +487,12 @@ class RolloutPipeline:
 
         asyncio.get_running_loop().create_task(notify())
 
-    async def close(self) -> None:
-        """Stop the producer: a step it is sampling is dropped (its tasks were not saved as taken: the producer
-        only starts a step after the last checkpoint's release)."""
+    async def close(self, *, settle: bool) -> None:
+        """Stop the producer, after the step it is sampling (partial rollouts) when `settle`: the final checkpoint
+        counts that step's tasks as taken. Without it (the run failed) that step is dropped; the last checkpoint
+        was saved while no step was in flight."""
+        if settle and not self.producer.done():
+            await self.settle()
         self.producer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.producer
