@@ -105,6 +105,7 @@ bench: models sandbox chromium vllm verl
 	$(PY) benchmarks/web_oracle.py
 	$(PY) benchmarks/web_env.py
 	$(PY) benchmarks/local_vs_vllm.py
+	$(PY) benchmarks/async_vs_sync.py --steps 6 --val-size 0
 	$(VERL_PY) benchmarks/verl_backend.py
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/grpo_vs_trl.py

@@ -70,8 +70,11 @@ def main() -> None:
     parser.add_argument("--rollouts", choices=["local", "vllm"], default="local")
     parser.add_argument("--correction", choices=sorted(CORRECTIONS), default="none")
     parser.add_argument("--override", nargs="*", default=[], help="more key=value config overrides")
+    parser.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the throwaway first step")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as run_dir:
+        if args.warmup:  # one throwaway step: model files in the page cache, CUDA context and kernels, for both runs
+            train(argparse.Namespace(**{**vars(args), "steps": 1, "val_size": 0}), f"{run_dir}/warmup", 0)
         sync = train(args, run_dir, 0)
         report("sync  (max_staleness=0)", *sync)
         asynchronous = train(args, run_dir, args.staleness)

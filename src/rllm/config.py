@@ -96,6 +96,8 @@ class ModelConfig(_Section):
         default_factory=LoraConfig, description="LoRA adapters (peft): train small low-rank matrices, not every weight."
     )
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+    device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="Where the torch backend trains and the "
+                        "local rollout model samples: cpu, or one GPU (cuda, cuda:N).")  # fmt: skip
 
 
 class VLLMConfig(_Section):
@@ -486,6 +488,9 @@ class TrainConfig(_Section):
                              "workers")  # fmt: skip
         if trainer.backend != "verl":
             return
+        if self.model.device != "cpu":
+            raise ValueError(f"model.device={self.model.device}: the verl backend places its workers itself (one GPU "
+                             "per worker where there are GPUs); drop model.device")  # fmt: skip
         off_policy = self.algorithm.off_policy
         if self.rollout.max_staleness or off_policy.mode == "decoupled" or off_policy.is_level is not None:
             raise ValueError("rollout.max_staleness > 0 and algorithm.off_policy corrections (mode=decoupled, "

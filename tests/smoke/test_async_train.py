@@ -124,3 +124,18 @@ def test_partial_rollouts_keep_the_bound_and_lose_no_episode_across_a_resume(tmp
     straight = _run(tmp_path, tiny_model_dir, "straight", extra)
     straight_ids = sorted(r["episode"].task_id for r in read_episode_records(tmp_path / "straight", split="train"))
     assert sorted(r["episode"].task_id for r in records) == straight_ids and len(straight) == 5
+
+
+def test_decoupled_truncated_correction_trains_a_stale_run_end_to_end(tmp_path, tiny_model_dir):
+    """mode decoupled through the trainer: the proximal log-probs are recomputed for every row, the mismatch is
+    measured on all of them, and the stale steps' importance weights are truncated into [is_low, is_high]."""
+    extra = ["rollout.max_staleness=1", "algorithm.off_policy.mode=decoupled", "algorithm.off_policy.is_level=token",
+             "algorithm.off_policy.is_high=1.05", "algorithm.off_policy.is_low=0.95",
+             "algorithm.off_policy.mismatch_threshold=0.01"]  # fmt: skip
+    steps = _run(tmp_path, tiny_model_dir, "decoupled", extra, steps=3)
+    for m in steps:
+        assert m["mismatch/tokens"] == m["batch/loss_tokens"]  # every row's tokens, not one mini-batch's
+        assert m["skipped_update"] == 0 and "off_policy/is_weight_mean" in m
+    assert steps[0]["off_policy/is_truncated_fraction"] == 0 and steps[0]["mismatch/frac_beyond"] == 0
+    assert steps[2]["off_policy/is_truncated_fraction"] > 0  # step 3 trains version-1 samples at version 2
+    assert steps[2]["mismatch/frac_beyond"] > 0

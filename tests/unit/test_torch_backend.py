@@ -323,3 +323,16 @@ def test_lr_schedule_counts_optimizer_steps():
     assert factors[:2] == [0.5, 1.0] and factors[2] == 1.0 and factors[-1] > 0
     assert all(a > b for a, b in itertools.pairwise(factors[2:]))
     assert lr_factor(5, schedule="cosine", warmup=0, total=10) == pytest.approx(0.5)
+
+
+def test_a_gpu_device_without_a_gpu_fails_naming_the_fix(smollm2_tokenizer):
+    from rllm.config import ConfigError, load_config
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    config = load_config(None, ["model.device=cuda"])
+    with pytest.raises(RuntimeError, match="model.device=cpu"):
+        TorchBackend(config.model, config.algorithm, config.optim, total_steps=1, device=config.model.device,
+                     model=_tiny_model(smollm2_tokenizer), tokenizer=smollm2_tokenizer)  # fmt: skip
+    with pytest.raises(ConfigError, match="model.device"):
+        load_config(None, ["model.device=gpu0"])

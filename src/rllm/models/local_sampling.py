@@ -52,7 +52,7 @@ def sample_next_tokens(
     Full-vocab work is one logsumexp for all rows (needed for the logprobs) plus, for sampled rows, one exp and
     cumsum; sorting happens only for rows that ask for top-p (top-k alone uses `topk`).
     """
-    logits = logits.float()
+    logits = logits.float().cpu()  # on a GPU: one [rows, vocab] copy per step; the uniforms and ids live on the CPU
     rows = logits.shape[0]
     temperatures = torch.tensor([s.temperature if not s.greedy else 1.0 for s in samplers], dtype=torch.float32)
     scaled = logits if bool((temperatures == 1.0).all()) else logits / temperatures[:, None]

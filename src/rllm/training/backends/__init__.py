@@ -26,4 +26,5 @@ def make_backend(config: Any, run_dir: Path, *, model: Any = None, tokenizer: An
     from rllm.training.backends.torch import TorchBackend
 
     return TorchBackend(config.model, config.algorithm, config.optim, total_steps=config.trainer.total_steps,
-                        seed=config.trainer.seed, model=model, tokenizer=tokenizer)  # fmt: skip
+                        seed=config.trainer.seed, device=config.model.device, model=model,
+                        tokenizer=tokenizer)  # fmt: skip

@@ -87,6 +87,9 @@ class TorchBackend:
         self.model_config, self.algorithm, self.optim = model_config, algorithm, optim
         self.seed = seed
         self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(f"model.device={device}: this torch ({torch.__version__}) sees no GPU "
+                               "(torch.cuda.is_available() is False); train with model.device=cpu")  # fmt: skip
         self.gather_logits = gather_logits
         self.tokenizer = tokenizer if tokenizer is not None else registry.load_tokenizer(model_config.name)
         if model is None:
