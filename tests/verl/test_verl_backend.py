@@ -84,6 +84,11 @@ def assert_same_update(a: list[dict], b: list[dict], weights_a, weights_b, toler
             "lr",
             "loss_tokens",
             "train_tokens",
+            "mismatch/abs_diff_mean",
+            "mismatch/abs_diff_max",
+            "mismatch/kl_k3",
+            "mismatch/tokens",
+            "off_policy/nonfinite_tokens",
         } & step_a.keys():
             assert step_a[key] == pytest.approx(step_b[key], abs=tolerance), key
         # grad norms are O(10) on this sharp model: compare relative to their size

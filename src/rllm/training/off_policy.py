@@ -120,6 +120,8 @@ def importance_weights(
 
 # The keys of `mismatch_metrics`, each prefixed with "mismatch/" in the step's metrics.
 MISMATCH_KEYS = ("abs_diff_mean", "abs_diff_max", "kl_k1", "kl_k3", "frac_beyond", "tokens")
+# The entries of a `mismatch_sums` tensor, in order (named where they travel as separate numbers: verl's metrics).
+MISMATCH_SUM_KEYS = ("tokens", "abs_sum", "abs_max", "k1_sum", "k3_sum", "beyond")
 
 
 def mismatch_sums(trainer_logprobs: Tensor, sampler_logprobs: Tensor, mask: Tensor, *, threshold: float) -> Tensor:

@@ -40,7 +40,8 @@ import torch
 from rllm.config import ConfigError, TrainConfig
 from rllm.errors import RllmError
 from rllm.training.backends.base import UpdateLog, mini_batch_order, push_weights_to
-from rllm.training.batch import TrainingRow
+from rllm.training.batch import TrainingRow, nonfinite_tokens
+from rllm.training.off_policy import MISMATCH_SUM_KEYS, mismatch_metrics
 
 __all__ = ["VerlBackend", "VerlWorkerError", "require_verl"]
 
@@ -366,7 +367,8 @@ class VerlBackend:
         log = UpdateLog()
         plan = mini_batch_order(len(rows), epochs=algo.ppo_epochs, mini_batches=algo.mini_batches,
                                 generator=self.generator)  # fmt: skip
-        for mini_batch in plan:
+        mismatch = None
+        for index, mini_batch in enumerate(plan):
             chunk = [rows[i] for i in mini_batch]
             masks = [sum(row.loss_mask) for row in chunk]
             tokens = sum(masks)
@@ -385,13 +387,17 @@ class VerlBackend:
             )  # fmt: skip
             output = self._call("update the policy", lambda data=data: self.actor.update_actor(data))
             metrics = _summed_metrics(tu.get(output, "metrics"))
+            sums = [metrics.pop(f"mismatch_sums/{key}", None) for key in MISMATCH_SUM_KEYS]
+            if index == 0 and None not in sums:  # before any optimizer step of this update, as TorchBackend does
+                mismatch = torch.tensor(sums, dtype=torch.float64)
             log.add({**metrics, "lr": self._lr()})
             if not math.isfinite(metrics.get("grad_norm", 0.0)):  # verl skipped this optimizer step itself
                 log.add({"skipped_nonfinite": 1})
             log.steps += 1
             self.optimizer_steps += 1
         self.updates += 1
-        return log.metrics(time.perf_counter() - started)
+        log.add({"off_policy/nonfinite_tokens": nonfinite_tokens(rows)})
+        return {**log.metrics(time.perf_counter() - started), **mismatch_metrics(mismatch)}
 
     # ------------------------------------------------------------ rollouts and weight sync
 
@@ -491,6 +497,8 @@ def _summed_metrics(metrics: dict[str, Any]) -> dict[str, float]:
         flat = _flatten(value)
         if key.startswith("rllm/"):
             out[key.removeprefix("rllm/")] = sum(flat)
+        elif key.startswith("mismatch_sums/"):  # raw sums over micro-batches and ranks; the largest |d| is a max
+            out[key] = max(flat) if key.endswith("/abs_max") else sum(flat)
         elif key == "grad_norm" and flat:
             out[key] = flat[-1]
     return out

@@ -28,6 +28,7 @@ from verl.workers.engine_workers import ActorRolloutRefWorker
 from verl.workers.utils.padding import no_padding_2_padding
 
 from rllm.training.losses import actor_loss
+from rllm.training.off_policy import MISMATCH_SUM_KEYS, mismatch_sums
 
 __all__ = ["RllmActorLoss", "RllmVerlWorker"]
 
@@ -55,6 +56,10 @@ class RllmActorLoss:
         # Pre-weighted by their share of the mini-batch, so the driver sums them over micro-batches and ranks.
         metrics = {f"rllm/{k}": v * unit_share for k, v in losses.items()}
         metrics.update({f"rllm/{k}": v * token_share for k, v in token_means.items()})
+        # the sampler's log-probs against this forward's (the driver keeps those of its first optimizer step)
+        sums = mismatch_sums(logprobs, padded["old_log_probs"], mask,
+                             threshold=self.algorithm.off_policy.mismatch_threshold)  # fmt: skip
+        metrics.update({f"mismatch_sums/{k}": float(v) for k, v in zip(MISMATCH_SUM_KEYS, sums, strict=True)})
         return loss * (unit_share * tu.get(data, "dp_size")), metrics
 
 
