@@ -44,6 +44,10 @@ Choices:
   value loss; the head is part of every checkpoint.
 - A step with nothing to train on (every group dropped or filtered) skips the update and says so in its metrics
   (`skipped_update=1`); nothing is dropped silently.
+- Off-policy: every update measures the sampler-trainer mismatch (`mismatch/*`); `algorithm.off_policy` picks the
+  PPO ratio's anchor and the importance correction (`rllm.training.off_policy`). `rollout.max_staleness` > 0 trains
+  asynchronously (`RolloutPipeline`, below): rollouts of later steps run on a copy of the weights while the update
+  runs in a worker thread; the synchronous loop (0) is unchanged.
 """
 
 from __future__ import annotations
