@@ -129,7 +129,7 @@ def test_eos_ends_the_completion_and_is_kept(make_model, prompts, tokenizer):
 
 
 def test_stop_string_ends_generation_and_keeps_the_tokens(make_model, prompts, tokenizer):
-    model = make_model(eos_token_ids=())
+    model = make_model(eos_token_ids=(), prefix_cache_tokens=0)  # each call prefills anew: bitwise comparable
     sampling = SamplingParams(temperature=1.0, max_tokens=20, seed=5)
     full = run(model.generate(prompts[2], sampling))
     pieces = [tokenizer.decode(full.completion_ids[: i + 1], skip_special_tokens=True) for i in range(20)]
@@ -354,18 +354,41 @@ def test_update_weights_clears_the_prefix_cache(make_model, prompts, tokenizer):
     assert torch.allclose(torch.tensor(second.logprobs), expected, atol=1e-4)
 
 
-def test_a_prompt_diverging_from_a_stored_sequence_is_not_reused(make_model, prompts):
+def test_a_prompt_diverging_from_a_stored_sequence_reuses_only_the_common_prefix(make_model, prompts):
+    from rllm.models.local_scheduler import MIN_SHARED_PREFIX
+
     cached, plain = make_model(eos_token_ids=()), make_model(eos_token_ids=(), prefix_cache_tokens=0)
     first = run(cached.generate(prompts[3], GREEDY))
     stored = prompts[3] + first.completion_ids
-    diverging = [
-        stored[:5] + [t + 1 for t in stored[5:8]] + stored[8:] + prompts[1],  # changed in the middle
-        stored[: len(prompts[3]) + 2],  # a strict prefix of the stored sequence
+    cut = MIN_SHARED_PREFIX + 2
+    cases = [  # (prompt, tokens whose K/V can be reused)
+        (stored[:5] + [t + 1 for t in stored[5:8]] + stored[8:] + prompts[1], 0),  # shares 5 < MIN_SHARED_PREFIX
+        (stored[:cut] + [t + 1 for t in stored[cut : cut + 3]] + prompts[1], cut),  # diverges after `cut` tokens
+        (stored[: len(prompts[3]) + 2], len(prompts[3]) + 1),  # a strict prefix: all but its last token
     ]
-    for prompt in diverging:
+    for prompt, reusable in cases:
+        hits = cached.stats["prefix_hit_tokens"]
         a, b = run(cached.generate(prompt, GREEDY)), run(plain.generate(prompt, GREEDY))
-        assert a.completion_ids == b.completion_ids and a.logprobs == b.logprobs  # the same computation
-    assert cached.stats["prefix_hit_tokens"] == 0
+        assert cached.stats["prefix_hit_tokens"] - hits == reusable
+        assert a.completion_ids == b.completion_ids
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
+
+
+def test_running_prompts_share_their_common_prefix(make_model, prompts, tokenizer):
+    """Concurrent prompts that share a system prompt: the second copies the first's K/V for the shared part."""
+    system = tokenizer.encode("You are a careful assistant. Answer in one short sentence, then stop. Question:")
+    assert len(system) >= 16
+    requests = [system + prompts[1], system + prompts[3], system + prompts[5]]
+    shared, alone = make_model(eos_token_ids=()), make_model(eos_token_ids=())
+    together = run(gather(shared, requests, GREEDY))
+    one_by_one = [run(alone.generate(p, GREEDY)) for p in requests]
+    assert shared.stats["shared_prefix_tokens"] >= 2 * len(system)
+    assert shared.stats["prefill_tokens"] + shared.stats["shared_prefix_tokens"] == sum(len(p) for p in requests)
+    for a, b in zip(together, one_by_one, strict=True):
+        assert a.completion_ids == b.completion_ids
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
+        expected = reference_logprobs(shared.model, a.prompt_ids, a.completion_ids, 1.0)
+        assert torch.allclose(torch.tensor(a.logprobs), expected, atol=1e-4)
 
 
 def test_prefix_store_is_bounded_lru():
@@ -379,6 +402,7 @@ def test_prefix_store_is_bounded_lru():
     assert store.lookup([1, 2, 3, 4]).shape[3] == 3  # one prompt token is always left to prefill
     store.put([9, 9, 9], kv(3))
     assert store.tokens == 7 and store.lookup([5, 6, 7, 8, 0]) is None
-    assert store.lookup([1, 2, 3, 5]) is None
+    assert store.lookup([1, 2, 3, 5]).shape[3] == 3  # the common prefix of a diverging prompt
+    assert store.lookup([1, 2, 3, 5], min_tokens=4) is None and store.lookup([7, 1, 2]) is None
     store.put(list(range(11)), kv(11))  # larger than the whole store: not kept
     assert store.tokens == 7

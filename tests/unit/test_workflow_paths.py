@@ -52,8 +52,10 @@ class HandWrittenLoop(Workflow):
 def local_model(smollm2_tokenizer):
     from rllm.models.local import LocalModel
 
-    # One rollout at a time: batch composition can change float rounding, and these runs must match bitwise.
-    model = LocalModel(sharp_tiny_model(smollm2_tokenizer, seed=3), smollm2_tokenizer, max_batch_size=1, seed=0)
+    # One rollout at a time and no prefix store: batch composition and K/V reused from another forward shape can
+    # change float rounding, and these runs (the same prompts three times) must match bitwise.
+    model = LocalModel(sharp_tiny_model(smollm2_tokenizer, seed=3), smollm2_tokenizer, max_batch_size=1, seed=0,
+                       prefix_cache_tokens=0)  # fmt: skip
     yield model
     model.close()
 

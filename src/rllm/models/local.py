@@ -16,8 +16,10 @@ Choices worth knowing:
   and dtype gets the same numbers up to float rounding.
 - Determinism: a request with `sampling.seed` gives the same completion for the same prompt whatever else is in
   the batch (its own generator; see `local_sampling`); bitwise only up to the float rounding of different batch
-  shapes, which in practice never moves a sample. Without a seed, the seed is derived from the model's `seed` and a
-  counter of submitted requests, so a run that submits the same requests in the same order reproduces.
+  shapes and of K/V reused from another forward (a shared prefix, the prefix store), which in practice never
+  moves a sample (`prefix_cache_tokens=0` and `max_batch_size=1` make repeated runs bitwise identical). Without a
+  seed, the seed is derived from the model's `seed` and a counter of submitted requests, so a run that submits the
+  same requests in the same order reproduces.
 - `max_tokens` is cut to what the context still holds (`max_position_embeddings` minus the prompt); a prompt that
   leaves no room is refused with `PromptTooLongError` before it reaches the worker.
 - `update_weights` is applied by the worker between two steps. Requests already running keep going with the new
@@ -89,9 +91,11 @@ class LocalModel:
         carry that dtype's rounding. `eos_token_ids` overrides the stop tokens (default: the tokenizer's EOS plus
         the generation config's); pass `()` to never stop on a token (benchmarks). `num_threads` sets torch's
         intra-op threads on the worker (default: what torch uses in the constructing thread). `prefix_cache_tokens`
-        bounds the K/V kept from finished sequences so a prompt extending one (the next turn of a multi-turn
-        rollout) prefills only its new tokens; 0 disables it. The store is kept while the model is idle (turns are
-        separated by environment steps), evicted LRU past the bound and cleared by `update_weights`."""
+        bounds the K/V kept from finished sequences so a prompt sharing a prefix with one (the next turn of a
+        multi-turn rollout, the same task sampled again) prefills only the rest; 0 disables it (running prompts
+        still share their common prefixes, see `rllm.models.local_scheduler`). The store is kept while the model
+        is idle (turns are separated by environment steps), evicted LRU past the bound and cleared by
+        `update_weights`."""
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
         if dtype is not None and _as_dtype(dtype) != model.dtype:

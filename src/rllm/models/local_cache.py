@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["PrefixStore", "SlotKVCache"]
+__all__ = ["PrefixStore", "SlotKVCache", "common_prefix_length"]
 
 _CAPACITY_CHUNK = 128
 
@@ -218,9 +218,10 @@ class SlotKVCache:
 class PrefixStore:
     """LRU store of finished sequences' K/V, bounded by total tokens held (0 disables it).
 
-    `lookup` returns the longest stored sequence that is an exact prefix of a prompt (token lists compared, no
-    hashing shortcuts), cut so at least one prompt token is left to prefill: the last prompt position's logits are
-    needed to sample. K/V at position i depend only on tokens 0..i, so any exact prefix is safe to reuse.
+    `lookup` returns the K/V of the longest common prefix of a prompt with any stored sequence (token lists
+    compared, no hashing shortcuts), cut so at least one prompt token is left to prefill: the last prompt
+    position's logits are needed to sample. K/V at position i depend only on tokens 0..i, so any common prefix is
+    safe to reuse: the whole previous turn of a multi-turn rollout, or a system prompt shared with another task.
     """
 
     def __init__(self, max_tokens: int) -> None:
@@ -235,18 +236,19 @@ class PrefixStore:
         self._entries.clear()
         self.tokens = 0
 
-    def lookup(self, prompt_ids: list[int]) -> torch.Tensor | None:
-        """K/V (`[layers, 2, kv_heads, n, head_dim]`) of the prompt's first n tokens, or None."""
-        best: tuple[int, ...] | None = None
+    def lookup(self, prompt_ids: list[int], *, min_tokens: int = 1) -> torch.Tensor | None:
+        """K/V (`[layers, 2, kv_heads, n, head_dim]`) of the prompt's first n tokens, the longest n shared with a
+        stored sequence (at most all but the last prompt token), or None when no n reaches `min_tokens`."""
+        best, length = None, 0
+        limit = len(prompt_ids) - 1
         for ids in self._entries:
-            n = len(ids)
-            if n <= len(prompt_ids) and (best is None or n > len(best)) and tuple(prompt_ids[:n]) == ids:
-                best = ids
-        if best is None:
+            shared = min(common_prefix_length(ids, prompt_ids), limit)
+            if shared > length:
+                best, length = ids, shared
+        if best is None or length < max(min_tokens, 1):
             return None
         self._entries.move_to_end(best)
-        n = min(len(best), len(prompt_ids) - 1)
-        return self._entries[best][:, :, :, :n] if n > 0 else None
+        return self._entries[best][:, :, :, :length]
 
     def put(self, ids: list[int], kv: torch.Tensor) -> None:
         key = tuple(ids)
@@ -263,3 +265,18 @@ class PrefixStore:
     def _drop(self, key: tuple[int, ...]) -> None:
         del self._entries[key]
         self.tokens -= len(key)
+
+
+def common_prefix_length(a: tuple[int, ...] | list[int], b: tuple[int, ...] | list[int]) -> int:
+    """How many leading tokens `a` and `b` share (a binary search over C-level slice comparisons)."""
+    a, b = tuple(a), tuple(b)
+    low, high = 0, min(len(a), len(b))  # a[:low] == b[:low] holds; the answer is <= high
+    if a[:high] == b[:high]:
+        return high
+    while high - low > 1:
+        mid = (low + high) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid
+    return low

@@ -1,12 +1,20 @@
 """The torch side of `LocalModel`: a continuous-batching decode loop over the running sequences.
 
 Runs only on `LocalModel`'s worker thread. At each step boundary the worker admits waiting requests (one prefill
-each, batch 1, so no prompt is ever padded; identical prompts are prefilled once and their K/V copied, which is
-the common case of k samples per task in GRPO; a prompt that extends a finished sequence, the next turn of a
-multi-turn rollout, reuses that sequence's K/V from `PrefixStore` and prefills only the new tokens), then runs one
-decode step for all running rows: a forward over one new token per row against `SlotKVCache`, a batched sampler,
-and the finish checks. A finished row frees its
-slot at once, so a waiting request can take it at the next boundary.
+each, batch 1, so no prompt is ever padded), then runs one decode step for all running rows: a forward over one new
+token per row against `SlotKVCache`, a batched sampler, and the finish checks. A finished row frees its slot at
+once, so a waiting request can take it at the next boundary.
+
+Prefill is skipped wherever K/V already exist (K/V at position i depend only on tokens 0..i):
+- an identical running prompt (the k samples of one task in GRPO): its K/V and last logits are copied, no forward;
+- the longest common prefix with a running prompt (a shared system prompt, tool list or few-shot block) or with
+  a finished sequence in `PrefixStore` (the next turn of a multi-turn rollout): that prefix is copied and only
+  the rest is prefilled. Prefixes shorter than `MIN_SHARED_PREFIX` tokens are recomputed (not worth a copy).
+Reused K/V were computed in a forward of another shape, so logits can differ from a cold prefill in the last bits
+(about 1e-6 relative in float32), like any change of batch shape.
+
+The output layer runs on the last position of each row only, through `rllm.models.lm_head.output_logits` (sliced
+on the CPU, bitwise the same logits).
 """
 
 from __future__ import annotations
@@ -18,10 +26,13 @@ from typing import Any
 
 import torch
 
-from rllm.models.local_cache import PrefixStore, SlotKVCache
+from rllm.models.lm_head import backbone_and_head, output_logits
+from rllm.models.local_cache import PrefixStore, SlotKVCache, common_prefix_length
 from rllm.models.local_sampling import RowSampler, sample_next_tokens
 
-__all__ = ["BatchScheduler", "GenerationRequest"]
+__all__ = ["MIN_SHARED_PREFIX", "BatchScheduler", "GenerationRequest"]
+
+MIN_SHARED_PREFIX = 16  # tokens; a shorter common prefix is prefilled again rather than copied
 
 
 @dataclass(eq=False)
@@ -52,6 +63,7 @@ class SchedulerStats:
     decode_rows: int = 0  # sum of batch sizes over decode steps
     generated_tokens: int = 0
     prefix_hit_tokens: int = 0  # prompt tokens whose K/V came from the prefix store instead of a prefill
+    shared_prefix_tokens: int = 0  # prompt tokens whose K/V were copied from a running row's common prefix
 
 
 class BatchScheduler:
@@ -78,6 +90,7 @@ class BatchScheduler:
         self.stats = SchedulerStats()
         self.prefixes = PrefixStore(prefix_cache_tokens)
         self.kv_epoch = 0  # bumped when the weights change: K/V computed before are stale
+        self._parts = backbone_and_head(model)  # None: the model's own forward computes the logits
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.cache = SlotKVCache(
@@ -97,15 +110,15 @@ class BatchScheduler:
     # ------------------------------------------------------------ admission
 
     def admit(self, request: GenerationRequest) -> None:
-        """Prefill `request` (or reuse a running row's identical prompt) and sample its first token."""
+        """Prefill `request` (reusing whatever K/V exist for its prompt) and sample its first token."""
         slot = self.cache.add_slot(len(request.prompt_ids))
         self.active.append(request)
         request.weight_version = self.weight_version
         request.kv_epoch = self.kv_epoch
         try:
-            donor = self._find_same_prompt(request)
-            if donor is not None:
-                self.cache.copy_prefix(donor, slot, len(request.prompt_ids))
+            donor, shared = self._longest_running_prefix(request)
+            if donor is not None and shared == len(request.prompt_ids) == len(self.active[donor].prompt_ids):
+                self.cache.copy_prefix(donor, slot, shared)  # the same prompt: nothing to compute
                 request.prompt_logits = self.active[donor].prompt_logits
                 self.stats.prefills_shared += 1
             else:
@@ -118,20 +131,34 @@ class BatchScheduler:
         if request.finish_reason is not None:
             self._retire([slot])
 
-    def _find_same_prompt(self, request: GenerationRequest) -> int | None:
+    def _longest_running_prefix(self, request: GenerationRequest) -> tuple[int | None, int]:
+        """The running row whose prompt shares the longest prefix with `request`'s, and that length."""
+        best, length = None, 0
         for row, other in enumerate(self.active):
-            if other is not request and other.prompt_logits is not None and other.prompt_ids == request.prompt_ids:
-                return row
-        return None
+            if other is request or other.prompt_logits is None:
+                continue
+            shared = common_prefix_length(other.prompt_ids, request.prompt_ids)
+            if shared > length:
+                best, length = row, shared
+        return best, length
 
     def _reuse_prefix(self, slot: int, request: GenerationRequest) -> int:
-        """Copy the longest stored prefix of the prompt into `slot`; returns its length (0: none)."""
-        kv = self.prefixes.lookup(request.prompt_ids) if self.prefixes.max_tokens else None
-        if kv is None:
+        """Copy the longest common prefix of the prompt held by a running row or the prefix store into `slot`
+        (at most all prompt tokens but the last, whose logits are needed); returns its length (0: none)."""
+        prompt = request.prompt_ids
+        donor, shared = self._longest_running_prefix(request)
+        shared = min(shared, len(prompt) - 1)
+        stored = self.prefixes.lookup(prompt, min_tokens=max(shared + 1, MIN_SHARED_PREFIX)) \
+            if self.prefixes.max_tokens else None  # fmt: skip
+        if stored is not None:
+            self.cache.write_prefix(slot, stored)
+            self.stats.prefix_hit_tokens += stored.shape[3]
+            return stored.shape[3]
+        if donor is None or shared < MIN_SHARED_PREFIX:
             return 0
-        self.cache.write_prefix(slot, kv)
-        self.stats.prefix_hit_tokens += kv.shape[3]
-        return kv.shape[3]
+        self.cache.copy_prefix(donor, slot, shared)
+        self.stats.shared_prefix_tokens += shared
+        return shared
 
     def _prefill(self, slot: int, prompt_ids: list[int], start: int = 0) -> torch.Tensor:
         """Prefill `prompt_ids[start:]` into `slot`, whose first `start` positions already hold the prefix."""
@@ -145,18 +172,21 @@ class BatchScheduler:
             mask = mask[None, None]
         self.cache.begin_prefill(slot, start)
         try:
-            out = self.model(
-                input_ids=input_ids,
-                position_ids=positions,
-                attention_mask=mask,
-                past_key_values=self.cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
+            logits = self._last_logits(input_ids, positions, mask)
         finally:
             self.cache.end_prefill(length)
         self.stats.prefill_tokens += length - start
-        return out.logits[0, -1].float()
+        return logits[0].float()
+
+    def _last_logits(self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None):
+        """Logits `[rows, vocab]` at each row's last position, the K/V going to `self.cache`."""
+        inputs = {"input_ids": input_ids, "position_ids": positions, "attention_mask": mask,
+                  "past_key_values": self.cache, "use_cache": True}  # fmt: skip
+        if self._parts is None:
+            return self.model(**inputs, logits_to_keep=1).logits[:, -1]
+        backbone, head = self._parts
+        hidden = backbone(**inputs).last_hidden_state[:, -1]
+        return output_logits(head, hidden)
 
     # ------------------------------------------------------------ decoding
 
@@ -168,17 +198,11 @@ class BatchScheduler:
         input_ids = torch.tensor([[r.completion_ids[-1]] for r in rows], dtype=torch.long, device=self.device)
         position_ids, mask = self.cache.begin_decode()
         try:
-            out = self.model(
-                input_ids=input_ids,
-                position_ids=position_ids,
-                attention_mask=mask,
-                past_key_values=self.cache,
-                use_cache=True,
-            )
+            logits = self._last_logits(input_ids, position_ids, mask)
         finally:
             self.cache.end_decode()
         steps = [len(r.completion_ids) for r in rows]
-        tokens, logprobs = sample_next_tokens(out.logits[:, -1], [r.sampler for r in rows], steps)
+        tokens, logprobs = sample_next_tokens(logits, [r.sampler for r in rows], steps)
         self.stats.decode_steps += 1
         self.stats.decode_rows += len(rows)
         finished = []
