@@ -289,6 +289,17 @@ def test_micro_batches_sort_by_length_and_keep_every_row_once():
         split_micro_batches(rows, 0)
 
 
+def test_micro_batches_keep_the_samples_of_one_prompt_together():
+    """Two tasks x 3 samples, interleaved: each task's rows stay adjacent (its prompt is computed once per
+    micro-batch), the task with the longest row first, longest first within a task."""
+    lengths = {("a", 0): 6, ("b", 0): 9, ("a", 1): 8, ("b", 1): 5, ("a", 2): 7, ("b", 2): 7}
+    prompts = {"a": [1, 2, 3], "b": [4, 5, 6]}
+    rows = [_row(prompts[t] + list(range(n - 3)), 3, [0.0] * (n - 3), 1.0, episode_id=f"{t}:{k}")
+            for (t, k), n in lengths.items()]  # fmt: skip
+    micro = split_micro_batches(rows, 3)
+    assert [[r.episode_id for r in m] for m in micro] == [["b:0", "b:2", "b:1"], ["a:1", "a:2", "a:0"]]
+
+
 def test_import_does_not_pull_torch():
     import subprocess
     import sys

@@ -296,14 +296,20 @@ def _cut(open_row: _OpenRow, length: int) -> None:
 def split_micro_batches(rows: Sequence[TrainingRow], micro_batch_size: int) -> list[list[TrainingRow]]:
     """Rows in micro-batches of at most `micro_batch_size`, sorted by length so rows of similar length share a
     micro-batch and padding is small. Longest first: a micro-batch that does not fit in memory fails at once, not
-    at the end of the step. Deterministic: ties keep input order. Every row appears exactly once.
+    at the end of the step. Rows with the same prompt (the samples of one task) stay next to each other, ordered
+    by their longest row, so they share micro-batches and the torch backend computes their prompt once
+    (`rllm.training.backends.shared_prefix`). Deterministic: ties keep input order. Every row appears exactly once.
 
     Micro-batches mix groups and change with the batch, so a token-mean loss must be normalised by the token count
     of the whole mini-batch, not per micro-batch, or the result would depend on this split.
     """
     if micro_batch_size < 1:
         raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
-    order = sorted(range(len(rows)), key=lambda i: (-len(rows[i]), i))
+    longest: dict[tuple[int, ...], tuple[int, int]] = {}  # prompt -> (-its longest row, its first index)
+    prompts = [tuple(row.input_ids[: row.prompt_length]) for row in rows]
+    for i, prompt in enumerate(prompts):
+        longest[prompt] = min(longest.get(prompt, (0, i)), (-len(rows[i]), i))
+    order = sorted(range(len(rows)), key=lambda i: (longest[prompts[i]], -len(rows[i]), i))
     return [[rows[i] for i in order[k : k + micro_batch_size]] for k in range(0, len(order), micro_batch_size)]
 
 

@@ -22,6 +22,8 @@ import torch
 from torch import Tensor, nn
 
 from rllm.config import LoraConfig
+from rllm.models.lm_head import backbone_and_head, output_logits
+from rllm.training.backends.shared_prefix import plan_shared_prefixes, shared_prefix_states
 from rllm.training.losses import entropy_from_logits, token_logprobs
 
 __all__ = [
@@ -36,10 +38,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-# Config attributes that mean "logits are not just head(hidden)": such models take the full-logits path.
-_LOGIT_POSTPROCESSING = ("final_logit_softcapping", "logit_scale", "output_multiplier_scale")
-
 
 # ---- LoRA ------------------------------------------------------------------------------------------------------
 
@@ -121,19 +119,8 @@ class TargetOutputs:
     hidden: Tensor | None = None  # [N, H] float32
 
 
-def backbone_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
-    """The transformer trunk (returns `last_hidden_state`) and the output layer of a transformers CausalLM, with
-    or without a peft wrapper; None when the model does not expose them or post-processes its logits."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    backbone = getattr(base, getattr(base, "base_model_prefix", "model"), None)
-    head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
-    config = getattr(base, "config", None)
-    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    if any(getattr(text_config, attr, None) not in (None, 1.0) for attr in _LOGIT_POSTPROCESSING):
-        return None
-    if not isinstance(backbone, nn.Module) or not isinstance(head, nn.Module) or backbone is base:
-        return None
-    return backbone, head
+def _checkpointing(backbone: nn.Module) -> bool:
+    return bool(getattr(backbone, "gradient_checkpointing", False)) and backbone.training
 
 
 def _autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
@@ -151,12 +138,15 @@ def forward_targets(
     hidden: bool = False,
     autocast_dtype: torch.dtype | None = None,
     gather: bool = True,
+    share_prefix: bool = True,
 ) -> TargetOutputs:
     """Log-probs of `batch["target_ids"]` at the `positions` (bool `[B, L-1]`, the shifted view of `collate`)
     under softmax(logits / temperature), keeping `token_logprobs`' semantics (float32, gather - logsumexp).
 
     `gather=True` applies the output layer only at `positions` (see the module docstring); `gather=False`, or a
     model without a reachable backbone/head, computes the full `[B, L, V]` logits and picks the positions after.
+    `share_prefix` runs rows that share a prompt through `shared_prefix_states` (each prompt once) when it
+    applies (with `gather`).
     """
     device = batch["input_ids"].device
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
@@ -169,11 +159,16 @@ def forward_targets(
         states = out.hidden_states[-1][:, :-1][positions].float() if hidden else None
     else:
         backbone, head = parts
+        # gradient checkpointing turns the cache off, which the shared-prefix forward needs
+        plan = plan_shared_prefixes(batch, positions) if share_prefix and not _checkpointing(backbone) else None
         with _autocast(device, autocast_dtype):
-            states = backbone(**inputs, use_cache=False).last_hidden_state[:, :-1][positions]
+            if plan is None:
+                states = backbone(**inputs, use_cache=False).last_hidden_state[:, :-1][positions]
+            else:
+                states = shared_prefix_states(backbone, batch, positions, plan)
         with torch.autocast(device.type, enabled=False):
             states = states.float()
-            logits = head(states).float()
+            logits = output_logits(head, states).float()
     if temperature not in (0.0, 1.0):
         logits = logits / temperature
     ent = None
