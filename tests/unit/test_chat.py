@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 
 from rllm.models.chat import ChatRenderer, render_messages, render_text
@@ -108,3 +110,48 @@ def test_a_template_that_reprints_earlier_replies_differently_is_counted():
         renderer.record(_sample(tokenizer, ids, "Down"))
         renderer.render([*messages, {"role": "assistant", "content": "Down"}, {"role": "user", "content": "again"}])
         assert renderer.mismatches == expected, tokenizer
+
+
+def _conversations():
+    """Conversations of the shapes rollouts send: system/user turns, tool calls as dicts (arguments as a dict and
+    as a JSON string), tool results, None-valued keys, unicode, and the inputs the fast path must hand over."""
+    call = {"id": "c1", "type": "function", "function": {"name": "calc", "arguments": {"expr": "2+2"}}}
+    yield [{"role": "user", "content": "Hi"}]
+    yield [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Héllo ✓ <|im_start|>"}]
+    yield [
+        {"role": "system", "content": "Use tools."},
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "4", "tool_call_id": "c1", "name": "calc"},
+        {"role": "assistant", "content": "4", "tool_calls": None},
+        {"role": "user", "content": "and 3*3?"},
+    ]
+    string_args = {**call, "function": {"name": "calc", "arguments": '{"expr": "3*3"}'}}
+    yield [{"role": "user", "content": "3*3?"}, {"role": "assistant", "content": "", "tool_calls": [string_args]}]
+    yield [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "reasoning_content": "think"}]
+    yield [{"role": "user", "content": ("tuple", "not plain")}]
+
+
+@pytest.mark.parametrize("tools", [None, TOOLS])
+@pytest.mark.parametrize("add_generation_prompt", [True, False])
+def test_render_text_equals_apply_chat_template(shipped_tokenizer, tools, add_generation_prompt):
+    """The fast path (transformers' compiled template called directly) renders exactly what apply_chat_template
+    renders, and inputs it does not take (reasoning fields, non-JSON values) fall back to it."""
+    for messages in _conversations():
+        try:
+            expected = shipped_tokenizer.apply_chat_template(
+                messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
+            )
+        except Exception as exc:  # a template that rejects this shape must reject it on both paths
+            with pytest.raises(type(exc)):
+                render_text(shipped_tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt)
+            continue
+        assert render_text(shipped_tokenizer, messages, tools=tools,
+                           add_generation_prompt=add_generation_prompt) == expected  # fmt: skip
+    import transformers.utils.chat_template_utils as chat_utils
+
+    from rllm.models.chat import _fast_template
+
+    if hasattr(chat_utils, "_normalize_chat_messages"):  # transformers >= 5.11 (not the verl venv's 5.10)
+        assert _fast_template(shipped_tokenizer, tools) is not None  # the fast path was taken for plain inputs
+    copy.deepcopy(shipped_tokenizer)  # rendering left nothing on the tokenizer that cannot be copied
