@@ -163,6 +163,12 @@ class RolloutConfig(_Section):
     max_staleness: int = Field(0, ge=0, description="Asynchronous training: rollouts for steps k+1..k+s are sampled "
                                "while step k trains, each step's with the weights of s updates before (its tokens "
                                "are at most s versions old); 0 is synchronous (rollout, then update).")  # fmt: skip
+    dtype: Literal["float32", "bfloat16"] | None = Field(
+        None,
+        description="Dtype the local rollout model samples in; null: the training weights' (float32, shared with "
+        "the trainer). bfloat16 keeps its own bf16 copy, synced after every update: faster where the hardware "
+        "has bf16 matmuls (GPUs, AMX CPUs), and its log-probs differ from the trainer's (see mismatch/*).",
+    )
     partial_rollouts: bool = Field(
         False,
         description="With max_staleness > 0: a weight push does not wait for the rollouts in flight; they go on with "
@@ -486,8 +492,15 @@ class TrainConfig(_Section):
             raise ValueError(f"trainer.nodes={trainer.nodes}, trainer.workers_per_node={trainer.workers_per_node}: the "
                              "torch backend runs in one process; set trainer.backend=verl to train on several "
                              "workers")  # fmt: skip
+        if self.rollout.dtype is not None and self.rollout.server != "local":
+            raise ValueError(f"rollout.dtype={self.rollout.dtype} sets the local rollout model's dtype; with "
+                             f"rollout.server={self.rollout.server} set the server's dtype instead "
+                             "(rollout.vllm.dtype) and drop rollout.dtype")  # fmt: skip
         if trainer.backend != "verl":
             return
+        if self.rollout.dtype is not None:
+            raise ValueError("rollout.dtype: the verl backend's rollouts run on a vLLM server; set "
+                             "rollout.vllm.dtype and drop rollout.dtype")  # fmt: skip
         if self.model.device != "cpu":
             raise ValueError(f"model.device={self.model.device}: the verl backend places its workers itself (one GPU "
                              "per worker where there are GPUs); drop model.device")  # fmt: skip

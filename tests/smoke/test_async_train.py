@@ -139,3 +139,13 @@ def test_decoupled_truncated_correction_trains_a_stale_run_end_to_end(tmp_path, 
     assert steps[0]["off_policy/is_truncated_fraction"] == 0 and steps[0]["mismatch/frac_beyond"] == 0
     assert steps[2]["off_policy/is_truncated_fraction"] > 0  # step 3 trains version-1 samples at version 2
     assert steps[2]["mismatch/frac_beyond"] > 0
+
+
+def test_bfloat16_rollouts_sample_from_a_synced_copy_and_show_their_mismatch(tmp_path, tiny_model_dir):
+    """`rollout.dtype=bfloat16` with float32 training: the sampler is its own bf16 copy (the trainer's weights stay
+    float32), updated after every step, and the bf16 rounding shows up in the mismatch metric."""
+    steps = _run(tmp_path, tiny_model_dir, "bf16", ["rollout.dtype=bfloat16"], steps=2)
+    for m in steps:
+        assert m["rollout_weight_version"] == m["step"] - 1 and m["off_policy/staleness_max"] == 0
+        assert m["mismatch/tokens"] > 0 and m["mismatch/abs_diff_mean"] > 1e-4  # bf16 rounding, not float noise
+    assert steps[1]["weight_version"] == 2 and any(m["grad_norm"] > 0 for m in steps)

@@ -334,9 +334,13 @@ class AgentTrainer:
 
             self.rollout_model = start_vllm_rollout(cfg, self.backend, self.run_dir)
         else:
-            # async training samples while the backend trains: from a copy of the weights, not the shared model
-            make = self.backend.make_rollout_copy if cfg.rollout.max_staleness else self.backend.make_rollout_model
-            self.rollout_model = make(max_batch_size=cfg.rollout.n_parallel, seed=cfg.trainer.seed)
+            # async training samples while the backend trains, and a rollout dtype other than the weights' samples
+            # from its own converted weights: both from a copy, synced by push_weights, not the shared model
+            kwargs = {"max_batch_size": cfg.rollout.n_parallel, "seed": cfg.trainer.seed}
+            if cfg.rollout.max_staleness or cfg.rollout.dtype not in (None, "float32"):
+                self.rollout_model = self.backend.make_rollout_copy(dtype=cfg.rollout.dtype, **kwargs)
+            else:
+                self.rollout_model = self.backend.make_rollout_model(**kwargs)
             if resumed_version is not None:
                 self.rollout_model.set_weight_version(resumed_version)
         self.engine, self.val_engine = self._make_engine(), self._make_engine()

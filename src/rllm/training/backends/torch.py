@@ -337,12 +337,16 @@ class TorchBackend:
 
     def make_rollout_copy(self, **local_model_kwargs: Any) -> Any:
         """A `LocalModel` on its OWN copy of the current weights (LoRA merged in), for rollouts that run while this
-        backend trains (asynchronous training); `push_weights` copies the trained weights into it."""
+        backend trains (asynchronous training) or in another `dtype` (e.g. "bfloat16" rollouts of float32
+        training); `push_weights` copies the trained weights into it (cast to its dtype)."""
         from rllm.models.local import LocalModel
 
         model = copy.deepcopy(self.model)
         if self.lora:
             model = model.merge_and_unload()
+        dtype = local_model_kwargs.pop("dtype", None)
+        if dtype is not None:  # converted here, so LocalModel does not copy it a second time
+            model = model.to(getattr(torch, str(dtype).removeprefix("torch.")))
         return LocalModel(model.requires_grad_(False).eval(), self.tokenizer, **local_model_kwargs)
 
     def rollout_state_dict(self) -> dict[str, Tensor]:
