@@ -98,8 +98,8 @@ $(BROWSERGYM_VENV)/.installed: pyproject.toml
 	touch $@
 
 bench: models sandbox chromium vllm verl
-	$(PY) benchmarks/engine_concurrency.py
-	$(PY) benchmarks/local_generation.py
+	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) benchmarks/write_results.py
 	$(PY) benchmarks/sandbox_throughput.py
 	$(PY) benchmarks/swe_env.py
 	$(PY) benchmarks/web_oracle.py
@@ -107,8 +107,6 @@ bench: models sandbox chromium vllm verl
 	$(PY) benchmarks/local_vs_vllm.py
 	$(PY) benchmarks/async_vs_sync.py --steps 6 --val-size 0
 	$(VERL_PY) benchmarks/verl_backend.py
-	$(PY) -m pip install -q -e ".[bench]"
-	$(PY) benchmarks/grpo_vs_trl.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(VERL_VENV) $(BROWSERGYM_VENV) runs .pytest_cache

@@ -118,7 +118,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=512)
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--latency-ms", type=float, default=50.0)
-    parser.add_argument("--parallel", type=int, nargs="+", default=[32, 64, 128, 512])
+    parser.add_argument("--parallel", type=int, nargs="+", default=[32, 64, 128, 256])
     parser.add_argument("--tokenizer", default="smollm2-135m-instruct", help="embedded model name or folder")
     parser.add_argument("--blocking-env", action="store_true", help="run env calls on the engine's thread pool")
     args = parser.parse_args()

@@ -47,8 +47,9 @@ Each child also prints the settings it actually ran with (the "as run" lines und
 - seed: trainer.seed -> seed, data_seed. Threads: torch's default (all cores) on both sides.
 
 What each side's columns mean:
-- ours: s/step = wall time of `AgentTrainer._train_step` (rollout, grouping, row building, update, weight push, the
-  metrics line); generation = `time_rollout_s`; update = `time_update_s` (from the same metrics).
+- ours: s/step = wall time from the start of `AgentTrainer._rollout` to the end of `_train_step` (rollout,
+  grouping, row building, update, weight push, the metrics line); generation = `time_rollout_s`; update =
+  `time_update_s` (from the same metrics).
 - TRL: s/step = `on_step_begin` to `on_step_end` of the Trainer callback (one optimizer step: generation, the
   gradient-accumulation micro-steps, the optimizer step); generation = `_generate_and_score_completions`
   (tokenize, `generate`, decode, reward, advantages); update = s/step minus generation.
@@ -186,10 +187,14 @@ def run_ours(args: argparse.Namespace, channel: Channel) -> None:
     cfg = load_config(CONFIG, config_overrides(args, args.workdir / "ours"))
 
     class LockstepTrainer(AgentTrainer):
-        async def _train_step(self, step: int, log: Any) -> dict[str, Any]:
-            channel.gate(step)
-            started = time.perf_counter()
-            metrics = await super()._train_step(step, log)
+        async def _rollout(self, step: int) -> Any:
+            channel.gate(step)  # the step's wall time starts with its rollouts
+            self._step_started = time.perf_counter()
+            return await super()._rollout(step)
+
+        async def _train_step(self, step: int, log: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            started = self._step_started
+            metrics = await super()._train_step(step, log, *args, **kwargs)
             wall = time.perf_counter() - started
             channel.send(event="step", step=step, wall_s=wall, generation_s=metrics["time_rollout_s"],
                          update_s=metrics["time_update_s"], completion_tokens=metrics["response_length_mean"],
@@ -507,11 +512,11 @@ def format_table(summary: dict[str, dict[str, float]], args: argparse.Namespace,
     threads = f"torch threads: ours {results['ours']['final']['threads']}, TRL {results['trl']['final']['threads']}"
     lines += [
         "",
-        f"ratio ours/TRL = {ratio:.2f}   (mean s/step; {split}; median s/step {median:.2f}; per step pair: {steps})",
         f"settings: {settings}; {threads}",
         f"ours as run: {json.dumps(results['ours']['final']['settings'])}",
         f"TRL as run:  {json.dumps(results['trl']['final']['settings'])}",
         f"versions: {json.dumps(results['trl']['final']['versions'])}",
+        f"ratio ours/TRL = {ratio:.2f}   (mean s/step; {split}; median s/step {median:.2f}; per step pair: {steps})",
     ]
     return "\n".join(lines)
 

@@ -1,0 +1,98 @@
+"""Runs the speed benchmarks the README quotes and writes `benchmarks/RESULTS.md`: a summary table (the headline
+line of each) with the machine and date, then each benchmark's own output in full.
+
+    .venv/bin/python benchmarks/write_results.py              # all (about 45 minutes on 2 cores)
+    .venv/bin/python benchmarks/write_results.py --only generation-fp32 engine
+
+`make bench` runs it (after installing the `bench` extra for TRL). A benchmark that fails is recorded as failed
+with its last output lines; the others still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "benchmarks" / "RESULTS.md"
+PY = sys.executable
+
+# (key, title, arguments after the python executable, what the headline is: a regex over the output's lines)
+RUNS = [
+    ("generation-fp32", "LocalModel vs transformers `generate`, SmolLM2-135M, float32, 32 prompts x 64 tokens",
+     ["benchmarks/local_generation.py"], r"^(sampled|greedy) |^roofline"),
+    ("generation-bf16", "LocalModel vs transformers `generate`, SmolLM2-135M, bfloat16, 16 prompts x 32 tokens",
+     ["benchmarks/local_generation.py", "--dtype", "bfloat16", "--num-prompts", "16", "--new-tokens", "32",
+      "--repeats", "1"], r"^(sampled|greedy) |^roofline"),
+    ("grpo-smollm2", "GRPO step vs TRL GRPOTrainer, SmolLM2-135M",
+     ["benchmarks/grpo_vs_trl.py"], r"^ratio"),
+    ("grpo-qwen", "GRPO step vs TRL GRPOTrainer, Qwen2.5-Coder-0.5B",
+     ["benchmarks/grpo_vs_trl.py", "--model", "qwen2.5-coder-0.5b-instruct", "--steps", "2"], r"^ratio"),
+    ("engine", "Rollout engine concurrency (512 episodes x 5 turns, 50 ms per call)",
+     ["benchmarks/engine_concurrency.py"], r"^\s+\d+ |^framework"),
+]  # fmt: skip
+
+
+def machine() -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines():
+            if line.startswith("Model name:"):
+                cpu = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return (f"{cpu}, {torch.get_num_threads()} torch threads, Python {platform.python_version()}, "
+            f"torch {torch.__version__}, {platform.system()} {platform.release()}")  # fmt: skip
+
+
+def run(args: list[str]) -> tuple[int, str, float]:
+    started = time.perf_counter()
+    done = subprocess.run([PY, *args], cwd=REPO, capture_output=True, text=True, check=False)
+    output = done.stdout + (f"\n[stderr tail]\n{_tail(done.stderr)}" if done.returncode else "")
+    return done.returncode, output, time.perf_counter() - started
+
+
+def _tail(text: str, lines: int = 30) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="+", choices=[key for key, *_ in RUNS], help="run these only")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    selected = [r for r in RUNS if not args.only or r[0] in args.only]
+    summary, sections, failed = [], [], 0
+    for key, title, command, headline in selected:
+        print(f"== {key}: {' '.join(command)}", flush=True)
+        code, output, seconds = run(command)
+        print(output, flush=True)
+        failed += code != 0
+        lines = [line.strip() for line in output.splitlines() if re.search(headline, line)] if code == 0 else []
+        summary.append(f"| {title} | {'<br>'.join(lines) if lines else f'FAILED (exit {code})'} |")
+        sections.append(
+            f"## {title}\n\n`python {' '.join(command)}` ({seconds / 60:.1f} min)\n\n```\n{output.strip()}\n```\n"
+        )
+    today = datetime.date.today().isoformat()
+    text = "\n".join([
+        "# Benchmark results", "",
+        f"Written by `benchmarks/write_results.py` (`make bench`) on {today}; machine: {machine()}.", "",
+        "Ratios are what to read: absolute numbers move with the load of a shared machine. Each benchmark's "
+        "docstring says what it measures and how the two sides are aligned.", "",
+        "| benchmark | headline |", "|---|---|", *summary, "", *sections,
+    ])  # fmt: skip
+    args.out.write_text(text)
+    print(f"wrote {args.out}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
