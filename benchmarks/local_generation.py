@@ -127,20 +127,24 @@ def logprob_drift(reference_model, outputs, temperature: float, count: int = 4) 
     return every.max().item(), every.mean().item()
 
 
-def matmul_peak_gflops(dtype: torch.dtype, repeats: int = 5) -> float:
-    """The machine's measured matmul rate in `dtype`: the best of [M, 1024] x [1024, 1024] GEMMs for M in 64, 256,
-    1024 (torch picks different kernels by shape; on CPUs without bf16 instructions the large-M bf16 one is far
-    slower than the small-M one, so one shape alone would understate the peak)."""
+def matmul_peak_gflops(model, rows: tuple[int, ...] = (32, 128, 512), repeats: int = 5) -> float:
+    """The machine's measured matmul rate for this model: the best `F.linear` rate over the model's own weight
+    shapes (one layer's, and the output layer's) at `rows` rows, in the model's dtype. torch picks kernels by shape
+    and dtype (on CPUs without bf16 instructions a square bf16 GEMM is ~20x slower than the model's shapes), so a
+    generic square GEMM would misstate what these weights can reach."""
+    shapes = {tuple(module.weight.shape) for module in model.modules() if isinstance(module, torch.nn.Linear)}
     best = 0.0
-    for rows in (64, 256, 1024):
-        a, b = torch.randn(rows, 1024, dtype=dtype), torch.randn(1024, 1024, dtype=dtype)
-        a @ b
-        fastest = float("inf")
-        for _ in range(repeats):
-            started = time.perf_counter()
-            a @ b
-            fastest = min(fastest, time.perf_counter() - started)
-        best = max(best, 2 * rows * 1024 * 1024 / fastest / 1e9)
+    for out_features, in_features in shapes:
+        weight = torch.randn(out_features, in_features, dtype=model.dtype)
+        for count in rows:
+            x = torch.randn(count, in_features, dtype=model.dtype)
+            torch.nn.functional.linear(x, weight)
+            fastest = float("inf")
+            for _ in range(repeats):
+                started = time.perf_counter()
+                torch.nn.functional.linear(x, weight)
+                fastest = min(fastest, time.perf_counter() - started)
+            best = max(best, 2 * count * in_features * out_features / fastest / 1e9)
     return best
 
 
@@ -241,7 +245,7 @@ def main(argv=None) -> None:
             f" logprob |diff| vs fp32 forward: max {drift[0]:.1e} mean {drift[1]:.1e})"
         )
     print(f"LocalModel stats: {local.stats}")
-    peak = matmul_peak_gflops(local.model.dtype)
+    peak = matmul_peak_gflops(local.model)
     achieved = statistics.median(rates)
     print(
         f"roofline: LocalModel ran {achieved:.1f} GFLOP/s of matmul work (median run) = {achieved / peak:.0%} of this "

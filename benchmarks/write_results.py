@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import platform
 import re
 import subprocess
@@ -27,8 +28,8 @@ PY = sys.executable
 RUNS = [
     ("generation-fp32", "LocalModel vs transformers `generate`, SmolLM2-135M, float32, 32 prompts x 64 tokens",
      ["benchmarks/local_generation.py"], r"^(sampled|greedy) |^roofline"),
-    ("generation-bf16", "LocalModel vs transformers `generate`, SmolLM2-135M, bfloat16, 16 prompts x 32 tokens",
-     ["benchmarks/local_generation.py", "--dtype", "bfloat16", "--num-prompts", "16", "--new-tokens", "32",
+    ("generation-bf16", "LocalModel vs transformers `generate`, SmolLM2-135M, bfloat16, 8 prompts x 16 tokens",
+     ["benchmarks/local_generation.py", "--dtype", "bfloat16", "--num-prompts", "8", "--new-tokens", "16",
       "--repeats", "1"], r"^(sampled|greedy) |^roofline"),
     ("grpo-smollm2", "GRPO step vs TRL GRPOTrainer, SmolLM2-135M",
      ["benchmarks/grpo_vs_trl.py"], r"^ratio"),
@@ -66,32 +67,48 @@ def _tail(text: str, lines: int = 30) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="+", choices=[key for key, *_ in RUNS], help="run these only")
+    parser.add_argument("--only", nargs="+", choices=[key for key, *_ in RUNS],
+                        help="run these only; the other sections keep their last results")  # fmt: skip
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    selected = [r for r in RUNS if not args.only or r[0] in args.only]
-    summary, sections, failed = [], [], 0
-    for key, title, command, headline in selected:
+    store = args.out.with_suffix(".json")  # every run's raw result, so --only can refresh a few sections
+    results = json.loads(store.read_text()) if store.exists() else {}
+    failed = 0
+    for key, _, command, _ in RUNS:
+        if args.only and key not in args.only:
+            continue
         print(f"== {key}: {' '.join(command)}", flush=True)
         code, output, seconds = run(command)
         print(output, flush=True)
         failed += code != 0
-        lines = [line.strip() for line in output.splitlines() if re.search(headline, line)] if code == 0 else []
-        summary.append(f"| {title} | {'<br>'.join(lines) if lines else f'FAILED (exit {code})'} |")
-        sections.append(
-            f"## {title}\n\n`python {' '.join(command)}` ({seconds / 60:.1f} min)\n\n```\n{output.strip()}\n```\n"
-        )
-    today = datetime.date.today().isoformat()
-    text = "\n".join([
-        "# Benchmark results", "",
-        f"Written by `benchmarks/write_results.py` (`make bench`) on {today}; machine: {machine()}.", "",
-        "Ratios are what to read: absolute numbers move with the load of a shared machine. Each benchmark's "
-        "docstring says what it measures and how the two sides are aligned.", "",
-        "| benchmark | headline |", "|---|---|", *summary, "", *sections,
-    ])  # fmt: skip
-    args.out.write_text(text)
+        results[key] = {"code": code, "output": output.strip(), "seconds": seconds,
+                        "date": datetime.date.today().isoformat(), "machine": machine()}  # fmt: skip
+    store.write_text(json.dumps(results, indent=1))
+    args.out.write_text(render(results))
     print(f"wrote {args.out}")
     return 1 if failed else 0
+
+
+def render(results: dict) -> str:
+    summary, sections = [], []
+    for key, title, command, headline in RUNS:
+        if key not in results:
+            continue
+        r = results[key]
+        lines = (
+            [line.strip() for line in r["output"].splitlines() if re.search(headline, line)] if not r["code"] else []
+        )
+        cell = "<br>".join(line.replace("|", "\\|") for line in lines) if lines else f"FAILED (exit {r['code']})"
+        summary.append(f"| {title} | {cell} |")
+        sections.append(f"## {title}\n\n`python {' '.join(command)}`: {r['seconds'] / 60:.1f} min on {r['date']}, "
+                        f"{r['machine']}\n\n```\n{r['output']}\n```\n")  # fmt: skip
+    return "\n".join([
+        "# Benchmark results", "",
+        "Written by `benchmarks/write_results.py` (`make bench`; raw results in `RESULTS.json`). Ratios are what to "
+        "read: absolute numbers move with the load of a shared machine. Each benchmark's docstring says what it "
+        "measures and how the two sides are aligned.", "",
+        "| benchmark | headline |", "|---|---|", *summary, "", *sections,
+    ])  # fmt: skip
 
 
 if __name__ == "__main__":
