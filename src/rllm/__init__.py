@@ -24,6 +24,7 @@ install_moved_module_finder()  # old module paths keep working for one release (
 _LAZY = {
     "AgentExecutionEngine": "rllm.engine.execution",
     "AgentTrainer": "rllm.training.trainer",
+    "SFTTrainer": "rllm.training.sft",
     "TrainConfig": "rllm.config",
     "load_config": "rllm.config",
     "AgentWorkflowEngine": "rllm.engine.workflow_engine",
@@ -54,6 +55,7 @@ __all__ = [
     "ModelOutput",
     "OpenAIClient",
     "PolicyError",
+    "SFTTrainer",
     "SamplingParams",
     "Step",
     "TerminationEvent",

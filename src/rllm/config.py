@@ -37,8 +37,8 @@ from rllm.models.base import SamplingParams
 
 __all__ = [
     "AlgorithmConfig", "ConfigError", "DataConfig", "LoraConfig", "ModelConfig", "OpenAIEndpointConfig", "OptimConfig",
-    "RoleAlgorithmConfig", "RolloutConfig", "TrainConfig", "TrainerConfig", "VLLMConfig", "config_help", "dump_config",
-    "load_config", "override_config",
+    "RoleAlgorithmConfig", "RolloutConfig", "SFTConfig", "TrainConfig", "TrainerConfig", "VLLMConfig", "config_help",
+    "dump_config", "load_config", "override_config",
 ]  # fmt: skip
 
 # Same string as `rllm.models.registry.DEFAULT_MODEL` (a test pins it); copied so this module imports no registry.
@@ -98,6 +98,9 @@ class ModelConfig(_Section):
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
     device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="Where the torch backend trains and the "
                         "local rollout model samples: cpu, or one GPU (cuda, cuda:N).")  # fmt: skip
+    init_from: str | None = Field(None, description="Start from the weights another run trained (its directory or "
+                                  "a checkpoint; LoRA merged in), e.g. GRPO after rllm sft; null: the base "
+                                  "model.")  # fmt: skip
 
 
 class VLLMConfig(_Section):
@@ -442,6 +445,33 @@ class DataConfig(_Section):
         return make(size, seed=seed, **extra, **self.task_args) if size else []
 
 
+class SFTConfig(_Section):
+    """Supervised fine-tuning (`rllm sft`, rllm.training.sft): what to train on. The rest of the config (model,
+    optim, trainer, rollout and data for validation) means what it means for `rllm train`."""
+
+    episodes: str | None = Field(None, description="A run directory or its episodes.jsonl (training or eval): "
+                                 "train on the sampled token ids of its kept trajectories.")  # fmt: skip
+    messages: str | None = Field(None, description="A JSONL of OpenAI-format conversations: {messages, tools?} "
+                                 "trains every assistant turn, {prompt, completion} the completion's.")  # fmt: skip
+    split: Literal["train", "val", "eval"] | None = Field(None, description="episodes: keep this split only; null: "
+                                                          "all.")  # fmt: skip
+    roles: list[str] | None = Field(None, description="episodes: keep trajectories with these names (roles); null: "
+                                    "all.")  # fmt: skip
+    correct_only: bool = Field(True, description="episodes: keep successful trajectories only (is_correct, else "
+                               "reward > 0).")  # fmt: skip
+    min_reward: float | None = Field(None, description="episodes: keep trajectories with reward >= this; null: off.")
+    task_pass_rate: Literal["any", "mixed"] = Field("any", description="episodes: mixed keeps tasks with 0 < pass "
+                                                    "rate < 1 over their episodes (rejection sampling).")  # fmt: skip
+    max_per_task: int | None = Field(None, ge=1, description="episodes: keep at most this many trajectories a task "
+                                     "(first in file order); null: all.")  # fmt: skip
+    epochs: int = Field(1, ge=1, description="Passes over the data; the run's steps = ceil(epochs * rows / "
+                        "batch_size) (trainer.total_steps is not used).")  # fmt: skip
+    batch_size: int = Field(16, ge=1, description="Rows per optimizer step (split into optim.micro_batch_size).")
+    max_length: int = Field(2048, ge=2, description="Longest row in tokens (prompt and every turn).")
+    overlong: Literal["error", "truncate", "drop"] = Field("error", description="A longer row: error (with counts), "
+                                                           "truncate (keep its first tokens) or drop it.")  # fmt: skip
+
+
 class TrainConfig(_Section):
     """Everything `rllm train` needs, one section per concern."""
 
@@ -456,6 +486,7 @@ class TrainConfig(_Section):
     )
     data: DataConfig = Field(default_factory=DataConfig, description="Which tasks to train and validate on.")
     verl: VerlConfig = Field(default_factory=VerlConfig, description="The verl backend (trainer.backend: verl).")
+    sft: SFTConfig = Field(default_factory=SFTConfig, description="Supervised fine-tuning data (rllm sft).")
     agent_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the agent class.")
     env_args: dict[str, Any] = Field(default_factory=dict, description="Defaults for every env (a task's own "
                                      "fields win).")  # fmt: skip
@@ -498,6 +529,9 @@ class TrainConfig(_Section):
                              "(rollout.vllm.dtype) and drop rollout.dtype")  # fmt: skip
         if trainer.backend != "verl":
             return
+        if self.model.init_from is not None:
+            raise ValueError("model.init_from seeds the torch backend only: the verl backend's workers load "
+                             "model.name; use trainer.backend=torch")  # fmt: skip
         if self.rollout.dtype is not None:
             raise ValueError("rollout.dtype: the verl backend's rollouts run on a vLLM server; set "
                              "rollout.vllm.dtype and drop rollout.dtype")  # fmt: skip

@@ -7,7 +7,8 @@ the config's validation split (`data.val_size` rows from `data.val_seed`), each 
 the validation sampling (`rollout.val_temperature`, seeded by `trainer.seed`), played by the workflow training
 would use (`rllm.workflows.resolve.workflow_for_config`). The model is `rollout.server`'s:
 
-- `local`: the embedded model or local folder `model.name` (`LocalModel`, `model.dtype`);
+- `local`: the embedded model or local folder `model.name` (`LocalModel`, `model.dtype`), with another run's trained
+  weights when `model.init_from` names one (`rllm.training.init_from`);
 - `vllm`: a vLLM server on `model.name`'s folder, started for the run (or attached: `rollout.vllm.base_url`),
   token-in/token-out with the model's own tokenizer;
 - `openai`: any OpenAI-compatible endpoint (`rollout.openai.base_url`, `.model`, `.tokenizer`, `.api_key_env`).
@@ -87,6 +88,9 @@ def make_eval_model(config: TrainConfig, run_dir: Path) -> Any:
                             api_key=os.environ.get(rollout.openai.api_key_env), tokenizer=rollout.openai.tokenizer,
                             max_connections=max(rollout.n_parallel, 8))  # fmt: skip
     if rollout.server == "vllm":
+        if config.model.init_from:
+            raise ConfigError("model.init_from: rllm eval serves model.name's folder with vLLM as it is; evaluate "
+                              "another run's weights with rollout.server=local")  # fmt: skip
         from rllm.models import registry
         from rllm.models.vllm_rollout import VLLMRolloutClient
         from rllm.models.vllm_server import VLLMServer
@@ -97,6 +101,16 @@ def make_eval_model(config: TrainConfig, run_dir: Path) -> Any:
                                  owns_server=owns, max_connections=max(rollout.n_parallel, 8))  # fmt: skip
     from rllm.models.local import LocalModel
 
+    if config.model.init_from:  # another run's trained weights (rllm.training.init_from)
+        import torch
+
+        from rllm.models import registry
+        from rllm.training.init_from import apply_init_weights
+
+        model = registry.load_causal_lm(config.model.name, dtype="float32", device=config.model.device)
+        apply_init_weights(model, config.model.init_from)  # merged in float32, then cast to model.dtype
+        return LocalModel(model.to(getattr(torch, config.model.dtype)), registry.load_tokenizer(config.model.name),
+                          seed=config.trainer.seed, max_batch_size=rollout.n_parallel)  # fmt: skip
     return LocalModel.from_pretrained(config.model.name, dtype=config.model.dtype, seed=config.trainer.seed,
                                       max_batch_size=rollout.n_parallel)  # fmt: skip
 

@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 SPLITS = ("train", "val", "eval")
+TRAINING_KINDS = ("train", "sft")  # manifest kinds of runs that train (and so resume)
 _FIRST_FILES = {"manifest.json", "config.yaml", "metrics.jsonl", "episodes.jsonl", "tensorboard", "checkpoints"}
 
 
@@ -95,15 +96,15 @@ def versions() -> dict[str, str]:
 def is_unstarted_train_run(path: str | os.PathLike) -> bool:
     """Whether `path` is a training run directory stopped before its first checkpoint: it holds nothing but what a
     training run writes before that (manifest, config, logs, TensorBoard events, a checkpoints folder with no step
-    in it) and its manifest, where it can be read (a kill may have torn it), says `train`. A mistyped path, a folder
-    of runs or an eval run is not one."""
+    in it) and its manifest, where it can be read (a kill may have torn it), says a training kind (`train`, `sft`).
+    A mistyped path, a folder of runs or an eval run is not one."""
     path = Path(path)
     if not path.is_dir() or any(entry.name not in _FIRST_FILES for entry in path.iterdir()):
         return False
     if any((path / "checkpoints").glob("step_*")):
         return False
     try:
-        return json.loads((path / "manifest.json").read_text(encoding="utf-8")).get("kind") == "train"
+        return json.loads((path / "manifest.json").read_text(encoding="utf-8")).get("kind") in TRAINING_KINDS
     except (OSError, ValueError, AttributeError):  # not written yet, or torn
         return True
 

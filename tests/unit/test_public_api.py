@@ -20,6 +20,7 @@ PINNED_API = [
     "ModelOutput",
     "OpenAIClient",
     "PolicyError",
+    "SFTTrainer",
     "SamplingParams",
     "Step",
     "TerminationEvent",

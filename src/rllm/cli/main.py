@@ -3,6 +3,7 @@
 rllm eval frozenlake data.val_size=16            # the embedded model on a CPU
 rllm eval configs/math_grpo.yaml rollout.server=openai rollout.openai.base_url=URL   # any endpoint
 rllm train configs/frozenlake_grpo.yaml trainer.total_steps=20   # RL on the embedded model
+rllm sft configs/arithmetic_sft.yaml sft.episodes=runs/eval-...    # supervised fine-tuning on a run's successes
 rllm fetch qwen2.5-coder-0.5b-instruct           # download + verify + convert an embedded model
 rllm serve gateway --upstream URL --model NAME --tokenizer NAME   # OpenAI-compatible gateway, exact token ids
 rllm swe build --out tasks.jsonl                 # SWE tasks from PyPI sdists (mutations, hidden tests)
@@ -16,6 +17,7 @@ import sys
 from rllm.cli import eval as eval_cmd
 from rllm.cli import fetch as fetch_cmd
 from rllm.cli import serve as serve_cmd
+from rllm.cli import sft as sft_cmd
 from rllm.cli import swe as swe_cmd
 from rllm.cli import train as train_cmd
 
@@ -28,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     eval_cmd.add_parser(sub)
     fetch_cmd.add_parser(sub)
     serve_cmd.add_parser(sub)
+    sft_cmd.add_parser(sub)
     swe_cmd.add_parser(sub)
     train_cmd.add_parser(sub)
     return parser

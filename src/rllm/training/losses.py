@@ -25,6 +25,7 @@ __all__ = [
     "entropy_from_logits",
     "kl_penalty",
     "policy_loss",
+    "sft_loss",
     "token_logprobs",
     "value_loss",
 ]
@@ -291,6 +292,12 @@ def _off_policy_mask(logprobs: Tensor, old_logprobs: Tensor, behaviour_logprobs:
     )
     metrics.pop("nonfinite_tokens")  # non-finite tokens were masked above: the backend counts them
     return mask * keep.to(mask.dtype), weights if decoupled else None, metrics
+
+
+def sft_loss(logprobs: Tensor, mask: Tensor) -> Tensor:
+    """Supervised fine-tuning: the mean negative log-likelihood of the masked tokens (`token-mean`, as TRL's
+    `SFTTrainer` reduces it: every trained token of the batch weighs the same)."""
+    return aggregate(-logprobs, mask, "token-mean")
 
 
 def masked_token_mean(values: Tensor, mask: Tensor) -> float:

@@ -84,6 +84,8 @@ _TIME_KEYS = ("time_", "tokens_per_s", "train_time_s", "wall")  # metrics that d
 
 
 class AgentTrainer:
+    run_kind = "train"  # the run directory's manifest kind (rllm.training.sft.SFTTrainer: "sft")
+
     def __init__(
         self,
         *,
@@ -186,8 +188,7 @@ class AgentTrainer:
                     self._save()  # the loop's last step is saved once, after it (with the final validation)
                 if pipeline is not None and step < stop:
                     pipeline.release()  # the next rollouts start on the weights just pushed (and validated)
-                bar.set_postfix(reward=f"{metrics['reward_mean']:.2f}",
-                                val=f"{self.val_history[-1]['success_rate']:.2f}")  # fmt: skip
+                bar.set_postfix(self._progress_postfix(metrics))
                 bar.update()
         except BaseException:
             if pipeline is not None:
@@ -197,6 +198,9 @@ class AgentTrainer:
             await pipeline.close(settle=True)
         bar.close()
         return metrics
+
+    def _progress_postfix(self, metrics: dict[str, Any]) -> dict[str, str]:
+        return {"reward": f"{metrics['reward_mean']:.2f}", "val": f"{self.val_history[-1]['success_rate']:.2f}"}
 
     async def _rollout(self, step: int) -> StepRollouts:
         """Step `step`'s episodes (and ReMax's greedy baselines) from the rollout model as it is now."""
@@ -364,9 +368,11 @@ class AgentTrainer:
 
     def _new_run_dir(self) -> None:
         cfg = self.config
-        self.run_dir = create_run_dir(cfg.trainer.run_dir, cfg.trainer.name, "train", cfg.data.task,
-                                      cfg.algorithm.advantage)  # fmt: skip
-        write_manifest(self.run_dir, "train", cfg)
+        self.run_dir = create_run_dir(cfg.trainer.run_dir, cfg.trainer.name, *self._run_name_parts())
+        write_manifest(self.run_dir, self.run_kind, cfg)
+
+    def _run_name_parts(self) -> tuple[str, ...]:
+        return ("train", self.config.data.task, self.config.algorithm.advantage)
 
     def _restart_run_dir(self, run_dir: Path) -> None:
         """`--resume` of a run killed before its first checkpoint: it starts over in its own directory, what it
@@ -374,7 +380,7 @@ class AgentTrainer:
         self.run_dir = run_dir
         for name in ("metrics.jsonl", "episodes.jsonl"):
             (run_dir / name).unlink(missing_ok=True)
-        write_manifest(run_dir, "train", self.config)
+        write_manifest(run_dir, self.run_kind, self.config)
 
     async def _close_rollout(self) -> None:
         if getattr(self, "rollout_model", None) is not None:

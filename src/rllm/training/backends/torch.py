@@ -50,7 +50,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -65,7 +65,7 @@ from rllm.training.backends.torch_model import (
     plain_state_name,
 )
 from rllm.training.batch import TrainingRow, collate, nonfinite_tokens, split_micro_batches
-from rllm.training.losses import actor_loss, masked_token_mean, value_loss
+from rllm.training.losses import actor_loss, masked_token_mean, sft_loss, value_loss
 from rllm.training.off_policy import merge_mismatch_sums, mismatch_metrics, mismatch_sums
 
 __all__ = ["TorchBackend"]
@@ -80,8 +80,9 @@ class TorchBackend:
     def __init__(self, model_config: ModelConfig, algorithm: AlgorithmConfig, optim: OptimConfig, *,
                  total_steps: int, seed: int = 0, device: str = "cpu", model: Any = None, tokenizer: Any = None,
                  gather_logits: bool = True) -> None:  # fmt: skip
-        """Loads the model/tokenizer from `model_config.name` through the registry unless given. `gather_logits`
-        False computes full `[B, L, V]` logits (for measurements and as a cross-check)."""
+        """Loads the model/tokenizer from `model_config.name` through the registry unless given (a given model is
+        trained in place, and takes `model_config.init_from`'s weights in place). `gather_logits` False computes
+        full `[B, L, V]` logits (for measurements and as a cross-check)."""
         from rllm.models import registry
 
         self.model_config, self.algorithm, self.optim = model_config, algorithm, optim
@@ -95,6 +96,10 @@ class TorchBackend:
         if model is None:
             model = registry.load_causal_lm(model_config.name, dtype="float32", device=device)
         model = model.to(device=self.device, dtype=torch.float32)  # fp32 master weights, bf16 or not
+        if model_config.init_from:  # another run's trained weights become the base (rllm.training.init_from)
+            from rllm.training.init_from import apply_init_weights
+
+            apply_init_weights(model, model_config.init_from)
         self.autocast_dtype = torch.bfloat16 if model_config.dtype == "bfloat16" else None
         if model_config.gradient_checkpointing:
             # Non-reentrant: correct with frozen inputs (LoRA) without enable_input_require_grads().
@@ -149,9 +154,10 @@ class TorchBackend:
         chunks = split_micro_batches([rows[i] for i in indices], self.optim.micro_batch_size)
         return [[slots[id(row)].pop(0) for row in chunk] for chunk in chunks]
 
-    def _units(self, mask: Tensor) -> int:
-        """What `loss_agg` averages over: loss tokens (token-mean) or rows holding a loss token (seq-mean-*)."""
-        if self.algorithm.loss_agg == "token-mean":
+    def _units(self, mask: Tensor, objective: str) -> int:
+        """What the loss averages over: loss tokens (token-mean, and always for sft) or rows holding a loss token
+        (seq-mean-*)."""
+        if self.algorithm.loss_agg == "token-mean" or objective == "sft":
             return int(mask.sum().item())
         return int((mask.sum(-1) > 0).sum().item())
 
@@ -205,10 +211,12 @@ class TorchBackend:
 
     # ------------------------------------------------------------ the update
 
-    def update(self, rows: Sequence[TrainingRow], *, temperature: float,
-               norm_length: int | None = None) -> dict[str, float]:  # fmt: skip
+    def update(self, rows: Sequence[TrainingRow], *, temperature: float, norm_length: int | None = None,
+               objective: Literal["policy", "sft"] = "policy") -> dict[str, float]:  # fmt: skip
         """One PPO update on `rows`; returns metrics averaged over its optimizer steps (token counts summed).
         `temperature` must be the rollout's (0, greedy, means 1: greedy rollouts report temperature-1 logprobs).
+        `objective="sft"` trains the same way on `losses.sft_loss` instead (the rows' loss masks; advantages and
+        sampling log-probs unused): supervised fine-tuning (`rllm.training.sft`).
 
         `ppo_epochs` passes over the rows, each shuffled by the backend's seeded generator into `mini_batches`
         mini-batches, one optimizer step each. A mini-batch's gradient is accumulated exactly over micro-batches:
@@ -232,15 +240,20 @@ class TorchBackend:
                 mismatch = None
                 for index, mini_batch in enumerate(plan):
                     batches = [self._collate([rows[i] for i in c]) for c in self._micro_batches(rows, mini_batch)]
-                    units = [self._units(batch["target_mask"]) for batch in batches]
+                    units = [self._units(batch["target_mask"], objective) for batch in batches]
                     tokens = [int(batch["target_mask"].sum()) for batch in batches]
                     self.optimizer.zero_grad(set_to_none=True)
                     for batch, unit, count in zip(batches, units, tokens, strict=True):
                         log.count_tokens(float(batch["attention_mask"].sum()), float(batch["target_mask"].sum()))
                         if unit == 0:
                             continue
-                        loss, losses, token_means, logprobs = self._loss(batch, temperature, norm_length)
-                        if index == 0:  # before the first optimizer step: the trainer's view of the sampled tokens
+                        if objective == "sft":
+                            loss, losses, token_means = self._sft_loss(batch, temperature)
+                        else:
+                            loss, losses, token_means, logprobs = self._loss(batch, temperature, norm_length)
+                        if (
+                            index == 0 and objective != "sft"
+                        ):  # before the first optimizer step: the trainer's view of the sampled tokens
                             mismatch = merge_mismatch_sums(mismatch, mismatch_sums(
                                 logprobs, batch["target_old_logprobs"], batch["target_mask"],
                                 threshold=algo.off_policy.mismatch_threshold))  # fmt: skip
@@ -258,7 +271,8 @@ class TorchBackend:
         finally:
             self.model.eval()
         self.updates += 1
-        log.add({"off_policy/nonfinite_tokens": nonfinite_tokens(rows)})
+        if objective != "sft":  # sampling log-probs: only what was sampled has them
+            log.add({"off_policy/nonfinite_tokens": nonfinite_tokens(rows)})
         return {**log.metrics(time.perf_counter() - started), **mismatch_metrics(mismatch)}
 
     def _loss(self, batch: dict[str, Tensor], temperature: float,
@@ -295,6 +309,15 @@ class TorchBackend:
             token_means.update(value_clip_fraction=v["value_clip_fraction"].item(),
                                value_mean=masked_token_mean(values, mask))  # fmt: skip
         return loss, losses, token_means, logprobs.detach()
+
+    def _sft_loss(self, batch: dict[str, Tensor], temperature: float) -> tuple[Tensor, dict[str, float],
+                                                                                dict[str, float]]:  # fmt: skip
+        """A micro-batch's supervised loss (mean NLL of its masked tokens), and its entropy for the log."""
+        mask = batch["target_mask"]
+        positions = mask > 0
+        out = self._forward(batch, positions, temperature, entropy=True, entropy_grad=False)
+        loss = sft_loss(_scatter(out.logprobs, positions), mask)
+        return loss, {"loss": loss.item()}, {"entropy": float(out.entropy.mean()) if out.entropy.numel() else 0.0}
 
     @contextlib.contextmanager
     def _dropout_rng(self) -> Iterator[None]:

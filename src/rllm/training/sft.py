@@ -1,0 +1,116 @@
+"""`SFTTrainer`: supervised fine-tuning on the same rows, backend, checkpoints and run directory as RL.
+
+    rllm sft configs/arithmetic_sft.yaml sft.episodes=runs/eval-arithmetic-...        # successes of an eval run
+    rllm sft configs/arithmetic_sft.yaml sft.messages=data.jsonl sft.episodes=null    # TRL-style conversations
+    SFTTrainer(config=load_config(path)).train()
+
+Choices:
+- One config tree: `rllm sft` reads the config `rllm train` reads. The `sft` section names the data (a run's
+  episodes, or a JSONL of messages; `rllm.training.sft_data`) and its filters, epochs, batch size and length limit;
+  `model`, `optim`, `trainer` (seed, save_every, val_every, stop_after, resume, run_dir, name) and validation
+  (`data.task`, `data.val_size`, `rollout.val_*`) keep their meaning. The `algorithm` section is not used: the run
+  records it as reset to its defaults (advantage reinforce), and `trainer.total_steps` as the computed step count.
+- A step is one optimizer step on `sft.batch_size` rows, drawn like RL's tasks (`TaskSampler`: seeded shuffles
+  epoch after epoch, a position that a checkpoint saves), so a killed run resumes exactly where it stopped;
+  `ceil(epochs * rows / batch_size)` steps in all. The loss is the mean negative log-likelihood of every trained
+  token in the step (`losses.sft_loss`; token-mean over the whole batch, exactly accumulated over micro-batches).
+- Validation runs the task's episodes before and after training (and every `trainer.val_every` steps), with the
+  weights pushed to the rollout model first: the same numbers `rllm train` reports. `data.val_size=0` skips it.
+- The torch backend only (`trainer.backend: torch`); no asynchronous mode (there is nothing to roll out).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from rllm.config import AlgorithmConfig, ConfigError, TrainConfig, override_config
+from rllm.runs import RunLog, write_json
+from rllm.training.batch import TrainingRow
+from rllm.training.sft_data import read_jsonl, rows_from_messages, rows_from_trajectories, select_trajectories
+from rllm.training.trainer import AgentTrainer
+
+__all__ = ["SFTTrainer", "load_sft_rows"]
+
+
+class SFTTrainer(AgentTrainer):
+    run_kind = "sft"
+
+    def __init__(self, *, config: TrainConfig, rows: list[TrainingRow] | None = None, model: Any = None,
+                 tokenizer: Any = None, progress: bool = True, **workflow: Any) -> None:  # fmt: skip
+        """`rows` replaces the data the `sft` section names; `workflow` (workflow_class, agent_class, ...) and
+        `val_dataset` are AgentTrainer's, for validation."""
+        if config.trainer.backend != "torch":
+            raise ConfigError("rllm sft trains on the torch backend only: set trainer.backend=torch")
+        if tokenizer is None:
+            from rllm.models.registry import load_tokenizer
+
+            tokenizer = load_tokenizer(config.model.name)
+        self.data_stats: dict[str, int] = {}
+        if rows is None:
+            rows, self.data_stats = load_sft_rows(config, tokenizer)
+        if not rows:
+            raise ConfigError("SFTTrainer got no rows to train on")
+        steps = math.ceil(config.sft.epochs * len(rows) / config.sft.batch_size)
+        working = config.model_copy(update={"algorithm": AlgorithmConfig(advantage="reinforce")})
+        working = override_config(working, [f"trainer.total_steps={steps}", "rollout.max_staleness=0"],
+                                  "rllm sft")  # fmt: skip
+        super().__init__(config=working, train_dataset=rows, model=model, tokenizer=tokenizer, progress=progress,
+                         **workflow)  # fmt: skip
+
+    def _run_name_parts(self) -> tuple[str, ...]:
+        source = self.config.sft.messages or self.config.sft.episodes or "rows"
+        return ("sft", Path(source).stem or Path(source).name)
+
+    async def _train(self) -> dict[str, Any]:
+        result = await super()._train()
+        result["data"] = self.data_stats
+        write_json(self.run_dir / "result.json", result)
+        return result
+
+    def setup(self) -> None:
+        super().setup()
+        if self.data_stats and not (self.run_dir / "sft_data.json").exists():
+            write_json(self.run_dir / "sft_data.json", self.data_stats)
+
+    async def _rollout(self, step: int) -> list[TrainingRow]:
+        return self.sampler.take(self.config.sft.batch_size)
+
+    async def _train_step(self, step: int, log: RunLog, rows: list[TrainingRow], **_: Any) -> dict[str, Any]:
+        started = time.perf_counter()
+        update = self.backend.update(rows, temperature=1.0, objective="sft")
+        metrics = {**update, "rows": len(rows), "epoch": self.sampler.position / len(self.train_dataset),
+                   "time_update_s": time.perf_counter() - started}  # fmt: skip
+        log.log(step, metrics)
+        self._check_finite(step, update, [])
+        return metrics
+
+    async def _validate(self, log: RunLog, step: int) -> dict[str, float]:
+        if self.val_dataset and self.backend.updates:  # sample from the trained weights (shared model: a version bump)
+            self.backend.push_weights(self.rollout_model)
+        return await super()._validate(log, step)
+
+    def _progress_postfix(self, metrics: dict[str, Any]) -> dict[str, str]:
+        return {"loss": f"{metrics.get('loss', float('nan')):.3f}",
+                "val": f"{self.val_history[-1]['success_rate']:.2f}"}  # fmt: skip
+
+
+def load_sft_rows(config: TrainConfig, tokenizer: Any) -> tuple[list[TrainingRow], dict[str, int]]:
+    """The rows `config.sft` names (exactly one of `episodes` and `messages`), filtered and length-checked."""
+    from rllm.runs import read_episode_records
+
+    sft = config.sft
+    if (sft.episodes is None) == (sft.messages is None):
+        raise ConfigError("rllm sft needs exactly one data source: sft.episodes (a run directory or its "
+                          "episodes.jsonl) or sft.messages (a JSONL of conversations)")  # fmt: skip
+    if sft.messages is not None:
+        return rows_from_messages(read_jsonl(sft.messages), tokenizer, max_length=sft.max_length,
+                                  overlong=sft.overlong)  # fmt: skip
+    pairs, stats = select_trajectories(
+        read_episode_records(sft.episodes), split=sft.split, roles=sft.roles, correct_only=sft.correct_only,
+        min_reward=sft.min_reward, task_pass_rate=sft.task_pass_rate, max_per_task=sft.max_per_task,
+    )  # fmt: skip
+    rows, row_stats = rows_from_trajectories(pairs, max_length=sft.max_length, overlong=sft.overlong)
+    return rows, {**stats, **row_stats}
