@@ -36,9 +36,9 @@ from rllm.errors import RllmError
 from rllm.models.base import SamplingParams
 
 __all__ = [
-    "AlgorithmConfig", "ConfigError", "DataConfig", "LoraConfig", "ModelConfig", "OpenAIEndpointConfig", "OptimConfig",
-    "RoleAlgorithmConfig", "RolloutConfig", "SFTConfig", "TrainConfig", "TrainerConfig", "VLLMConfig", "config_help",
-    "dump_config", "load_config", "override_config",
+    "AlgorithmConfig", "ConfigError", "DPOConfig", "DataConfig", "LoraConfig", "ModelConfig", "OpenAIEndpointConfig",
+    "OptimConfig", "RFTConfig", "RoleAlgorithmConfig", "RolloutConfig", "SFTConfig", "TrainConfig", "TrainerConfig",
+    "VLLMConfig", "config_help", "dump_config", "load_config", "override_config",
 ]  # fmt: skip
 
 # Same string as `rllm.models.registry.DEFAULT_MODEL` (a test pins it); copied so this module imports no registry.
@@ -445,18 +445,30 @@ class DataConfig(_Section):
         return make(size, seed=seed, **extra, **self.task_args) if size else []
 
 
-class SFTConfig(_Section):
-    """Supervised fine-tuning (`rllm sft`, rllm.training.sft): what to train on. The rest of the config (model,
-    optim, trainer, rollout and data for validation) means what it means for `rllm train`."""
+class _OfflineConfig(_Section):
+    """What `rllm sft` and `rllm dpo` share: a run's episodes as data, and epochs, batches and the length limit."""
 
     episodes: str | None = Field(None, description="A run directory or its episodes.jsonl (training or eval): "
-                                 "train on the sampled token ids of its kept trajectories.")  # fmt: skip
-    messages: str | None = Field(None, description="A JSONL of OpenAI-format conversations: {messages, tools?} "
-                                 "trains every assistant turn, {prompt, completion} the completion's.")  # fmt: skip
+                                 "train on the sampled token ids of its trajectories.")  # fmt: skip
     split: Literal["train", "val", "eval"] | None = Field(None, description="episodes: keep this split only; null: "
                                                           "all.")  # fmt: skip
     roles: list[str] | None = Field(None, description="episodes: keep trajectories with these names (roles); null: "
                                     "all.")  # fmt: skip
+    epochs: int = Field(1, ge=1, description="Passes over the data; the run's steps = ceil(epochs * examples / "
+                        "batch_size) (trainer.total_steps is not used).")  # fmt: skip
+    batch_size: int = Field(16, ge=1, description="Examples (sft: rows, dpo: pairs) per optimizer step, split into "
+                            "optim.micro_batch_size rows.")  # fmt: skip
+    max_length: int = Field(2048, ge=2, description="Longest row in tokens (prompt and every turn).")
+    overlong: Literal["error", "truncate", "drop"] = Field("error", description="A longer row: error (with counts), "
+                                                           "truncate (keep its first tokens) or drop it.")  # fmt: skip
+
+
+class SFTConfig(_OfflineConfig):
+    """Supervised fine-tuning (`rllm sft`, rllm.training.sft): what to train on. The rest of the config (model,
+    optim, trainer, rollout and data for validation) means what it means for `rllm train`."""
+
+    messages: str | None = Field(None, description="A JSONL of OpenAI-format conversations: {messages, tools?} "
+                                 "trains every assistant turn, {prompt, completion} the completion's.")  # fmt: skip
     correct_only: bool = Field(True, description="episodes: keep successful trajectories only (is_correct, else "
                                "reward > 0).")  # fmt: skip
     min_reward: float | None = Field(None, description="episodes: keep trajectories with reward >= this; null: off.")
@@ -464,12 +476,31 @@ class SFTConfig(_Section):
                                                     "rate < 1 over their episodes (rejection sampling).")  # fmt: skip
     max_per_task: int | None = Field(None, ge=1, description="episodes: keep at most this many trajectories a task "
                                      "(first in file order); null: all.")  # fmt: skip
-    epochs: int = Field(1, ge=1, description="Passes over the data; the run's steps = ceil(epochs * rows / "
-                        "batch_size) (trainer.total_steps is not used).")  # fmt: skip
-    batch_size: int = Field(16, ge=1, description="Rows per optimizer step (split into optim.micro_batch_size).")
-    max_length: int = Field(2048, ge=2, description="Longest row in tokens (prompt and every turn).")
-    overlong: Literal["error", "truncate", "drop"] = Field("error", description="A longer row: error (with counts), "
-                                                           "truncate (keep its first tokens) or drop it.")  # fmt: skip
+
+
+class DPOConfig(_OfflineConfig):
+    """Direct preference optimisation (`rllm dpo`, rllm.training.dpo): pairs and loss. The rest of the config means
+    what it means for `rllm train`."""
+
+    preferences: str | None = Field(None, description="A JSONL of TRL preference records: {prompt, chosen, "
+                                    "rejected} as lists of messages (tools optional).")  # fmt: skip
+    max_pairs_per_task: int = Field(1, ge=1, description="episodes: pairs a task (and role) gives at most: its "
+                                    "successes and failures matched in file order.")  # fmt: skip
+    loss: Literal["sigmoid", "ipo", "hinge"] = Field("sigmoid", description="DPO loss: sigmoid (DPO), ipo "
+                                                     "(per-token log-ratios, as TRL), hinge (SLiC).")  # fmt: skip
+    beta: float = Field(0.1, gt=0, description="Strength of the pull towards the reference (IPO's tau).")
+    reference: Literal["precomputed", "live"] = Field("precomputed", description="Reference log-probs: computed "
+                                                      "once before training from the starting weights, or live "
+                                                      "every step with the LoRA adapters off (LoRA only).")  # fmt: skip
+
+
+class RFTConfig(_Section):
+    """Rejection-sampling fine-tuning (`rllm rft`, rllm.training.rft): the attempts it samples before its SFT."""
+
+    attempts: int = Field(4, ge=2, description="Sampled attempts a training task (the pass rate's denominator).")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the attempts.")
+    tasks: int | None = Field(None, ge=1, description="Attempt the first this many training tasks; null: all "
+                              "(data.train_size).")  # fmt: skip
 
 
 class TrainConfig(_Section):
@@ -487,6 +518,8 @@ class TrainConfig(_Section):
     data: DataConfig = Field(default_factory=DataConfig, description="Which tasks to train and validate on.")
     verl: VerlConfig = Field(default_factory=VerlConfig, description="The verl backend (trainer.backend: verl).")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Supervised fine-tuning data (rllm sft).")
+    dpo: DPOConfig = Field(default_factory=DPOConfig, description="Preference pairs and the DPO loss (rllm dpo).")
+    rft: RFTConfig = Field(default_factory=RFTConfig, description="The attempts of rejection sampling (rllm rft).")
     agent_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the agent class.")
     env_args: dict[str, Any] = Field(default_factory=dict, description="Defaults for every env (a task's own "
                                      "fields win).")  # fmt: skip

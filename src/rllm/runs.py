@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 SPLITS = ("train", "val", "eval")
-TRAINING_KINDS = ("train", "sft")  # manifest kinds of runs that train (and so resume)
+TRAINING_KINDS = ("train", "sft", "dpo")  # manifest kinds of runs that train (and so resume)
 _FIRST_FILES = {"manifest.json", "config.yaml", "metrics.jsonl", "episodes.jsonl", "tensorboard", "checkpoints"}
 
 
@@ -96,8 +96,8 @@ def versions() -> dict[str, str]:
 def is_unstarted_train_run(path: str | os.PathLike) -> bool:
     """Whether `path` is a training run directory stopped before its first checkpoint: it holds nothing but what a
     training run writes before that (manifest, config, logs, TensorBoard events, a checkpoints folder with no step
-    in it) and its manifest, where it can be read (a kill may have torn it), says a training kind (`train`, `sft`).
-    A mistyped path, a folder of runs or an eval run is not one."""
+    in it) and its manifest, where it can be read (a kill may have torn it), says a training kind (`train`, `sft`,
+    `dpo`). A mistyped path, a folder of runs or an eval run is not one."""
     path = Path(path)
     if not path.is_dir() or any(entry.name not in _FIRST_FILES for entry in path.iterdir()):
         return False

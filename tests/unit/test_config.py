@@ -195,7 +195,7 @@ def test_configs_are_shipped():
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_every_shipped_config_loads_and_names_its_command(path):
     first_line = path.read_text().splitlines()[0]
-    assert re.match(rf"# rllm (train|sft) configs/{re.escape(path.name)}", first_line), first_line
+    assert re.match(rf"# rllm (train|sft|dpo|rft) configs/{re.escape(path.name)}", first_line), first_line
     load_config(path)
 
 

@@ -11,6 +11,7 @@ PINNED_API = [
     "BaseAgent",
     "BaseEnv",
     "ChatRenderer",
+    "DPOTrainer",
     "Episode",
     "FakeModel",
     "InfraError",

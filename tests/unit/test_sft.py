@@ -15,7 +15,7 @@ from rllm.models.registry import build_tiny_model
 from rllm.runs import load_metrics
 from rllm.training.backends.torch import TorchBackend
 from rllm.training.sft import SFTTrainer
-from rllm.training.sft_data import export_trl, rows_from_messages
+from rllm.training.sft_data import TrainingDataError, export_trl, rows_from_messages
 
 
 def _records(n: int) -> list[dict]:
@@ -130,3 +130,32 @@ def test_sft_config_errors_name_the_fix(tmp_path, smollm2_tokenizer):
         SFTTrainer(config=load_config(None, []), tokenizer=smollm2_tokenizer)
     with pytest.raises(ConfigError, match="torch backend only"):
         SFTTrainer(config=load_config(None, ["trainer.backend=verl"]), tokenizer=smollm2_tokenizer)
+
+
+def test_every_sft_key_reaches_the_rows(tmp_path, smollm2_tokenizer):
+    """The config's filters and limits, through `load_sft_rows` (what `rllm sft` calls), on a run directory."""
+    from rllm.runs import RunLog
+    from rllm.training.sft import load_sft_rows
+    from tests.unit.test_sft_data import _episode
+
+    (tmp_path / "run").mkdir()
+    log = RunLog(tmp_path / "run")
+    log.log_episodes(1, [_episode("a", 0, 1.0, name="solver"), _episode("a", 1, 0.0, name="solver"),
+                         _episode("a", 2, 0.5, name="solver", turns=3), _episode("b", 0, 1.0, name="judge")],
+                     "train")  # fmt: skip
+    log.log_episodes(1, [_episode("c", 0, 1.0, name="solver")], "val")
+    log.close()
+
+    def load(*keys):
+        config = load_config(None, [f"sft.episodes={tmp_path / 'run'}", *keys])
+        return load_sft_rows(config, smollm2_tokenizer)
+
+    rows, stats = load("sft.split=train", "sft.roles=[solver]", "sft.min_reward=0.5", "sft.task_pass_rate=mixed",
+                       "sft.max_per_task=1")  # fmt: skip
+    assert [r.episode_id for r in rows] == ["a:0"] and stats["after_roles"] == 3 and stats["after_max_per_task"] == 1
+    rows, stats = load("sft.correct_only=false", "sft.split=train", "sft.max_length=8", "sft.overlong=drop")
+    assert sorted(r.episode_id for r in rows) == ["a:0", "a:1", "b:0"] and stats["rows_dropped_overlong"] == 1
+    with pytest.raises(TrainingDataError, match="longer than sft.max_length=8"):
+        load("sft.max_length=8")
+    rows, _ = load("sft.max_length=8", "sft.overlong=truncate", "sft.split=train", "sft.roles=[solver]")
+    assert [len(r) for r in rows] == [5, 8]

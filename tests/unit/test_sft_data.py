@@ -9,7 +9,7 @@ import pytest
 
 from rllm.runs import RunLog, read_episode_records
 from rllm.training.sft_data import (
-    SFTDataError,
+    TrainingDataError,
     export_trl,
     fit_length,
     read_jsonl,
@@ -70,7 +70,7 @@ def test_split_and_role_filters():
     records += _records([_episode("b", 0, 1.0, name="solver")], split="val")
     pairs, _ = select_trajectories(records, split="train", roles=["solver"])
     assert [e.id for e, _ in pairs] == ["a:0"]
-    with pytest.raises(SFTDataError, match=r"no trajectory has a role in \['critic'\]; the roles are \['judge', "):
+    with pytest.raises(TrainingDataError, match=r"no trajectory has a role in \['critic'\]; the roles are \['judge', "):
         select_trajectories(records, roles=["critic"])
 
 
@@ -84,13 +84,13 @@ def test_split_and_role_filters():
     ],
 )
 def test_a_filter_that_leaves_nothing_says_which_with_counts(kwargs, message):
-    with pytest.raises(SFTDataError, match=message):
+    with pytest.raises(TrainingDataError, match=message):
         select_trajectories(_records([_episode("a", 0, 0.0), _episode("a", 1, 0.0)]), **kwargs)
 
 
 def test_episodes_without_token_ids_are_refused_naming_the_fix():
     pairs, _ = select_trajectories([_episode("a", 0, 1.0, ids=False)])
-    with pytest.raises(SFTDataError, match=r"step 0 has no token ids.*rollout.openai.tokenizer.*sft.messages"):
+    with pytest.raises(TrainingDataError, match=r"step 0 has no token ids.*rollout.openai.tokenizer.*sft.messages"):
         rows_from_trajectories(pairs, max_length=64)
 
 
@@ -112,7 +112,7 @@ def _long_rows():
 
 
 def test_overlong_rows_are_an_error_with_counts_by_default():
-    with pytest.raises(SFTDataError, match=r"1 of 2 sequences are longer than sft.max_length=8 tokens \(longest "
+    with pytest.raises(TrainingDataError, match=r"1 of 2 sequences are longer than sft.max_length=8 tokens \(longest "
                                            r"13\).*sft.overlong=truncate"):  # fmt: skip
         fit_length(_long_rows(), max_length=8)
 
@@ -123,7 +123,7 @@ def test_overlong_rows_truncate_or_drop_when_asked():
     assert rows[0].loss_mask == [0, 0, 0, 1, 1, 0, 0, 1]
     rows, stats = fit_length(_long_rows(), max_length=8, overlong="drop")
     assert [len(r) for r in rows] == [5] and stats["rows_dropped_overlong"] == 1
-    with pytest.raises(SFTDataError, match=r"no row has a token to train on within sft.max_length=3"):
+    with pytest.raises(TrainingDataError, match=r"no row has a token to train on within sft.max_length=3"):
         fit_length(_long_rows(), max_length=3, overlong="truncate")  # only prompt tokens would be left
 
 
@@ -167,7 +167,7 @@ def test_tools_reach_the_template(qwen_tokenizer):
 
 def test_records_without_an_assistant_turn_are_counted_and_named(smollm2_tokenizer):
     records = [{"messages": _chat(1)}, {"messages": _chat(1)[:2]}, {"prompt": _chat(1), "completion": []}]
-    with pytest.raises(SFTDataError, match=r"2 of 3 records have no assistant turn to train on \(records 2, 3\)"):
+    with pytest.raises(TrainingDataError, match=r"2 of 3 records have no assistant turn to train on \(records 2, 3\)"):
         rows_from_messages(records, smollm2_tokenizer, max_length=512)
 
 
@@ -180,17 +180,17 @@ def test_records_without_an_assistant_turn_are_counted_and_named(smollm2_tokeniz
     ],
 )
 def test_records_in_no_known_format_are_refused(smollm2_tokenizer, record, message):
-    with pytest.raises(SFTDataError, match=message):
+    with pytest.raises(TrainingDataError, match=message):
         rows_from_messages([record], smollm2_tokenizer, max_length=512)
 
 
 def test_read_jsonl_names_the_bad_line(tmp_path):
     path = tmp_path / "data.jsonl"
     path.write_text('{"messages": []}\n\n[1, 2]\n')
-    with pytest.raises(SFTDataError, match=r"data.jsonl, line 3: expected a JSON object, got list"):
+    with pytest.raises(TrainingDataError, match=r"data.jsonl, line 3: expected a JSON object, got list"):
         read_jsonl(path)
     path.write_text("\n")
-    with pytest.raises(SFTDataError, match="holds no records"):
+    with pytest.raises(TrainingDataError, match="holds no records"):
         read_jsonl(path)
 
 

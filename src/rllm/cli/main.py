@@ -4,6 +4,8 @@ rllm eval frozenlake data.val_size=16            # the embedded model on a CPU
 rllm eval configs/math_grpo.yaml rollout.server=openai rollout.openai.base_url=URL   # any endpoint
 rllm train configs/frozenlake_grpo.yaml trainer.total_steps=20   # RL on the embedded model
 rllm sft configs/arithmetic_sft.yaml sft.episodes=runs/eval-...    # supervised fine-tuning on a run's successes
+rllm dpo configs/arithmetic_dpo.yaml dpo.episodes=runs/eval-...    # DPO on its success/failure pairs
+rllm rft configs/arithmetic_sft.yaml rft.attempts=4                # rejection sampling: attempts, keep, SFT
 rllm fetch qwen2.5-coder-0.5b-instruct           # download + verify + convert an embedded model
 rllm serve gateway --upstream URL --model NAME --tokenizer NAME   # OpenAI-compatible gateway, exact token ids
 rllm swe build --out tasks.jsonl                 # SWE tasks from PyPI sdists (mutations, hidden tests)

@@ -1,9 +1,13 @@
-"""`rllm sft CONFIG [key=value ...]`: supervised fine-tuning with the config `rllm train` reads plus its `sft` section.
+"""`rllm sft CONFIG [key=value ...]` and `rllm dpo CONFIG [key=value ...]`: supervised fine-tuning and direct
+preference optimisation, with the config `rllm train` reads plus its `sft` / `dpo` section.
 
 rllm sft configs/arithmetic_sft.yaml sft.episodes=runs/eval-arithmetic-20261126-120000   # successes of a run
 rllm sft configs/arithmetic_sft.yaml sft.episodes=null sft.messages=chats.jsonl        # TRL-style conversations
 rllm sft configs/arithmetic_sft.yaml sft.episodes=runs/eval-... --export-trl rows.jsonl   # for trl.SFTTrainer
+rllm dpo configs/arithmetic_dpo.yaml dpo.episodes=runs/eval-arithmetic-20261126-120000   # success/failure pairs
+rllm dpo configs/arithmetic_dpo.yaml dpo.episodes=runs/eval-... --export-trl prefs.jsonl  # for trl.DPOTrainer
 rllm sft configs/arithmetic_sft.yaml --resume runs/sft-eval-arithmetic-20261126-121500
+rllm rft configs/arithmetic_sft.yaml rft.attempts=4        # attempts -> successes of mixed tasks -> SFT -> before/after
 """
 
 from __future__ import annotations
@@ -11,18 +15,33 @@ from __future__ import annotations
 import argparse
 import sys
 
+_HELP = {
+    "sft": ("supervised fine-tuning on a run's successes or on conversations", "configs/arithmetic_sft.yaml",
+            "sft.episodes=runs/eval-... sft.epochs=2",
+            "the selected rows as TRL's pre-tokenized SFT dataset (input_ids, completion_mask JSONL)"),
+    "dpo": ("direct preference optimisation on a run's success/failure pairs or on preference records",
+            "configs/arithmetic_dpo.yaml", "dpo.episodes=runs/eval-... dpo.beta=0.1",
+            "the pairs as TRL's plain-text preference dataset (prompt, chosen, rejected JSONL)"),
+}  # fmt: skip
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sft", help="supervised fine-tuning on a run's successes or on conversations (config + "
-                       "key=value overrides)")  # fmt: skip
+    for command, (summary, config, overrides, export) in _HELP.items():
+        p = sub.add_parser(command, help=f"{summary} (config + key=value overrides)")
+        p.add_argument("config", nargs="?", help=f"YAML config, e.g. {config}")
+        p.add_argument("overrides", nargs="*", help=f"dotted overrides, e.g. {overrides}")
+        p.add_argument("--resume", default=None, help="continue a run directory from its latest checkpoint")
+        p.add_argument("--no-progress", action="store_true", help="no progress bar")
+        p.add_argument("--export-trl", metavar="PATH", default=None,
+                       help=f"write {export} and exit without training")  # fmt: skip
+        p.set_defaults(run=run, kind=command)
+    p = sub.add_parser("rft", help="rejection-sampling fine-tuning: sampled attempts at the training tasks, SFT on "
+                       "the successes of tasks with 0 < pass rate < 1, before/after validation")  # fmt: skip
     p.add_argument("config", nargs="?", help="YAML config, e.g. configs/arithmetic_sft.yaml")
-    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. sft.episodes=runs/eval-... sft.epochs=2")
-    p.add_argument("--resume", default=None, help="continue a run directory from its latest checkpoint")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rft.attempts=8 sft.max_per_task=2")
+    p.add_argument("--resume", default=None, help="continue an rft run directory (attempts kept, SFT resumed)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--export-trl", metavar="PATH", default=None,
-                   help="write the selected rows as TRL's pre-tokenized SFT dataset (input_ids, completion_mask "
-                   "JSONL) and exit without training")  # fmt: skip
-    p.set_defaults(run=run)
+    p.set_defaults(run=run_rft)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,18 +53,52 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
+    if args.export_trl:
+        return _export(config, args.kind, args.export_trl)
+    from rllm.training.dpo import DPOTrainer
     from rllm.training.sft import SFTTrainer
     from rllm.training.trainer import format_result_table
 
-    if args.export_trl:
-        from rllm.models.registry import load_tokenizer
+    trainer = {"sft": SFTTrainer, "dpo": DPOTrainer}[args.kind]
+    result = trainer(config=config, progress=not args.no_progress).train()
+    print(format_result_table(result))
+    return 0
+
+
+def run_rft(args: argparse.Namespace) -> int:
+    from rllm.config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    from rllm.training.rft import run_rft as rft
+    from rllm.training.trainer import format_result_table
+
+    result = rft(config, resume=args.resume, progress=not args.no_progress)
+    attempts, data = result["attempts"], result["data"]
+    print(f"attempts: {attempts['episodes']} episodes, success rate {attempts['success_rate']:.3f}; kept "
+          f"{data['rows']} rows from {data['tasks']} tasks with 0 < pass rate < 1")  # fmt: skip
+    print(format_result_table(result))
+    print(f"rft run: {result['rft_run_dir']}")
+    return 0
+
+
+def _export(config, kind: str, path: str) -> int:
+    from rllm.models.registry import load_tokenizer
+
+    tokenizer = load_tokenizer(config.model.name)
+    if kind == "sft":
         from rllm.training.sft import load_sft_rows
         from rllm.training.sft_data import export_trl
 
-        rows, stats = load_sft_rows(config, load_tokenizer(config.model.name))
-        print(f"wrote {export_trl(rows, args.export_trl)} rows ({stats['loss_tokens']} trained tokens) to "
-              f"{args.export_trl}")  # fmt: skip
-        return 0
-    result = SFTTrainer(config=config, progress=not args.no_progress).train()
-    print(format_result_table(result))
+        rows, stats = load_sft_rows(config, tokenizer)
+        print(f"wrote {export_trl(rows, path)} rows ({stats['loss_tokens']} trained tokens) to {path}")
+    else:
+        from rllm.training.dpo import load_dpo_pairs
+        from rllm.training.dpo_data import export_trl_preferences
+
+        pairs, _ = load_dpo_pairs(config, tokenizer)
+        print(f"wrote {export_trl_preferences(pairs, tokenizer, path)} preference pairs to {path}")
     return 0

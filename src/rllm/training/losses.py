@@ -22,6 +22,7 @@ __all__ = [
     "AGG_MODES",
     "actor_loss",
     "aggregate",
+    "dpo_loss",
     "entropy_from_logits",
     "kl_penalty",
     "policy_loss",
@@ -292,6 +293,46 @@ def _off_policy_mask(logprobs: Tensor, old_logprobs: Tensor, behaviour_logprobs:
     )
     metrics.pop("nonfinite_tokens")  # non-finite tokens were masked above: the backend counts them
     return mask * keep.to(mask.dtype), weights if decoupled else None, metrics
+
+
+DPO_LOSSES = ("sigmoid", "ipo", "hinge")
+
+
+def dpo_loss(chosen: Tensor, rejected: Tensor, ref_chosen: Tensor, ref_rejected: Tensor, *, beta: float,
+             kind: str = "sigmoid", chosen_tokens: Tensor | None = None,
+             rejected_tokens: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:  # fmt: skip
+    """Direct preference optimisation over P pairs: `chosen`/`rejected` are the policy's log-probabilities of each
+    side (summed over its trained tokens, `[P]`), `ref_*` the reference's. With log-ratios c = chosen - ref_chosen,
+    r = rejected - ref_rejected (TRL's `DPOTrainer` definitions, mean over pairs):
+
+    sigmoid  -log sigmoid(beta * (c - r))                                  (DPO, Rafailov et al. 2023)
+    ipo      (c / chosen_tokens - r / rejected_tokens - 1 / (2 beta))^2    (IPO, per-token log-ratios as in TRL)
+    hinge    max(0, 1 - beta * (c - r))                                    (SLiC)
+
+    Returns the loss and, detached, TRL's metrics: rewards (beta * log-ratio) of each side, their margin, the
+    fraction of pairs whose chosen reward is higher, and the policy's log-probabilities."""
+    chosen_ratio, rejected_ratio = chosen - ref_chosen, rejected - ref_rejected
+    if kind == "sigmoid":
+        per_pair = -torch.nn.functional.logsigmoid(beta * (chosen_ratio - rejected_ratio))
+    elif kind == "hinge":
+        per_pair = torch.relu(1 - beta * (chosen_ratio - rejected_ratio))
+    elif kind == "ipo":
+        if chosen_tokens is None or rejected_tokens is None:
+            raise ValueError("the ipo loss needs each side's number of trained tokens")
+        delta = chosen_ratio / chosen_tokens.clamp(min=1) - rejected_ratio / rejected_tokens.clamp(min=1)
+        per_pair = (delta - 1 / (2 * beta)) ** 2
+    else:
+        raise ValueError(f"unknown DPO loss {kind!r}; choose from {DPO_LOSSES}")
+    chosen_reward, rejected_reward = beta * chosen_ratio.detach(), beta * rejected_ratio.detach()
+    metrics = {
+        "rewards/chosen": chosen_reward.mean(),
+        "rewards/rejected": rejected_reward.mean(),
+        "rewards/margins": (chosen_reward - rejected_reward).mean(),
+        "rewards/accuracies": (chosen_reward > rejected_reward).float().mean(),
+        "logps/chosen": chosen.detach().mean(),
+        "logps/rejected": rejected.detach().mean(),
+    }
+    return per_pair.mean(), metrics
 
 
 def sft_loss(logprobs: Tensor, mask: Tensor) -> Tensor:

@@ -32,37 +32,48 @@ from rllm.training.batch import TrainingRow
 from rllm.training.sft_data import read_jsonl, rows_from_messages, rows_from_trajectories, select_trajectories
 from rllm.training.trainer import AgentTrainer
 
-__all__ = ["SFTTrainer", "load_sft_rows"]
+__all__ = ["OfflineTrainer", "SFTTrainer", "load_sft_rows"]
 
 
-class SFTTrainer(AgentTrainer):
-    run_kind = "sft"
+class OfflineTrainer(AgentTrainer):
+    """The loop `SFTTrainer` and `rllm.training.dpo.DPOTrainer` share: a fixed list of examples (rows, pairs) drawn
+    `batch_size` a step from the config section `section` names, one optimizer step each, with RL's run directory,
+    checkpoints, resume and validation. Subclasses say how examples load and how a batch trains."""
 
-    def __init__(self, *, config: TrainConfig, rows: list[TrainingRow] | None = None, model: Any = None,
-                 tokenizer: Any = None, progress: bool = True, **workflow: Any) -> None:  # fmt: skip
-        """`rows` replaces the data the `sft` section names; `workflow` (workflow_class, agent_class, ...) and
-        `val_dataset` are AgentTrainer's, for validation."""
+    section = ""
+
+    def __init__(self, *, config: TrainConfig, examples: list | None = None, model: Any = None, tokenizer: Any = None,
+                 progress: bool = True, **workflow: Any) -> None:  # fmt: skip
         if config.trainer.backend != "torch":
-            raise ConfigError("rllm sft trains on the torch backend only: set trainer.backend=torch")
+            raise ConfigError(f"rllm {self.section} trains on the torch backend only: set trainer.backend=torch")
         if tokenizer is None:
             from rllm.models.registry import load_tokenizer
 
             tokenizer = load_tokenizer(config.model.name)
         self.data_stats: dict[str, int] = {}
-        if rows is None:
-            rows, self.data_stats = load_sft_rows(config, tokenizer)
-        if not rows:
-            raise ConfigError("SFTTrainer got no rows to train on")
-        steps = math.ceil(config.sft.epochs * len(rows) / config.sft.batch_size)
+        if examples is None:
+            examples, self.data_stats = self._load_examples(config, tokenizer)
+        if not examples:
+            raise ConfigError(f"{type(self).__name__} got nothing to train on")
+        section = getattr(config, self.section)
+        steps = math.ceil(section.epochs * len(examples) / section.batch_size)
         working = config.model_copy(update={"algorithm": AlgorithmConfig(advantage="reinforce")})
         working = override_config(working, [f"trainer.total_steps={steps}", "rollout.max_staleness=0"],
-                                  "rllm sft")  # fmt: skip
-        super().__init__(config=working, train_dataset=rows, model=model, tokenizer=tokenizer, progress=progress,
+                                  f"rllm {self.section}")  # fmt: skip
+        super().__init__(config=working, train_dataset=examples, model=model, tokenizer=tokenizer, progress=progress,
                          **workflow)  # fmt: skip
 
+    def _load_examples(self, config: TrainConfig, tokenizer: Any) -> tuple[list, dict[str, int]]:
+        raise NotImplementedError
+
+    def _update_examples(self, examples: list) -> dict[str, float]:
+        raise NotImplementedError
+
     def _run_name_parts(self) -> tuple[str, ...]:
-        source = self.config.sft.messages or self.config.sft.episodes or "rows"
-        return ("sft", Path(source).stem or Path(source).name)
+        section = getattr(self.config, self.section)
+        source = getattr(section, "messages", None) or getattr(section, "preferences", None) or section.episodes
+        source = source or "examples"
+        return (self.section, Path(source).stem or Path(source).name)
 
     async def _train(self) -> dict[str, Any]:
         result = await super()._train()
@@ -72,16 +83,17 @@ class SFTTrainer(AgentTrainer):
 
     def setup(self) -> None:
         super().setup()
-        if self.data_stats and not (self.run_dir / "sft_data.json").exists():
-            write_json(self.run_dir / "sft_data.json", self.data_stats)
+        data_file = self.run_dir / f"{self.section}_data.json"
+        if self.data_stats and not data_file.exists():
+            write_json(data_file, self.data_stats)
 
-    async def _rollout(self, step: int) -> list[TrainingRow]:
-        return self.sampler.take(self.config.sft.batch_size)
+    async def _rollout(self, step: int) -> list:
+        return self.sampler.take(getattr(self.config, self.section).batch_size)
 
-    async def _train_step(self, step: int, log: RunLog, rows: list[TrainingRow], **_: Any) -> dict[str, Any]:
+    async def _train_step(self, step: int, log: RunLog, examples: list, **_: Any) -> dict[str, Any]:
         started = time.perf_counter()
-        update = self.backend.update(rows, temperature=1.0, objective="sft")
-        metrics = {**update, "rows": len(rows), "epoch": self.sampler.position / len(self.train_dataset),
+        update = self._update_examples(examples)
+        metrics = {**update, "examples": len(examples), "epoch": self.sampler.position / len(self.train_dataset),
                    "time_update_s": time.perf_counter() - started}  # fmt: skip
         log.log(step, metrics)
         self._check_finite(step, update, [])
@@ -95,6 +107,23 @@ class SFTTrainer(AgentTrainer):
     def _progress_postfix(self, metrics: dict[str, Any]) -> dict[str, str]:
         return {"loss": f"{metrics.get('loss', float('nan')):.3f}",
                 "val": f"{self.val_history[-1]['success_rate']:.2f}"}  # fmt: skip
+
+
+class SFTTrainer(OfflineTrainer):
+    run_kind = section = "sft"
+
+    def __init__(self, *, config: TrainConfig, rows: list[TrainingRow] | None = None, model: Any = None,
+                 tokenizer: Any = None, progress: bool = True, **workflow: Any) -> None:  # fmt: skip
+        """`rows` replaces the data the `sft` section names; `workflow` (workflow_class, agent_class, ...) and
+        `val_dataset` are AgentTrainer's, for validation."""
+        super().__init__(config=config, examples=rows, model=model, tokenizer=tokenizer, progress=progress,
+                         **workflow)  # fmt: skip
+
+    def _load_examples(self, config: TrainConfig, tokenizer: Any) -> tuple[list, dict[str, int]]:
+        return load_sft_rows(config, tokenizer)
+
+    def _update_examples(self, examples: list) -> dict[str, float]:
+        return self.backend.update(examples, temperature=1.0, objective="sft")
 
 
 def load_sft_rows(config: TrainConfig, tokenizer: Any) -> tuple[list[TrainingRow], dict[str, int]]:

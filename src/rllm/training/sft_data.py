@@ -44,21 +44,23 @@ from rllm.training.batch import TrainingRow, TrajectoryRef, build_rows
 from rllm.types import Episode, ModelOutput, Step, Trajectory
 
 __all__ = [
-    "SFTDataError",
+    "TrainingDataError",
     "export_trl",
     "fit_length",
     "read_jsonl",
     "rows_from_messages",
     "rows_from_trajectories",
     "select_trajectories",
+    "truncate_row",
 ]
 
 Overlong = Literal["error", "truncate", "drop"]
 _UNLIMITED = 1 << 40  # build_rows' own limits are off: fit_length applies the SFT one to whole rows
 
 
-class SFTDataError(RllmError, ValueError):
-    """The supervised data cannot be used as it is (nothing left after filtering, no assistant turn, too long)."""
+class TrainingDataError(RllmError, ValueError):
+    """Offline training data (SFT rows, DPO pairs) cannot be used as it is: nothing left after filtering, no
+    assistant turn, too long."""
 
 
 # ---- episodes ------------------------------------------------------------------------------------------------
@@ -75,7 +77,7 @@ def select_trajectories(
     max_per_task: int | None = None,
 ) -> tuple[list[TrajectoryRef], dict[str, int]]:
     """The `(episode, trajectory)` pairs to train on, from `read_episode_records` records (or bare episodes), and
-    the count left after each filter (module docstring). Raises `SFTDataError` when a filter leaves nothing."""
+    the count left after each filter (module docstring). Raises `TrainingDataError` when a filter leaves nothing."""
     episodes = [r if isinstance(r, Episode) else r["episode"] for r in records
                 if isinstance(r, Episode) or split is None or r["split"] == split]  # fmt: skip
     pairs = [(e, t) for e in episodes for t in e.trajectories]
@@ -122,16 +124,17 @@ def _require(items: list, stats: dict[str, int], key: str, why: str) -> None:
     stats[key] = len(items)
     if not items:
         counts = ", ".join(f"{k}={v}" for k, v in stats.items())
-        raise SFTDataError(f"the SFT dataset is empty after filtering: {why} (counts: {counts})")
+        raise TrainingDataError(f"the SFT dataset is empty after filtering: {why} (counts: {counts})")
 
 
-def rows_from_trajectories(pairs: Sequence[TrajectoryRef], *, max_length: int,
+def rows_from_trajectories(pairs: Sequence[TrajectoryRef], *, max_length: int | None,
                            overlong: Overlong = "error") -> tuple[list[TrainingRow], dict[str, int]]:  # fmt: skip
-    """Rows of exactly the sampled ids (loss mask on every sampled token), then `fit_length`."""
+    """Rows of exactly the sampled ids (loss mask on every sampled token), then `fit_length` (none when
+    `max_length` is None)."""
     for episode, trajectory in pairs:
         for index, step in enumerate(trajectory.steps):
             if step.model_output is None or not step.model_output.has_token_ids:
-                raise SFTDataError(
+                raise TrainingDataError(
                     f"episode {episode.id!r}, trajectory {trajectory.name!r}, step {index} has no token ids: it was "
                     "sampled from an endpoint without a tokenizer (chat mode). Re-run the eval with "
                     "rollout.openai.tokenizer set, or train on its messages (sft.messages)"
@@ -139,6 +142,8 @@ def rows_from_trajectories(pairs: Sequence[TrajectoryRef], *, max_length: int,
     ones = [[1.0] * len(t.steps) for _, t in pairs]
     rows, stats = build_rows(pairs, step_advantages=ones, max_prompt_length=_UNLIMITED,
                              max_response_length=_UNLIMITED)  # fmt: skip
+    if max_length is None:
+        return rows, stats
     return fit_length(rows, max_length=max_length, overlong=overlong, stats=stats)
 
 
@@ -155,16 +160,16 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise SFTDataError(f"{path}, line {number}: not JSON ({exc.msg})") from None
+                raise TrainingDataError(f"{path}, line {number}: not JSON ({exc.msg})") from None
             if not isinstance(record, dict):
-                raise SFTDataError(f"{path}, line {number}: expected a JSON object, got {type(record).__name__}")
+                raise TrainingDataError(f"{path}, line {number}: expected a JSON object, got {type(record).__name__}")
             records.append(record)
     if not records:
-        raise SFTDataError(f"{path} holds no records")
+        raise TrainingDataError(f"{path} holds no records")
     return records
 
 
-def rows_from_messages(records: Sequence[dict[str, Any]], tokenizer: Any, *, max_length: int,
+def rows_from_messages(records: Sequence[dict[str, Any]], tokenizer: Any, *, max_length: int | None,
                        overlong: Overlong = "error") -> tuple[list[TrainingRow], dict[str, int]]:  # fmt: skip
     """Rows from TRL-style conversational records (module docstring), then `fit_length`. A record without a
     trained assistant turn, or in neither format, is an error naming how many records and which ones."""
@@ -178,9 +183,9 @@ def rows_from_messages(records: Sequence[dict[str, Any]], tokenizer: Any, *, max
         pairs.append((Episode(id=f"record{number}:0"), Trajectory(name="assistant", steps=steps)))
     if empty:
         shown = ", ".join(map(str, empty[:10])) + (" ..." if len(empty) > 10 else "")
-        raise SFTDataError(f"{len(empty)} of {len(records)} records have no assistant turn to train on (records "
-                           f"{shown}); every record needs one (role 'assistant', in 'completion' for the "
-                           "prompt/completion format)")  # fmt: skip
+        raise TrainingDataError(f"{len(empty)} of {len(records)} records have no assistant turn to train on (records "
+                                f"{shown}); every record needs one (role 'assistant', in 'completion' for the "
+                                "prompt/completion format)")  # fmt: skip
     return rows_from_trajectories(pairs, max_length=max_length, overlong=overlong)
 
 
@@ -190,14 +195,15 @@ def _conversation(record: dict[str, Any], number: int) -> tuple[list[dict], int]
         messages, first = record["messages"], 0
     elif "prompt" in record and "completion" in record:
         if not isinstance(record["prompt"], list) or not isinstance(record["completion"], list):
-            raise SFTDataError(f"record {number}: prompt and completion must be lists of messages (conversational "
-                               "format); plain-text prompt/completion is not supported")  # fmt: skip
+            raise TrainingDataError(f"record {number}: prompt and completion must be lists of messages "
+                                    "(conversational format); plain-text prompt/completion is not "
+                                    "supported")  # fmt: skip
         messages, first = record["prompt"] + record["completion"], len(record["prompt"])
     else:
-        raise SFTDataError(f"record {number} has keys {sorted(record)}: expected 'messages' (with optional 'tools') "
-                           "or 'prompt' and 'completion'")  # fmt: skip
+        raise TrainingDataError(f"record {number} has keys {sorted(record)}: expected 'messages' (with optional "
+                                "'tools') or 'prompt' and 'completion'")  # fmt: skip
     if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
-        raise SFTDataError(f"record {number}: messages must be a list of objects with a 'role'")
+        raise TrainingDataError(f"record {number}: messages must be a list of objects with a 'role'")
     return messages, first
 
 
@@ -214,9 +220,9 @@ def _assistant_steps(tokenizer: Any, messages: list[dict], first_trained: int, t
         prompt = render_text(tokenizer, messages[:index], tools=tools, add_generation_prompt=True)
         full = render_text(tokenizer, messages[: index + 1], tools=tools, add_generation_prompt=False)
         if not full.startswith(prompt):
-            raise SFTDataError(f"record {number}, message {index}: the chat template does not render the turn as "
-                               "an extension of the conversation before it (with the generation prompt), so the "
-                               "assistant's tokens cannot be told apart")  # fmt: skip
+            raise TrainingDataError(f"record {number}, message {index}: the chat template does not render the turn "
+                                    "as an extension of the conversation before it (with the generation prompt), so "
+                                    "the assistant's tokens cannot be told apart")  # fmt: skip
         completion = _cut_after_eos(encode_text(tokenizer, full[len(prompt) :]), tokenizer.eos_token_id)
         output = ModelOutput(prompt_ids=encode_text(tokenizer, prompt), completion_ids=completion,
                              logprobs=[0.0] * len(completion))  # fmt: skip
@@ -239,13 +245,13 @@ def fit_length(rows: list[TrainingRow], *, max_length: int, overlong: Overlong =
     long = [row for row in rows if len(row) > max_length]
     if long and overlong == "error":
         longest = max(len(row) for row in long)
-        raise SFTDataError(f"{len(long)} of {len(rows)} sequences are longer than sft.max_length={max_length} "
-                           f"tokens (longest {longest}): raise sft.max_length, or set sft.overlong=truncate (keep "
-                           "the first tokens) or sft.overlong=drop")  # fmt: skip
+        raise TrainingDataError(f"{len(long)} of {len(rows)} sequences are longer than sft.max_length={max_length} "
+                                f"tokens (longest {longest}): raise sft.max_length, or set sft.overlong=truncate (keep "
+                                "the first tokens) or sft.overlong=drop")  # fmt: skip
     kept, dropped = [], 0
     for row in rows:
         if len(row) > max_length and overlong == "truncate":
-            _truncate(row, max_length)
+            truncate_row(row, max_length)
         if len(row) > max_length or row.num_loss_tokens == 0:
             dropped += 1
             continue
@@ -253,12 +259,13 @@ def fit_length(rows: list[TrainingRow], *, max_length: int, overlong: Overlong =
     stats.update(rows=len(kept), rows_truncated=sum(row.truncated for row in kept), rows_dropped_overlong=dropped,
                  loss_tokens=sum(row.num_loss_tokens for row in kept))  # fmt: skip
     if not kept:
-        raise SFTDataError(f"no row has a token to train on within sft.max_length={max_length} "
-                           f"({dropped} of {len(rows)} rows dropped): raise sft.max_length")  # fmt: skip
+        raise TrainingDataError(f"no row has a token to train on within sft.max_length={max_length} "
+                                f"({dropped} of {len(rows)} rows dropped): raise sft.max_length")  # fmt: skip
     return kept, stats
 
 
-def _truncate(row: TrainingRow, length: int) -> None:
+def truncate_row(row: TrainingRow, length: int) -> None:
+    """Keep the first `length` tokens of `row` (every per-token list), marking it truncated."""
     for name in ("input_ids", "loss_mask", "old_logprobs", "advantages", "rewards"):
         setattr(row, name, getattr(row, name)[:length])
     row.truncated = True

@@ -50,7 +50,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -65,8 +65,11 @@ from rllm.training.backends.torch_model import (
     plain_state_name,
 )
 from rllm.training.batch import TrainingRow, collate, nonfinite_tokens, split_micro_batches
-from rllm.training.losses import actor_loss, masked_token_mean, sft_loss, value_loss
+from rllm.training.losses import actor_loss, dpo_loss, masked_token_mean, sft_loss, value_loss
 from rllm.training.off_policy import merge_mismatch_sums, mismatch_metrics, mismatch_sums
+
+if TYPE_CHECKING:
+    from rllm.training.dpo_data import PreferencePair
 
 __all__ = ["TorchBackend"]
 
@@ -230,7 +233,6 @@ class TorchBackend:
         algo, started = self.algorithm, time.perf_counter()
         if norm_length is None and algo.loss_agg == "seq-mean-token-sum-norm":
             norm_length = max(len(row) for row in rows) - 1  # fixed for the whole update, whatever the split
-        max_norm = self.optim.grad_clip if self.optim.grad_clip is not None else float("inf")
         log = UpdateLog()
         self.model.train()
         try:
@@ -260,20 +262,74 @@ class TorchBackend:
                         (loss * (unit / sum(units))).backward()
                         log.add(losses, unit / sum(units))
                         log.add(token_means, count / sum(tokens))
-                    grad_norm = float(torch.nn.utils.clip_grad_norm_(self._trainable_parameters(), max_norm))
-                    log.add({"grad_norm": grad_norm, "lr": self.optimizer.param_groups[0]["lr"]})
-                    if not math.isfinite(grad_norm):  # a NaN/inf loss or gradient: skip, never step the weights
-                        log.add({"skipped_nonfinite": 1})
-                    elif sum(units) > 0:  # no loss token at all (every row masked): no gradient, no step
-                        self.optimizer.step()
-                    self.scheduler.step()  # the schedule advances anyway: it counts planned optimizer steps
-                    log.steps += 1
+                    self._optimizer_step(log, has_loss=sum(units) > 0)
         finally:
             self.model.eval()
         self.updates += 1
         if objective != "sft":  # sampling log-probs: only what was sampled has them
             log.add({"off_policy/nonfinite_tokens": nonfinite_tokens(rows)})
         return {**log.metrics(time.perf_counter() - started), **mismatch_metrics(mismatch)}
+
+    def _optimizer_step(self, log: UpdateLog, *, has_loss: bool) -> None:
+        """Clip and apply the accumulated gradient: skipped (and counted) when it is not finite, and when no loss
+        token contributed (every row masked); the schedule advances anyway (it counts planned optimizer steps)."""
+        max_norm = self.optim.grad_clip if self.optim.grad_clip is not None else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self._trainable_parameters(), max_norm))
+        log.add({"grad_norm": grad_norm, "lr": self.optimizer.param_groups[0]["lr"]})
+        if not math.isfinite(grad_norm):  # a NaN/inf loss or gradient: skip, never step the weights
+            log.add({"skipped_nonfinite": 1})
+        elif has_loss:
+            self.optimizer.step()
+        self.scheduler.step()
+        log.steps += 1
+
+    def update_pairs(self, pairs: Sequence[PreferencePair], *, loss: str = "sigmoid", beta: float = 0.1,
+                     live_reference: bool = False) -> dict[str, float]:  # fmt: skip
+        """One DPO optimizer step on `pairs` (`losses.dpo_loss`, mean over pairs). The reference log-probabilities
+        are the pairs' `ref_chosen`/`ref_rejected` (precomputed), or with `live_reference` computed here by the
+        reference (LoRA adapters disabled, or the frozen copy). A micro-batch holds whole pairs, both sides of
+        `optim.micro_batch_size // 2` of them (at least one), taken in order of length (less padding); each
+        micro-batch's mean is weighted by its share of the pairs, so the step does not depend on the split."""
+        if not pairs:
+            raise ValueError("update_pairs needs at least one pair")
+        if not live_reference and any(p.ref_chosen is None or p.ref_rejected is None for p in pairs):
+            raise ValueError("pairs lack reference log-probabilities: precompute them or pass live_reference=True")
+        started, log = time.perf_counter(), UpdateLog()
+        per_micro = max(1, self.optim.micro_batch_size // 2)
+        ordered = sorted(pairs, key=lambda pair: pair.length)
+        self.model.train()
+        try:
+            with self._dropout_rng():
+                self.optimizer.zero_grad(set_to_none=True)
+                for first in range(0, len(ordered), per_micro):
+                    chunk = ordered[first : first + per_micro]
+                    loss_value, metrics = self._dpo_micro_batch(chunk, loss, beta, live_reference, log)
+                    (loss_value * (len(chunk) / len(pairs))).backward()
+                    log.add({"loss": loss_value.item(), **{k: v.item() for k, v in metrics.items()}},
+                            len(chunk) / len(pairs))  # fmt: skip
+                self._optimizer_step(log, has_loss=True)
+        finally:
+            self.model.eval()
+        self.updates += 1
+        return log.metrics(time.perf_counter() - started)
+
+    def _dpo_micro_batch(self, chunk: Sequence[PreferencePair], loss: str, beta: float, live_reference: bool,
+                         log: UpdateLog) -> tuple[Tensor, dict[str, Tensor]]:  # fmt: skip
+        batch = self._collate([pair.chosen for pair in chunk] + [pair.rejected for pair in chunk])
+        log.count_tokens(float(batch["attention_mask"].sum()), float(batch["target_mask"].sum()))
+        positions = batch["target_mask"] > 0
+        sums = _scatter(self._forward(batch, positions, 1.0).logprobs, positions).sum(-1)
+        if live_reference:
+            ref_sums = self._reference_logprobs(batch, positions, 1.0).sum(-1)
+        else:
+            ref_sums = torch.tensor([pair.ref_chosen for pair in chunk] + [pair.ref_rejected for pair in chunk],
+                                    dtype=sums.dtype, device=sums.device)  # fmt: skip
+        tokens = positions.sum(-1)
+        chosen, rejected = sums.chunk(2)
+        ref_chosen, ref_rejected = ref_sums.chunk(2)
+        chosen_tokens, rejected_tokens = tokens.chunk(2)
+        return dpo_loss(chosen, rejected, ref_chosen, ref_rejected, beta=beta, kind=loss, chosen_tokens=chosen_tokens,
+                        rejected_tokens=rejected_tokens)  # fmt: skip
 
     def _loss(self, batch: dict[str, Tensor], temperature: float,
               norm_length: int | None) -> tuple[Tensor, dict[str, float], dict[str, float], Tensor]:  # fmt: skip
