@@ -35,6 +35,10 @@ RUNS = [
      ["benchmarks/grpo_vs_trl.py"], r"^ratio"),
     ("grpo-qwen", "GRPO step vs TRL GRPOTrainer, Qwen2.5-Coder-0.5B",
      ["benchmarks/grpo_vs_trl.py", "--model", "qwen2.5-coder-0.5b-instruct", "--steps", "2"], r"^ratio"),
+    ("sft-vs-trl", "SFT step vs TRL SFTTrainer, SmolLM2-135M, LoRA, 16 rows",
+     ["benchmarks/sft_vs_trl.py"], r"^ratio|^median"),
+    ("dpo-vs-trl", "DPO step vs TRL DPOTrainer, SmolLM2-135M, LoRA, 8 pairs",
+     ["benchmarks/sft_vs_trl.py", "--method", "dpo"], r"^ratio|^median"),
     ("engine", "Rollout engine concurrency (512 episodes x 5 turns, 50 ms per call)",
      ["benchmarks/engine_concurrency.py"], r"^\s+\d+ |^framework"),
 ]  # fmt: skip

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# SFT warm start then GRPO, against GRPO alone, on the main job's task (arithmetic, the embedded
-# Qwen2.5-Coder-0.5B with LoRA, on a CPU). About 30 minutes on 2 cores. The README's SFT section reports its numbers.
+# SFT warm start then GRPO, against GRPO alone, and DPO, on the main job's task (arithmetic, the embedded
+# Qwen2.5-Coder-0.5B with LoRA, on a CPU). About 50 minutes on 2 cores. The README's "Beyond RL" section reports its
+# numbers.
 #   bash examples/sft_warm_start.sh [runs folder]
 set -euo pipefail
 R=${1:-runs/warm-start}
@@ -14,3 +15,5 @@ $RLLM sft configs/arithmetic_sft.yaml sft.episodes="$R/attempts" trainer.run_dir
 $RLLM train configs/arithmetic_grpo.yaml model.init_from="$R/sft" trainer.run_dir="$R" trainer.name=grpo-after-sft \
   --no-progress
 $RLLM train configs/arithmetic_grpo.yaml trainer.run_dir="$R" trainer.name=grpo-alone --no-progress
+# 4. DPO on the success/failure pairs of the same attempts
+$RLLM dpo configs/arithmetic_dpo.yaml dpo.episodes="$R/attempts" trainer.run_dir="$R" trainer.name=dpo --no-progress

@@ -36,9 +36,9 @@ from rllm.errors import RllmError
 from rllm.models.base import SamplingParams
 
 __all__ = [
-    "AlgorithmConfig", "ConfigError", "DPOConfig", "DataConfig", "LoraConfig", "ModelConfig", "OpenAIEndpointConfig",
-    "OptimConfig", "RFTConfig", "RoleAlgorithmConfig", "RolloutConfig", "SFTConfig", "TrainConfig", "TrainerConfig",
-    "VLLMConfig", "config_help", "dump_config", "load_config", "override_config",
+    "AlgorithmConfig", "ConfigError", "DPOConfig", "DataConfig", "DistillConfig", "LoraConfig", "ModelConfig",
+    "OpenAIEndpointConfig", "OptimConfig", "RFTConfig", "RoleAlgorithmConfig", "RolloutConfig", "SFTConfig",
+    "TrainConfig", "TrainerConfig", "VLLMConfig", "config_help", "dump_config", "load_config", "override_config",
 ]  # fmt: skip
 
 # Same string as `rllm.models.registry.DEFAULT_MODEL` (a test pins it); copied so this module imports no registry.
@@ -469,6 +469,9 @@ class SFTConfig(_OfflineConfig):
 
     messages: str | None = Field(None, description="A JSONL of OpenAI-format conversations: {messages, tools?} "
                                  "trains every assistant turn, {prompt, completion} the completion's.")  # fmt: skip
+    packing: bool = Field(False, description="Pack each step's rows into sequences of up to max_length tokens "
+                          "(no padding; rows never attend to each other) instead of micro-batches of "
+                          "optim.micro_batch_size rows.")  # fmt: skip
     correct_only: bool = Field(True, description="episodes: keep successful trajectories only (is_correct, else "
                                "reward > 0).")  # fmt: skip
     min_reward: float | None = Field(None, description="episodes: keep trajectories with reward >= this; null: off.")
@@ -503,6 +506,22 @@ class RFTConfig(_Section):
                               "(data.train_size).")  # fmt: skip
 
 
+class DistillConfig(_Section):
+    """On-policy distillation in `rllm train` (rllm.training.distill): a teacher scores every token the student
+    sampled; the per-token reverse KL becomes the advantage."""
+
+    teacher: str | None = Field(None, description="Teacher model: an embedded name or a transformers folder with "
+                                "the student's tokenizer (with endpoint.base_url: its tokenizer, for the check); "
+                                "null: no distillation.")  # fmt: skip
+    endpoint: OpenAIEndpointConfig = Field(default_factory=OpenAIEndpointConfig, description="Score with a served "
+                                           "teacher instead (vLLM's prompt_logprobs): base_url, model (null: "
+                                           "distill.teacher), api_key_env.")  # fmt: skip
+    coef: float = Field(1.0, gt=0, description="Weight of the per-token advantage log p_teacher - log p_student.")
+    reward_weight: float = Field(0.0, ge=0, description="Weight of the task's reward advantage (algorithm) added to "
+                                 "it; 0: pure distillation.")  # fmt: skip
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Dtype the teacher scores in.")
+
+
 class TrainConfig(_Section):
     """Everything `rllm train` needs, one section per concern."""
 
@@ -520,6 +539,8 @@ class TrainConfig(_Section):
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Supervised fine-tuning data (rllm sft).")
     dpo: DPOConfig = Field(default_factory=DPOConfig, description="Preference pairs and the DPO loss (rllm dpo).")
     rft: RFTConfig = Field(default_factory=RFTConfig, description="The attempts of rejection sampling (rllm rft).")
+    distill: DistillConfig = Field(default_factory=DistillConfig, description="On-policy distillation from a teacher "
+                                   "(rllm train).")  # fmt: skip
     agent_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the agent class.")
     env_args: dict[str, Any] = Field(default_factory=dict, description="Defaults for every env (a task's own "
                                      "fields win).")  # fmt: skip
@@ -562,6 +583,9 @@ class TrainConfig(_Section):
                              "(rollout.vllm.dtype) and drop rollout.dtype")  # fmt: skip
         if trainer.backend != "verl":
             return
+        if self.distill.teacher is not None:
+            raise ValueError("distill.teacher: on-policy distillation trains on the torch backend only; use "
+                             "trainer.backend=torch")  # fmt: skip
         if self.model.init_from is not None:
             raise ValueError("model.init_from seeds the torch backend only: the verl backend's workers load "
                              "model.name; use trainer.backend=torch")  # fmt: skip

@@ -52,7 +52,9 @@ __all__ = [
 
 SPLITS = ("train", "val", "eval")
 TRAINING_KINDS = ("train", "sft", "dpo")  # manifest kinds of runs that train (and so resume)
-_FIRST_FILES = {"manifest.json", "config.yaml", "metrics.jsonl", "episodes.jsonl", "tensorboard", "checkpoints"}
+# what a training run writes before its first checkpoint (rllm sft and dpo: their data counts too)
+_FIRST_FILES = {"manifest.json", "config.yaml", "metrics.jsonl", "episodes.jsonl", "tensorboard", "checkpoints",
+                "sft_data.json", "dpo_data.json"}  # fmt: skip
 
 
 class RunFormatError(RllmError, ValueError):

@@ -204,3 +204,22 @@ def test_eval_samples_from_an_attached_vllm_server(server, smollm2_tokenizer, tm
     outputs = [step.model_output for ep in read_episodes(run_dir, split="eval") for step in ep.trajectories[0].steps]
     assert len(outputs) == 6 and all(len(o.logprobs) == len(o.completion_ids) > 0 for o in outputs)
     assert server.process is not None and server.models()  # attached, so still running
+
+
+def test_a_served_teacher_scores_the_tokens_it_sampled(server, smollm2_tokenizer, tmp_path):
+    """On-policy distillation's endpoint teacher (`distill.endpoint`): vLLM's prompt log-probs of a sequence equal
+    the log-probs it sampled that sequence's completion with (temperature 1), whatever weights it serves now."""
+    from rllm.training.batch import TrainingRow
+    from rllm.training.distill import EndpointTeacher
+
+    client = VLLMRolloutClient(server, smollm2_tokenizer, workdir=tmp_path, owns_server=False)
+    output = _generate(client, MESSAGES, temperature=1.0, max_tokens=8, seed=5)
+    ids = output.prompt_ids + output.completion_ids
+    row = TrainingRow(input_ids=ids, prompt_length=len(output.prompt_ids),
+                      loss_mask=[0] * len(output.prompt_ids) + [1] * len(output.completion_ids),
+                      old_logprobs=[0.0] * len(ids), advantages=[0.0] * len(ids), group_key="t:agent",
+                      episode_id="t:0", trajectory_name="agent")  # fmt: skip
+    (scores,) = EndpointTeacher(server.base_url, server.models()[0]).score([row])
+    assert len(scores) == len(ids) and scores[0] == 0.0
+    completion = scores[len(output.prompt_ids) :]
+    assert max(abs(a - b) for a, b in zip(completion, output.logprobs, strict=True)) < 1e-3

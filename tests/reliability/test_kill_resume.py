@@ -9,6 +9,8 @@ The kills (`kill_harness.py` runs the real CLI in forked children and kills them
 - at seeded random moments (the Nth module call: inside generation, an update, a validation);
 - a resume killed in turn at every write point a fresh run never has (log truncation, repairs, replacing a
   checkpoint folder), after kills that leave it each kind of repair to do.
+`rllm sft` and `rllm dpo` are killed the same way at seeded write points and module calls (a kill before the first
+checkpoint once left a run that `--resume` refused: their data counts file was not known as a first file).
 One reference run is shared; every run is tiny (`rollout.n_parallel=1`, 2 tasks × 2 samples, 2 turns, 6 tokens).
 """
 
@@ -42,14 +44,15 @@ class Harness:
     hash seed, which its forked runs share; the reference runs in another interpreter with another seed, so a
     dependence on set or hash order would show as a difference instead of repeating in every run."""
 
-    def __init__(self, root: Path, model_dir: Path, hash_seed: int) -> None:
+    def __init__(self, root: Path, model_dir: Path, hash_seed: int, argv: list[str] | None = None) -> None:
         self.root, self.model_dir = root, model_dir
+        self.argv = argv or ["train", "configs/arithmetic_grpo.yaml", *OVERRIDES]
         env = {**os.environ, "PYTHONHASHSEED": str(hash_seed)}
         self.process = subprocess.Popen([sys.executable, str(HARNESS)], cwd=REPO, env=env, stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True)  # fmt: skip
 
     def run(self, runs: list[dict]) -> dict[str, list[dict]]:
-        plan = {"argv": ["train", "configs/arithmetic_grpo.yaml", *OVERRIDES, f"model.name={self.model_dir}"],
+        plan = {"argv": [*self.argv, f"model.name={self.model_dir}"],
                 "runs_root": str(self.root / "runs"), "logs": str(self.root / "logs"), "jobs": 2, "threads": 1,
                 "runs": runs}  # fmt: skip
         self.process.stdin.write(json.dumps(plan) + "\n")
@@ -133,6 +136,47 @@ def test_a_resume_killed_at_its_own_write_points_resumes_bitwise(harness, refere
     assert not failures, _describe(failures, described)
     replaced = [op for op in probes["latest"][-1]["ops"] if op not in ops]
     assert "replace checkpoints/step_000002" in replaced  # the folder set aside: item 8's two renames, each killed
+
+
+OFFLINE_OVERRIDES = ["data.task=arithmetic", "data.val_size=2", "rollout.max_tokens=6", "rollout.n_parallel=1",
+                     "trainer.save_every=1", "trainer.tensorboard=false", "optim.micro_batch_size=2",
+                     "optim.lr=1e-2"]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["sft", "dpo"])
+def test_an_sft_or_dpo_run_killed_resumes_bitwise(tmp_path, tiny_model_dir, command):
+    """`rllm sft` / `rllm dpo` (3 steps, each saved, validation before and after) killed at seeded write points and
+    module calls, then resumed: the same files as a run never killed."""
+    chat = [{"role": "user", "content": "2+2?"}]
+    records = [{"prompt": chat, "chosen": [{"role": "assistant", "content": f"{4 + i}"}],
+                "rejected": [{"role": "assistant", "content": "five" * (i + 1)}]} for i in range(3)]  # fmt: skip
+    if command == "sft":
+        records = [{"prompt": r["prompt"], "completion": r["chosen"]} for r in records]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    key = "messages" if command == "sft" else "preferences"
+    argv = [command, f"configs/arithmetic_{command}.yaml", f"{command}.episodes=null", f"{command}.{key}={data}",
+            f"{command}.batch_size=1", f"{command}.epochs=1", *OFFLINE_OVERRIDES]  # fmt: skip
+    reference_harness = Harness(tmp_path / "h", tiny_model_dir, hash_seed=1, argv=argv)
+    try:
+        (reference,) = reference_harness.run([{"name": "reference", "kills": []}])["reference"]
+    finally:
+        reference_harness.close()
+    assert reference["exit"] == "exit 0", _tail(reference)
+    harness = Harness(tmp_path / "h", tiny_model_dir, hash_seed=2, argv=argv)
+    try:
+        rng = random.Random(21)
+        ops = sorted(rng.sample(range(1, len(reference["ops"]) + 1), 8))
+        calls = sorted(rng.sample(range(1, reference["calls"] + 1), 3))
+        runs = {
+            **{f"op{n}": {"kills": [{"op": n}]} for n in ops},
+            **{f"call{n}": {"kills": [{"call": n}]} for n in calls},
+        }
+        failures = _kill_and_compare(harness, runs)
+    finally:
+        harness.close()
+    _report(f"{command}: write points {ops} of {len(reference['ops'])}, module calls {calls}", len(runs), failures)
+    assert not failures, _describe(failures, {f"op{n}": reference["ops"][n - 1] for n in ops})
 
 
 # ---- running and comparing -----------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ def test_sft_on_the_episodes_of_an_eval_run(tmp_path, tiny_model_dir, attempts):
                    cwd=tmp_path, timeout=300)  # fmt: skip
     assert out.returncode == 2 and "no trajectory succeeded" in out.stderr and "trajectories=8" in out.stderr
     out = run_rllm("sft", CONFIG, f"sft.episodes={attempts}", "sft.correct_only=false", "sft.batch_size=3",
-                   "data.val_size=2", "trainer.name=sft", *common, "--no-progress", cwd=tmp_path,
+                   "sft.packing=true", "data.val_size=2", "trainer.name=sft", *common, "--no-progress", cwd=tmp_path,
                    timeout=300)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "val success rate" in out.stdout

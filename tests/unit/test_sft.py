@@ -159,3 +159,26 @@ def test_every_sft_key_reaches_the_rows(tmp_path, smollm2_tokenizer):
         load("sft.max_length=8")
     rows, _ = load("sft.max_length=8", "sft.overlong=truncate", "sft.split=train", "sft.roles=[solver]")
     assert [len(r) for r in rows] == [5, 8]
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_packed_rows_train_exactly_as_padded_micro_batches(tiny, smollm2_tokenizer, lora):
+    from rllm.training.batch import pack_rows
+
+    rows, _ = rows_from_messages(_records(7), smollm2_tokenizer, max_length=512)
+    assert [len(p) for p in pack_rows(rows, 90)] != [1] * 7  # several rows share a pack
+
+    def update(**kwargs):
+        backend = TorchBackend(ModelConfig(lora=LoraConfig(enabled=lora)), AlgorithmConfig(),
+                               OptimConfig(micro_batch_size=2, grad_clip=None, lr=1e-3), total_steps=1,
+                               model=copy.deepcopy(tiny), tokenizer=smollm2_tokenizer)  # fmt: skip
+        metrics = backend.update(rows, temperature=1.0, objective="sft", **kwargs)
+        return metrics, [p.detach().clone() for p in backend.model.parameters() if p.requires_grad]
+
+    padded, padded_weights = update()
+    packed, packed_weights = update(pack_length=90)
+    assert packed["loss"] == pytest.approx(padded["loss"], abs=1e-6)
+    assert packed["grad_norm"] == pytest.approx(padded["grad_norm"], rel=1e-5)
+    assert packed["train_tokens"] == sum(len(r) for r in rows) < padded["train_tokens"] + 1
+    for a, b in zip(packed_weights, padded_weights, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)  # AdamW divides tiny gradients by their size

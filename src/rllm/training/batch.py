@@ -55,8 +55,10 @@ __all__ = [
     "TrainingRow",
     "build_rows",
     "collate",
+    "collate_packed",
     "episode_trajectories",
     "nonfinite_tokens",
+    "pack_rows",
     "split_micro_batches",
 ]
 
@@ -374,4 +376,52 @@ def collate(rows: Sequence[TrainingRow], *, pad_id: int, pad_to_multiple: int | 
                                 "apply_gae sets them on every row of a batch")  # fmt: skip
         batch["target_returns"] = padded([row.returns for row in rows], 0.0, torch.float32)[:, 1:]
         batch["target_old_values"] = padded([row.old_values for row in rows], 0.0, torch.float32)[:, 1:]
+    return batch
+
+
+# ---- packing ------------------------------------------------------------------------------------------------
+
+
+def pack_rows(rows: Sequence[TrainingRow], capacity: int) -> list[list[int]]:
+    """Indices of `rows` grouped into packs of at most `capacity` tokens (first fit, longest first); a row longer
+    than `capacity` is a pack of its own."""
+    packs: list[list[int]] = []
+    room: list[int] = []
+    for index in sorted(range(len(rows)), key=lambda i: -len(rows[i])):
+        size = len(rows[index])
+        slot = next((p for p, free in enumerate(room) if free >= size), None)
+        if slot is None:
+            packs.append([index])
+            room.append(capacity - size)
+        else:
+            packs[slot].append(index)
+            room[slot] -= size
+    return packs
+
+
+def collate_packed(rows: Sequence[TrainingRow], *, pad_id: int) -> dict[str, torch.Tensor]:
+    """`rows` concatenated into ONE sequence (`collate`'s keys, `[1, L]`) that trains exactly as the rows apart:
+    positions restart at 0 in each row, and `attention_mask` is a ready 4-D boolean mask `[1, 1, L, L]` (causal,
+    within a row only), which transformers uses as it is. A row's first token is a prompt token (loss mask 0), so no
+    target crosses from one row into the next."""
+    import torch
+
+    joined = TrainingRow(input_ids=[t for row in rows for t in row.input_ids], prompt_length=rows[0].prompt_length,
+                         loss_mask=[m for row in rows for m in row.loss_mask],
+                         old_logprobs=[x for row in rows for x in row.old_logprobs],
+                         advantages=[x for row in rows for x in row.advantages], group_key=rows[0].group_key,
+                         episode_id=rows[0].episode_id, trajectory_name=rows[0].trajectory_name)  # fmt: skip
+    if any(row.loss_mask and row.loss_mask[0] for row in rows):
+        raise RowBuildError("collate_packed: a row trains its first token, which would be predicted from the row "
+                            "packed before it")  # fmt: skip
+    batch = collate([joined], pad_id=pad_id)
+    segment = torch.tensor([i for i, row in enumerate(rows) for _ in row.input_ids])
+    positions = torch.tensor([p for row in rows for p in range(len(row))])
+    length = batch["input_ids"].shape[1]
+    if length > len(segment):  # collate's minimum width of 2 (a one-token row): the pad is a segment of its own
+        segment = torch.cat([segment, torch.full((length - len(segment),), len(rows))])
+        positions = torch.cat([positions, torch.zeros(length - len(positions), dtype=torch.long)])
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    batch["attention_mask"] = (causal & (segment[:, None] == segment[None, :]))[None, None]
+    batch["position_ids"] = positions[None]
     return batch

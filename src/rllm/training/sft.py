@@ -123,7 +123,9 @@ class SFTTrainer(OfflineTrainer):
         return load_sft_rows(config, tokenizer)
 
     def _update_examples(self, examples: list) -> dict[str, float]:
-        return self.backend.update(examples, temperature=1.0, objective="sft")
+        sft = self.config.sft
+        return self.backend.update(examples, temperature=1.0, objective="sft",
+                                   pack_length=sft.max_length if sft.packing else None)  # fmt: skip
 
 
 def load_sft_rows(config: TrainConfig, tokenizer: Any) -> tuple[list[TrainingRow], dict[str, int]]:

@@ -44,6 +44,8 @@ Choices:
   value loss; the head is part of every checkpoint.
 - A step with nothing to train on (every group dropped or filtered) skips the update and says so in its metrics
   (`skipped_update=1`); nothing is dropped silently.
+- On-policy distillation (`distill.teacher`): a teacher model scores every sampled token and the per-token reverse
+  KL becomes the advantage (`rllm.training.distill`), in `_update` after the estimator's advantages.
 - Off-policy: every update measures the sampler-trainer mismatch (`mismatch/*`); `algorithm.off_policy` picks the
   PPO ratio's anchor and the importance correction (`rllm.training.off_policy`). `rollout.max_staleness` > 0 trains
   asynchronously (`RolloutPipeline`, below): rollouts of later steps run on a copy of the weights while the update
@@ -74,6 +76,7 @@ from rllm.runs import RunLog, create_run_dir, is_unstarted_train_run, write_json
 from rllm.training.advantages import apply_gae, group_key, score_episodes, trajectory_reward
 from rllm.training.batch import build_rows
 from rllm.training.checkpoint import find_resumable_checkpoint, load_checkpoint, save_checkpoint, verify_checkpoint
+from rllm.training.distill import apply_distillation, make_teacher
 from rllm.training.off_policy import merge_mismatch_sums, mismatch_metrics, mismatch_sums
 from rllm.types import Episode
 from rllm.workflows.resolve import workflow_for_config
@@ -119,6 +122,7 @@ class AgentTrainer:
         self.train_dataset = train_dataset if train_dataset is not None else cfg.data.make_tasks("train")
         self.val_dataset = val_dataset if val_dataset is not None else cfg.data.make_tasks("val")
         self._model, self._tokenizer, self.progress = model, tokenizer, progress
+        self.teacher = None  # on-policy distillation's teacher (distill.teacher), loaded by setup()
         self.run_dir: Path | None = None
 
     # ---- public ---------------------------------------------------------------------------------------------
@@ -261,6 +265,8 @@ class AgentTrainer:
         cfg, out = self.config, {}
         if cfg.algorithm.advantage == "gae":  # PPO with a critic: advantages and returns from its values
             out.update(apply_gae(rows, self.backend.compute_values(rows), cfg.algorithm))
+        if self.teacher is not None:  # on-policy distillation: the teacher's per-token reverse KL as advantage
+            out.update(apply_distillation(rows, self.teacher.score(rows), cfg.distill))
         prox = None
         if cfg.algorithm.off_policy.mode == "decoupled":  # pi_prox: this trainer's log-probs before the update
             prox = self.backend.compute_logprobs(rows, temperature=cfg.rollout.temperature)
@@ -332,6 +338,14 @@ class AgentTrainer:
         else:
             self._new_run_dir()
         self.backend = make_backend(cfg, self.run_dir, model=self._model, tokenizer=self._tokenizer)
+        self.teacher = None
+        if cfg.distill.teacher is not None:
+            self.teacher = make_teacher(
+                cfg.distill,
+                student_tokenizer=self.backend.tokenizer,
+                micro_batch_size=cfg.optim.micro_batch_size,
+                device=cfg.model.device,
+            )
         resumed_version = self._resume(checkpoint) if checkpoint is not None else None
         if cfg.rollout.server == "vllm":
             from rllm.training.rollout_server import start_vllm_rollout

@@ -64,14 +64,21 @@ from rllm.training.backends.torch_model import (
     merged_lora_state,
     plain_state_name,
 )
-from rllm.training.batch import TrainingRow, collate, nonfinite_tokens, split_micro_batches
+from rllm.training.batch import (
+    TrainingRow,
+    collate,
+    collate_packed,
+    nonfinite_tokens,
+    pack_rows,
+    split_micro_batches,
+)
 from rllm.training.losses import actor_loss, dpo_loss, masked_token_mean, sft_loss, value_loss
 from rllm.training.off_policy import merge_mismatch_sums, mismatch_metrics, mismatch_sums
 
 if TYPE_CHECKING:
     from rllm.training.dpo_data import PreferencePair
 
-__all__ = ["TorchBackend"]
+__all__ = ["TorchBackend", "score_rows"]
 
 STATE_FORMAT = 1
 STATE_FILE = "backend.pt"
@@ -149,13 +156,17 @@ class TorchBackend:
     def _collate(self, rows: Sequence[TrainingRow]) -> dict[str, Tensor]:
         return {k: v.to(self.device) for k, v in collate(rows, pad_id=self.pad_id).items()}
 
+    def _mini_batch_tensors(self, rows: Sequence[TrainingRow], indices: Sequence[int],
+                            pack_length: int | None) -> list[dict[str, Tensor]]:  # fmt: skip
+        """A mini-batch's micro-batches as tensors: padded micro-batches of similar lengths, or packed sequences."""
+        if pack_length is None:
+            return [self._collate([rows[i] for i in chunk]) for chunk in self._micro_batches(rows, indices)]
+        subset = [rows[i] for i in indices]
+        return [{k: v.to(self.device) for k, v in collate_packed([subset[i] for i in pack], pad_id=self.pad_id).items()}
+                for pack in pack_rows(subset, pack_length)]  # fmt: skip
+
     def _micro_batches(self, rows: Sequence[TrainingRow], indices: Sequence[int]) -> list[list[int]]:
-        """`split_micro_batches` over `rows[indices]`, as lists of indices into `rows`."""
-        slots: dict[int, list[int]] = defaultdict(list)
-        for i in indices:
-            slots[id(rows[i])].append(i)
-        chunks = split_micro_batches([rows[i] for i in indices], self.optim.micro_batch_size)
-        return [[slots[id(row)].pop(0) for row in chunk] for chunk in chunks]
+        return _micro_batch_indices(rows, indices, self.optim.micro_batch_size)
 
     def _units(self, mask: Tensor, objective: str) -> int:
         """What the loss averages over: loss tokens (token-mean, and always for sft) or rows holding a loss token
@@ -183,15 +194,10 @@ class TorchBackend:
             if self.reference is None:
                 raise RuntimeError("full fine-tuning keeps a reference model only when algorithm.kl_coef > 0")
             model = self.reference
-        out: list[list[float]] = [[] for _ in rows]
         with context:
-            for chunk in self._micro_batches(rows, range(len(rows))):
-                batch = self._collate([rows[i] for i in chunk])
-                mask = batch["attention_mask"][:, 1:] > 0 if all_positions else batch["target_mask"] > 0
-                lp = forward_targets(model, batch, mask, temperature=temperature, gather=self.gather_logits,
-                                     autocast_dtype=self.autocast_dtype).logprobs  # fmt: skip
-                self._spread(out, chunk, rows, _scatter(lp, mask))
-        return out
+            return score_rows(model, rows, pad_id=self.pad_id, micro_batch_size=self.optim.micro_batch_size,
+                              temperature=temperature, all_positions=all_positions, gather=self.gather_logits,
+                              autocast_dtype=self.autocast_dtype)  # fmt: skip
 
     @torch.no_grad()
     def compute_values(self, rows: Sequence[TrainingRow]) -> list[list[float]]:
@@ -204,22 +210,20 @@ class TorchBackend:
             batch = self._collate([rows[i] for i in chunk])
             mask = batch["target_mask"] > 0
             hidden = self._forward(batch, mask, 1.0, hidden=True).hidden
-            self._spread(out, chunk, rows, _scatter(self.value_head(hidden).squeeze(-1), mask))
+            _spread(out, chunk, rows, _scatter(self.value_head(hidden).squeeze(-1), mask))
         return out
-
-    @staticmethod
-    def _spread(out: list[list[float]], chunk: list[int], rows: Sequence[TrainingRow], shifted: Tensor) -> None:
-        for b, i in enumerate(chunk):
-            out[i] = [0.0] + shifted[b, : len(rows[i]) - 1].tolist()
 
     # ------------------------------------------------------------ the update
 
     def update(self, rows: Sequence[TrainingRow], *, temperature: float, norm_length: int | None = None,
-               objective: Literal["policy", "sft"] = "policy") -> dict[str, float]:  # fmt: skip
+               objective: Literal["policy", "sft"] = "policy",
+               pack_length: int | None = None) -> dict[str, float]:  # fmt: skip
         """One PPO update on `rows`; returns metrics averaged over its optimizer steps (token counts summed).
         `temperature` must be the rollout's (0, greedy, means 1: greedy rollouts report temperature-1 logprobs).
         `objective="sft"` trains the same way on `losses.sft_loss` instead (the rows' loss masks; advantages and
-        sampling log-probs unused): supervised fine-tuning (`rllm.training.sft`).
+        sampling log-probs unused): supervised fine-tuning (`rllm.training.sft`). `pack_length` packs each
+        mini-batch's rows into sequences of at most that many tokens (`batch.collate_packed`: no padding, the same
+        loss and gradient) instead of micro-batches of `optim.micro_batch_size` rows.
 
         `ppo_epochs` passes over the rows, each shuffled by the backend's seeded generator into `mini_batches`
         mini-batches, one optimizer step each. A mini-batch's gradient is accumulated exactly over micro-batches:
@@ -241,21 +245,22 @@ class TorchBackend:
                                         generator=self.generator)  # fmt: skip
                 mismatch = None
                 for index, mini_batch in enumerate(plan):
-                    batches = [self._collate([rows[i] for i in c]) for c in self._micro_batches(rows, mini_batch)]
+                    batches = self._mini_batch_tensors(rows, mini_batch, pack_length)
                     units = [self._units(batch["target_mask"], objective) for batch in batches]
                     tokens = [int(batch["target_mask"].sum()) for batch in batches]
                     self.optimizer.zero_grad(set_to_none=True)
                     for batch, unit, count in zip(batches, units, tokens, strict=True):
-                        log.count_tokens(float(batch["attention_mask"].sum()), float(batch["target_mask"].sum()))
+                        packed = batch["attention_mask"].dim() == 4  # packed rows: no padding
+                        seen = batch["input_ids"].numel() if packed else batch["attention_mask"].sum()
+                        log.count_tokens(float(seen), float(batch["target_mask"].sum()))
                         if unit == 0:
                             continue
                         if objective == "sft":
                             loss, losses, token_means = self._sft_loss(batch, temperature)
                         else:
                             loss, losses, token_means, logprobs = self._loss(batch, temperature, norm_length)
-                        if (
-                            index == 0 and objective != "sft"
-                        ):  # before the first optimizer step: the trainer's view of the sampled tokens
+                        # before the first optimizer step: the trainer's view of the sampled tokens
+                        if index == 0 and objective != "sft":
                             mismatch = merge_mismatch_sums(mismatch, mismatch_sums(
                                 logprobs, batch["target_old_logprobs"], batch["target_mask"],
                                 threshold=algo.off_policy.mismatch_threshold))  # fmt: skip
@@ -496,6 +501,38 @@ class TorchBackend:
 
 
 # ---- small tensor helpers ---------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def score_rows(model: Any, rows: Sequence[TrainingRow], *, pad_id: int, micro_batch_size: int,
+               temperature: float = 1.0, all_positions: bool = False, gather: bool = True,
+               autocast_dtype: torch.dtype | None = None) -> list[list[float]]:  # fmt: skip
+    """Per-row, token-aligned log-probs of the rows' tokens under `model` (entry t: log p(token t | tokens < t);
+    0.0 at t = 0 and off the loss mask unless `all_positions`), in micro-batches of similar lengths: the trainer's
+    `compute_logprobs`, and a distillation teacher's scores (`rllm.training.distill`)."""
+    device = next(model.parameters()).device
+    out: list[list[float]] = [[] for _ in rows]
+    for chunk in _micro_batch_indices(rows, range(len(rows)), micro_batch_size):
+        batch = {k: v.to(device) for k, v in collate([rows[i] for i in chunk], pad_id=pad_id).items()}
+        mask = batch["attention_mask"][:, 1:] > 0 if all_positions else batch["target_mask"] > 0
+        logprobs = forward_targets(model, batch, mask, temperature=temperature, gather=gather,
+                                   autocast_dtype=autocast_dtype).logprobs  # fmt: skip
+        _spread(out, chunk, rows, _scatter(logprobs, mask))
+    return out
+
+
+def _micro_batch_indices(rows: Sequence[TrainingRow], indices: Sequence[int], size: int) -> list[list[int]]:
+    """`split_micro_batches` over `rows[indices]`, as lists of indices into `rows`."""
+    slots: dict[int, list[int]] = defaultdict(list)
+    for i in indices:
+        slots[id(rows[i])].append(i)
+    chunks = split_micro_batches([rows[i] for i in indices], size)
+    return [[slots[id(row)].pop(0) for row in chunk] for chunk in chunks]
+
+
+def _spread(out: list[list[float]], chunk: list[int], rows: Sequence[TrainingRow], shifted: Tensor) -> None:
+    for b, i in enumerate(chunk):
+        out[i] = [0.0] + shifted[b, : len(rows[i]) - 1].tolist()
 
 
 def _scatter(values: Tensor, mask: Tensor) -> Tensor:
