@@ -519,7 +519,8 @@ class DistillConfig(_Section):
     coef: float = Field(1.0, gt=0, description="Weight of the per-token advantage log p_teacher - log p_student.")
     reward_weight: float = Field(0.0, ge=0, description="Weight of the task's reward advantage (algorithm) added to "
                                  "it; 0: pure distillation.")  # fmt: skip
-    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Dtype the teacher scores in.")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Dtype the local teacher scores in (bfloat16: "
+                                                  "under autocast, as model.dtype trains).")  # fmt: skip
 
 
 class TrainConfig(_Section):

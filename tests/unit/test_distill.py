@@ -169,3 +169,24 @@ def test_an_endpoint_teacher_reads_prompt_logprobs_and_retries_a_429(teacher_dir
     (expected,) = local.score(rows)
     assert [served[t] for t in (2, 4)] == pytest.approx([expected[t] for t in (2, 4)], rel=1e-6)
     assert len(calls) == 2 and calls[1]["prompt_logprobs"] == 0 and calls[1]["prompt"] == rows[0].input_ids
+
+
+def test_the_configured_teacher_local_in_bf16_or_served(teacher_dir, smollm2_tokenizer, qwen_tokenizer, monkeypatch):
+    from rllm.training.distill import EndpointTeacher, make_teacher
+
+    fp32 = make_teacher(DistillConfig(teacher=str(teacher_dir)), student_tokenizer=smollm2_tokenizer,
+                        micro_batch_size=2)  # fmt: skip
+    bf16 = make_teacher(DistillConfig(teacher=str(teacher_dir), dtype="bfloat16"), student_tokenizer=smollm2_tokenizer,
+                        micro_batch_size=2)  # fmt: skip
+    assert bf16.autocast_dtype == torch.bfloat16
+    (a,), (b,) = fp32.score([_row(0.0)]), bf16.score([_row(0.0)])
+    assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 0.05 * max(abs(x) for x in a)
+    monkeypatch.setenv("TEACHER_KEY", "secret")
+    settings = load_config(None, [f"distill.teacher={teacher_dir}", "distill.endpoint.base_url=http://teacher:8000/v1",
+                                  "distill.endpoint.api_key_env=TEACHER_KEY"]).distill  # fmt: skip
+    served = make_teacher(settings, student_tokenizer=smollm2_tokenizer, micro_batch_size=2)
+    assert isinstance(served, EndpointTeacher)
+    assert (served.url, served.model, served.api_key) == ("http://teacher:8000/v1/completions", str(teacher_dir),
+                                                          "secret")  # fmt: skip
+    with pytest.raises(ConfigError, match="does not share the student's tokenizer"):
+        make_teacher(settings, student_tokenizer=qwen_tokenizer, micro_batch_size=2)

@@ -102,3 +102,32 @@ def test_exported_preferences_tokenize_back_to_our_ids_in_trl(smollm2_tokenizer,
     for example, pair in zip(trainer.train_dataset, pairs, strict=True):
         assert example["prompt_ids"] + example["chosen_ids"] == pair.chosen.input_ids
         assert example["prompt_ids"] + example["rejected_ids"] == pair.rejected.input_ids
+
+
+def test_every_dpo_data_key_reaches_the_pairs(tmp_path, smollm2_tokenizer):
+    """The `dpo` section's data keys through `load_dpo_pairs` (what `rllm dpo` calls), on a run directory."""
+    from rllm.config import load_config
+    from rllm.runs import RunLog
+    from rllm.training.dpo import load_dpo_pairs
+
+    (tmp_path / "run").mkdir()
+    log = RunLog(tmp_path / "run")
+    log.log_episodes(1, [_episode("a", i, float(i % 2 == 0), name="solver") for i in range(4)], "train")
+    log.log_episodes(1, [_episode("a", 9, 1.0, name="judge"), _episode("a", 8, 0.0, name="judge", turns=3)], "val")
+    log.close()
+
+    def load(*keys):
+        return load_dpo_pairs(load_config(None, [f"dpo.episodes={tmp_path / 'run'}", *keys]), smollm2_tokenizer)
+
+    pairs, stats = load("dpo.max_pairs_per_task=2")
+    assert [p.key for p in pairs] == ["a:solver", "a:solver", "a:judge"] and stats["groups"] == 2
+    pairs, _ = load("dpo.split=train", "dpo.max_pairs_per_task=2")
+    assert len(pairs) == 2
+    pairs, _ = load("dpo.roles=[judge]", "dpo.max_length=8", "dpo.overlong=truncate")
+    assert [p.key for p in pairs] == ["a:judge"] and len(pairs[0].rejected) == 8
+    with pytest.raises(TrainingDataError, match="dpo.max_length=8"):
+        load("dpo.roles=[judge]", "dpo.max_length=8")
+    path = tmp_path / "prefs.jsonl"
+    path.write_text(json.dumps(_record(2)) + "\n")
+    pairs, stats = load_dpo_pairs(load_config(None, [f"dpo.preferences={path}"]), smollm2_tokenizer)
+    assert stats["pairs"] == 1 and pairs[0].key == "record 1"

@@ -28,17 +28,21 @@ def test_rft_keeps_only_the_successes_of_mixed_tasks(tmp_path, tiny_model_dir, s
         right = index == 0 or (index == 1 and seen[question] == 1)
         return str(answers[question] if right else answers[question] + 1)
 
+    models = []
+
     def scripted(config, run_dir):
-        return FakeModel(reply, tokenizer=smollm2_tokenizer)
+        models.append(FakeModel(reply, tokenizer=smollm2_tokenizer))
+        return models[-1]
 
     monkeypatch.setattr("rllm.evaluation.make_eval_model", scripted)
-    config = load_config(None, [f"model.name={tiny_model_dir}", "data.task=arithmetic", "data.train_size=3",
-                                "data.val_size=2", "rft.attempts=3", "sft.batch_size=2", "sft.epochs=2",
+    config = load_config(None, [f"model.name={tiny_model_dir}", "data.task=arithmetic", "data.train_size=5",
+                                "rft.tasks=3", "rft.temperature=0.7", "data.val_size=2", "rft.attempts=3", "sft.batch_size=2", "sft.epochs=2",
                                 f"trainer.run_dir={tmp_path}", "trainer.name=rft", "trainer.tensorboard=false",
                                 "rollout.max_tokens=4"])  # fmt: skip
     result = run_rft(config, progress=False)
     attempts = read_episodes(tmp_path / "rft" / "attempts")
-    assert len(attempts) == 9 and sum(e.is_correct for e in attempts) == 4  # 3 + 1 + 0
+    assert len(attempts) == 9 and sum(e.is_correct for e in attempts) == 4  # 3 + 1 + 0: the first 3 of 5 tasks
+    assert {call.sampling.temperature for call in models[0].calls} == {0.7}
     assert result["attempts"]["success_rate"] == 4 / 9
     assert result["data"]["tasks"] == 1 and result["data"]["rows"] == 1  # the one success of the mixed task
     assert result["steps"] == 1 and result["val_before"]["episodes"] == 2 and result["val_after"]["step"] == 1

@@ -53,11 +53,15 @@ class Teacher:
 
     def __init__(self, name: str, *, student_tokenizer: Any, dtype: str = "float32", micro_batch_size: int = 4,
                  device: str = "cpu", model: Any = None) -> None:  # fmt: skip
+        import torch
+
         from rllm.models import registry
 
         check_same_tokenizer(student_tokenizer, registry.load_tokenizer(name), name)
-        self.model = model if model is not None else registry.load_causal_lm(name, dtype=dtype, device=device)
+        # float32 weights; bfloat16 scores under autocast with the output layer in float32, as the trainer does
+        self.model = model if model is not None else registry.load_causal_lm(name, dtype="float32", device=device)
         self.model.eval().requires_grad_(False)
+        self.autocast_dtype = torch.bfloat16 if dtype == "bfloat16" else None
         pad = student_tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else student_tokenizer.eos_token_id
         self.micro_batch_size = micro_batch_size
@@ -65,7 +69,8 @@ class Teacher:
     def score(self, rows: Sequence[TrainingRow]) -> list[list[float]]:
         from rllm.training.backends.torch import score_rows
 
-        return score_rows(self.model, rows, pad_id=self.pad_id, micro_batch_size=self.micro_batch_size)
+        return score_rows(self.model, rows, pad_id=self.pad_id, micro_batch_size=self.micro_batch_size,
+                          autocast_dtype=self.autocast_dtype)  # fmt: skip
 
 
 class EndpointTeacher:
