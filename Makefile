@@ -106,6 +106,7 @@ bench: models sandbox chromium vllm verl
 	$(PY) benchmarks/web_env.py
 	$(PY) benchmarks/local_vs_vllm.py
 	$(PY) benchmarks/async_vs_sync.py --steps 6 --val-size 0
+	$(PY) benchmarks/viewer_scale.py
 	$(VERL_PY) benchmarks/verl_backend.py
 
 clean:

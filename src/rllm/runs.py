@@ -3,7 +3,9 @@
     runs/<name>/
       config.yaml       the resolved config (`rllm.config.dump_config`)
       manifest.json     kind (eval | train), library versions, seeds, model
-      episodes.jsonl    one record per episode: {"step": int, "split": "train" | "val" | "eval", "episode": {...}}
+      episodes.jsonl    one record per episode: {"step": int, "split": "train" | "val" | "eval", "episode": {...}},
+                        training episodes also "trained": per trajectory, what the update used per step (advantages,
+                        trainer log-probs where computed; `rllm.training.batch.trained_steps`), null if not trained
       metrics.jsonl     training: one line per step and per validation ({"step": int, ...metrics})
       summary.json      eval: the episode summary (`rllm.metrics`)
       result.json       train: validation before/after and the last step's metrics
@@ -151,16 +153,25 @@ class RunLog:
                     self._tb.add_scalar(key, value, step)
             self._tb.flush()
 
-    def log_episodes(self, step: int, episodes: Iterable[Episode], split: str) -> None:
+    def log_episodes(self, step: int, episodes: Iterable[Episode], split: str,
+                     trained: dict[int, list[Any]] | None = None) -> None:  # fmt: skip
+        """Append one record per episode; `trained` (`rllm.training.batch.trained_steps`) adds what the update
+        used, per trajectory (None for one that did not train), as the record's `trained`."""
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        records = ({"step": step, "split": split, "episode": episode.model_dump(mode="json")} for episode in episodes)
         with open(self.episodes_path, "a", encoding="utf-8") as f:
-            f.writelines(json.dumps(record) + "\n" for record in records)
+            f.writelines(json.dumps(_episode_record(step, split, episode, trained)) + "\n" for episode in episodes)
 
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+
+
+def _episode_record(step: int, split: str, episode: Episode, trained: dict[int, list[Any]] | None) -> dict[str, Any]:
+    record = {"step": step, "split": split, "episode": episode.model_dump(mode="json")}
+    if trained:
+        record["trained"] = [trained.get(id(trajectory)) for trajectory in episode.trajectories]
+    return record
 
 
 def write_json(path: str | os.PathLike, data: Any) -> None:

@@ -14,6 +14,7 @@ from rllm.training.batch import (
     collate,
     episode_trajectories,
     split_micro_batches,
+    trained_steps,
 )
 from rllm.types import Episode, ModelOutput, Step, Trajectory
 
@@ -221,6 +222,32 @@ def test_overlong_prompt_masks_the_row_in_both_modes(overlong, length):
     assert row.num_loss_tokens == 0 and len(row) == length
     assert row.input_ids == list(range(1, length + 1))  # never cut from the left
     assert stats["rows_masked"] == 1 and stats["rows_truncated"] == 0
+
+
+# ---- what an update used, per step (the run log's `trained`, shown by rllm view) ---------------------------
+
+
+def test_trained_steps_reads_each_steps_advantages_back_from_its_rows():
+    # three steps; step 1 does not extend, so the trajectory spans two rows
+    pair = _pair(_step([1, 2], [3]), _step([1, 9, 3, 5], [6, 7]), _step([1, 9, 3, 5, 6, 7, 8], [4]))
+    rows, _ = build_rows([pair], step_advantages=[[1.0, 2.0, 3.0]], **LIMITS)
+    assert [r.completion_starts for r in rows] == [[2], [4, 7]]
+    rows[1].advantages[5] = -0.5  # a per-token advantage (GAE, distillation) on step 1's second token
+    rows[1].prox_logprobs = [0.0, 0.0, 0.0, 0.0, -1.5, -2.5, 0.0, -3.5]
+    trained = trained_steps([pair], rows)
+    assert list(trained) == [id(pair[1])]
+    assert trained[id(pair[1])] == [
+        {"advantage": 1.0},
+        {"advantage": [2.0, -0.5], "trainer_logprobs": [-1.5, -2.5]},
+        {"advantage": 3.0, "trainer_logprobs": [-3.5]},
+    ]
+
+
+def test_trained_steps_marks_steps_cut_by_the_length_limit_as_untrained():
+    pair = _pair(*_LONG)
+    rows, _ = build_rows([pair], step_advantages=[[1.0, 2.0]], max_prompt_length=3, max_response_length=5)
+    assert rows[0].completion_starts == [3]  # step 1's completion was cut off
+    assert trained_steps([pair], rows)[id(pair[1])] == [{"advantage": 1.0}, None]
 
 
 # ---- micro-batches and collate ----------------------------------------------------------------------------

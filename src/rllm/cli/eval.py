@@ -87,4 +87,4 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
             print(f"role {role:9} success {summary[f'role/{role}/success_rate']:.3f}  "
                   f"mean reward {summary[f'role/{role}/reward_mean']:.3f}  "
                   f"({summary[f'role/{role}/count']} trajectories)")  # fmt: skip
-    print(f"run directory  {run_dir}")
+    print(f"run directory  {run_dir}   (browse it: rllm view {run_dir})")

@@ -9,6 +9,7 @@ rllm rft configs/arithmetic_sft.yaml rft.attempts=4                # rejection s
 rllm fetch qwen2.5-coder-0.5b-instruct           # download + verify + convert an embedded model
 rllm serve gateway --upstream URL --model NAME --tokenizer NAME   # OpenAI-compatible gateway, exact token ids
 rllm swe build --out tasks.jsonl                 # SWE tasks from PyPI sdists (mutations, hidden tests)
+rllm view runs/                                  # browse runs: curves, episodes, the trained-token overlay
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from rllm.cli import serve as serve_cmd
 from rllm.cli import sft as sft_cmd
 from rllm.cli import swe as swe_cmd
 from rllm.cli import train as train_cmd
+from rllm.cli import view as view_cmd
 
 __all__ = ["main"]
 
@@ -35,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     sft_cmd.add_parser(sub)
     swe_cmd.add_parser(sub)
     train_cmd.add_parser(sub)
+    view_cmd.add_parser(sub)
     return parser
 
 

@@ -60,6 +60,7 @@ __all__ = [
     "nonfinite_tokens",
     "pack_rows",
     "split_micro_batches",
+    "trained_steps",
 ]
 
 Overlong = Literal["truncate", "mask"]
@@ -89,6 +90,7 @@ class TrainingRow:
     old_values: list[float] | None = None  # ... and the critic's values at rollout time
     step_indices: list[int] = field(default_factory=list)  # steps of the trajectory this row holds
     weight_versions: list[int] = field(default_factory=list)  # one per step in step_indices
+    completion_starts: list[int] = field(default_factory=list)  # where each step in step_indices' completion starts
     truncated: bool = False  # tokens past max_response_length were dropped
     prox_logprobs: list[float] | None = None  # off_policy.mode=decoupled: the trainer's log-probs before the update
 
@@ -110,10 +112,9 @@ def episode_trajectories(episodes: Iterable[Episode]) -> list[TrajectoryRef]:
 
 @dataclass
 class _OpenRow:
-    """A row being filled, plus where each step's completion starts (to truncate by step)."""
+    """A row being filled."""
 
     row: TrainingRow
-    completion_starts: list[int] = field(default_factory=list)
 
     def append(self, ids: Sequence[int], *, logprobs: Sequence[float] | None = None, advantage: float = 0.0,
                reward: float = 0.0) -> None:  # fmt: skip
@@ -194,7 +195,7 @@ def _merge_steps(episode: Episode, trajectory: Trajectory, advantages: Sequence[
             current = _OpenRow(_new_row(episode, trajectory, prompt))
             current.append(prompt)
             rows.append(current)
-        current.completion_starts.append(len(current.row.input_ids))
+        current.row.completion_starts.append(len(current.row.input_ids))
         current.append(output.completion_ids, logprobs=output.logprobs, advantage=advantage, reward=reward)
         current.row.step_indices.append(index)
         current.row.weight_versions.append(output.weight_version)
@@ -276,9 +277,10 @@ def _cut(open_row: _OpenRow, length: int) -> None:
     row = open_row.row
     if len(row) <= length:
         return
-    kept = [i for i, start in enumerate(open_row.completion_starts) if start < length]
+    kept = [i for i, start in enumerate(row.completion_starts) if start < length]
     row.step_indices = [row.step_indices[i] for i in kept]
     row.weight_versions = [row.weight_versions[i] for i in kept]
+    row.completion_starts = [row.completion_starts[i] for i in kept]
     cut_reward = sum(row.rewards[length:])
     row.input_ids = row.input_ids[:length]
     row.loss_mask = row.loss_mask[:length]
@@ -290,6 +292,28 @@ def _cut(open_row: _OpenRow, length: int) -> None:
         row.rewards[sampled[-1]] += cut_reward
     row.prompt_length = min(row.prompt_length, length)
     row.truncated = True
+
+
+def trained_steps(trajectories: Sequence[TrajectoryRef], rows: Sequence[TrainingRow]) -> dict[int, list[Any]]:
+    """What an update used for each step of `rows`, keyed by `id(trajectory)` of `build_rows`' input: per step (None
+    for a step in no row) `{"advantage": ...}`, one number when its completion's tokens share it (trajectory and
+    step estimators), else one per token (GAE, distillation); with `"trainer_logprobs"` (one per token) where the
+    update computed them (`off_policy.mode=decoupled`). Read from the rows after the update, so it is exactly what
+    was trained; the run log keeps it beside the episode for `rllm view`."""
+    out: dict[int, list[Any]] = {}
+    for row in rows:
+        trajectory = trajectories[row.trajectory_index][1]
+        steps = out.setdefault(id(trajectory), [None] * len(trajectory.steps))
+        for index, start in zip(row.step_indices, row.completion_starts, strict=True):
+            output = trajectory.steps[index].model_output
+            end = min(start + (output.completion_length if output is not None else 0), len(row))
+            advantages = row.advantages[start:end]
+            uniform = bool(advantages) and all(a == advantages[0] for a in advantages)
+            entry: dict[str, Any] = {"advantage": advantages[0] if uniform else advantages}
+            if row.prox_logprobs is not None:
+                entry["trainer_logprobs"] = row.prox_logprobs[start:end]
+            steps[index] = entry
+    return out
 
 
 # ---- micro-batches and tensors ----------------------------------------------------------------------------

@@ -74,11 +74,12 @@ from rllm.metrics import summarize_episodes
 from rllm.models.base import close_model
 from rllm.runs import RunLog, create_run_dir, is_unstarted_train_run, write_json, write_manifest
 from rllm.training.advantages import apply_gae, group_key, score_episodes, trajectory_reward
-from rllm.training.batch import build_rows
+from rllm.training.batch import build_rows, trained_steps
 from rllm.training.checkpoint import find_resumable_checkpoint, load_checkpoint, save_checkpoint, verify_checkpoint
 from rllm.training.distill import apply_distillation, make_teacher
 from rllm.training.off_policy import merge_mismatch_sums, mismatch_metrics, mismatch_sums
 from rllm.types import Episode
+from rllm.viewer import view_command
 from rllm.workflows.resolve import workflow_for_config
 
 __all__ = ["AgentTrainer"]
@@ -141,6 +142,7 @@ class AgentTrainer:
             self.setup()
             start_step = self.step
             result["run_dir"] = str(self.run_dir)
+            print(f"run: {self.run_dir}   watch it: {view_command(self.run_dir)}", file=sys.stderr, flush=True)
             log = RunLog(self.run_dir, tensorboard=cfg.trainer.tensorboard, resume_step=start_step or None)
             if start_step == 0:
                 self.val_history.append({"step": 0, **await self._validate(log, 0)})
@@ -256,7 +258,7 @@ class AgentTrainer:
         }
         log.log(step, metrics)
         if cfg.trainer.log_episodes:
-            log.log_episodes(step, episodes, "train")
+            log.log_episodes(step, episodes, "train", trained_steps(batch.trajectories, rows))
         self._check_finite(step, update, batch.rewards)
         return metrics
 
@@ -654,6 +656,7 @@ def format_result_table(result: dict[str, Any]) -> str:
         f"{'val success rate':24}{before['success_rate']:>10.3f}{after['success_rate']:>10.3f}",
         f"{'val mean reward':24}{before['reward_mean']:>10.3f}{after['reward_mean']:>10.3f}",
         f"validation tasks: {after.get('episodes', 0)}   steps: {result['steps']}   run: {result['run_dir']}",
+        f"see its episodes and trained tokens: {view_command(result['run_dir'])}",
     ]
     return "\n".join(lines)
 

@@ -1,0 +1,178 @@
+"""`rllm view`'s local web server: the Python standard library's threading HTTP server on 127.0.0.1, serving the
+page and its assets from the package (`rllm/viewer/static`: no CDN, no internet) and a small JSON API:
+
+    GET /api/runs                          the runs (re-read on every call: runs started since appear)
+    GET /api/run/<id>                      summary, manifest, config, filter values
+    GET /api/run/<id>/metrics              every numeric metric as [[step, value], ...]
+    GET /api/run/<id>/episodes?<query>     a page of the episode table (`rllm.viewer.data.query_episodes`)
+    GET /api/run/<id>/episode/<line>       one episode: conversation and token overlay
+
+Links are stable: the page keeps its whole state (run, step, filters, episode, comparison) in the URL's fragment.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import mimetypes
+import os
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from rllm.viewer.data import NotARunError, ViewerRun, discover_runs, facets, query_episodes
+from rllm.viewer.episode import episode_view
+
+__all__ = ["Viewer", "ViewerServer", "start_server"]
+
+
+class Viewer:
+    """The runs under the given paths, each read through one `ViewerRun` (its index is kept between requests)."""
+
+    def __init__(self, paths: list[str | os.PathLike], cache_dir: Path | None = None) -> None:
+        self.paths = [Path(p) for p in paths]
+        self.cache_dir = cache_dir
+        self._runs: dict[Path, ViewerRun] = {}
+        self._lock = threading.Lock()
+        discover_runs(self.paths)  # a wrong path fails now, with the message, not in the browser
+
+    def runs(self) -> dict[str, ViewerRun]:
+        """Run id -> run, for the runs there are now. An id is the run's folder name (made unique with -2, -3)."""
+        with self._lock:
+            out: dict[str, ViewerRun] = {}
+            for path in discover_runs(self.paths):
+                key = path.resolve()
+                run_id, n = path.name, 1
+                while run_id in out:
+                    n += 1
+                    run_id = f"{path.name}-{n}"
+                if key not in self._runs:
+                    self._runs[key] = ViewerRun(path, run_id, self.cache_dir)
+                self._runs[key].id = run_id
+                out[run_id] = self._runs[key]
+            return out
+
+    def run(self, run_id: str) -> ViewerRun:
+        runs = self.runs()
+        if run_id not in runs:
+            raise LookupError(f"no run {run_id!r}; the runs are {', '.join(runs) or 'none'}")
+        return runs[run_id]
+
+    # ---- the API ---------------------------------------------------------------------------------------------
+
+    def api(self, parts: list[str], params: dict[str, str]) -> Any:
+        """The JSON answer of GET /api/<parts>?<params>; LookupError -> 404, ValueError -> 400."""
+        if parts == ["runs"]:
+            return {"runs": [run.summary() for run in self.runs().values()]}
+        if len(parts) < 2 or parts[0] != "run":
+            raise LookupError(f"no API /api/{'/'.join(parts)}")
+        run = self.run(parts[1])
+        rest = parts[2:]
+        if not rest:
+            config_text = _read_text(run.path / "config.yaml")
+            return {"summary": run.summary(), "manifest": run.manifest(), "config": config_text,
+                    "facets": facets(run.index())}  # fmt: skip
+        if rest == ["metrics"]:
+            return run.series()
+        if rest == ["episodes"]:
+            return query_episodes(run.index(), params)
+        if len(rest) == 2 and rest[0] == "episode":
+            try:
+                record = run.record(int(rest[1]))
+            except KeyError:
+                raise LookupError(f"run {run.id!r} has no episode on line {rest[1]}") from None
+            tokenizer, note = run.tokenizer()
+            trained = record.get("trained")
+            if trained is None and record.get("split") == "train":  # a run from before `trained` was recorded
+                recomputed = run.recomputed_trained(record["step"])
+                if recomputed is not None:
+                    episode = record["episode"]
+                    record["trained"] = [recomputed.get((episode.get("id"), i))
+                                         for i in range(len(episode.get("trajectories") or []))]  # fmt: skip
+                    record["trained_source"] = "recomputed"
+            view = episode_view(record, run.config(), tokenizer, note)
+            view["line"] = int(rest[1])
+            return view
+        raise LookupError(f"no API /api/{'/'.join(parts)}")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ViewerServer
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        path = unquote(url.path)
+        if path.startswith("/api/"):
+            params = dict(parse_qsl(url.query, keep_blank_values=True))
+            parts = [unquote(p) for p in url.path[len("/api/") :].split("/") if p]
+            try:
+                self._send_json(HTTPStatus.OK, self.server.viewer.api(parts, params))
+            except LookupError as exc:
+                self._send_json(HTTPStatus.NOT_FOUND, {"error": str(exc).strip("'\"")})
+            except (ValueError, NotARunError) as exc:
+                self._send_json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+            return
+        name = "index.html" if path in ("/", "/index.html") else path.removeprefix("/static/")
+        asset = resources.files("rllm.viewer") / "static" / name
+        if "/" in name or not asset.is_file():
+            self._send(HTTPStatus.NOT_FOUND, b"not found", "text/plain")
+            return
+        self._send(HTTPStatus.OK, asset.read_bytes(), mimetypes.guess_type(name)[0] or "application/octet-stream")
+
+    def _send_json(self, status: HTTPStatus, data: Any) -> None:
+        body = json.dumps(_json_safe(data), allow_nan=False, default=str)
+        self._send(status, body.encode("utf-8"), "application/json")
+
+    def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", f"{content_type}; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # no line per request on the user's terminal
+
+
+class ViewerServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, viewer: Viewer, port: int = 0, host: str = "127.0.0.1") -> None:
+        self.viewer = viewer
+        super().__init__((host, port), _Handler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}/"
+
+
+def start_server(paths: list[str | os.PathLike], *, port: int = 0, cache_dir: Path | None = None) -> ViewerServer:
+    """A viewer server on 127.0.0.1 (`port` 0: a free one), serving in a daemon thread; `.shutdown()` stops it."""
+    server = ViewerServer(Viewer(paths, cache_dir), port)
+    threading.Thread(target=server.serve_forever, name="rllm-view", daemon=True).start()
+    return server
+
+
+def _json_safe(value: Any) -> Any:
+    """`value` with NaN and infinities as the strings "NaN", "Infinity", "-Infinity": a user's reward can be one,
+    and a browser's JSON.parse refuses them as numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    return value
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None

@@ -1,0 +1,365 @@
+// rllm view: the page. No framework, no CDN: plain DOM, SVG charts. All state lives in the URL fragment
+// (#/run/<id>?step=3&split=train&correct=1, #/run/<id>/episode/<line>, #/compare?...), so a link reopens the view.
+"use strict";
+
+const app = document.getElementById("app");
+const crumbs = document.getElementById("crumbs");
+const tip = document.getElementById("tip");
+const COLORS = ["#2f6fde", "#e07b00", "#2d9a4b", "#c0392b", "#8b5cf6", "#0e9aa7", "#a16207", "#db2777"];
+
+// ---- helpers --------------------------------------------------------------------------------------------------
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "class") el.className = v;
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) if (c !== null && c !== undefined) el.append(c instanceof Node ? c : String(c));
+  return el;
+}
+function fill(el, ...children) {
+  el.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined));
+}
+function svg(tag, attrs, ...children) {
+  const el = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs || {})) if (k.startsWith("on")) el.addEventListener(k.slice(2), v); else el.setAttribute(k, v);
+  for (const c of children.flat()) if (c) el.append(c);
+  return el;
+}
+async function api(path) {
+  const res = await fetch("/api/" + path);
+  const data = await res.json();
+  if (!res.ok) throw new Error(data.error || res.statusText);
+  return data;
+}
+function route() {
+  const raw = location.hash.replace(/^#/, "") || "/";
+  const [path, query] = raw.split("?");
+  return { parts: path.split("/").filter(Boolean).map(decodeURIComponent), params: new URLSearchParams(query || "") };
+}
+function link(parts, params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params || {})) if (v !== "" && v !== null && v !== undefined) q.set(k, v);
+  const s = q.toString();
+  return "#/" + parts.map(encodeURIComponent).join("/") + (s ? "?" + s : "");
+}
+function fmt(x, digits = 3) {
+  if (x === null || x === undefined) return "—";
+  if (typeof x !== "number") return String(x);
+  if (Number.isInteger(x)) return String(x);
+  return Math.abs(x) >= 1000 || (Math.abs(x) > 0 && Math.abs(x) < 1e-3) ? x.toExponential(2) : x.toFixed(digits);
+}
+function pill(ok, yes = "correct", no = "wrong") {
+  return h("span", { class: "pill " + (ok ? "ok" : "no") }, ok ? yes : no);
+}
+function setCrumbs(...items) {
+  fill(crumbs, ...items.flatMap((x, i) => (i ? [" / ", x] : [x])));
+}
+function fail(err) {
+  fill(app, h("p", { class: "error" }, String(err.message || err)));
+}
+
+// ---- runs -----------------------------------------------------------------------------------------------------
+
+async function showRuns() {
+  setCrumbs();
+  const { runs } = await api("runs");
+  fill(app,
+    h("h1", {}, "Runs"),
+    runs.length ? h("table", { "data-testid": "runs" },
+      h("tr", {}, ["run", "kind", "status", "model", "task", "estimator", "steps", "episodes"].map((c) => h("th", {}, c))),
+      runs.map((r) => h("tr", {},
+        h("td", {}, h("a", { href: link(["run", r.id]) }, r.id)), h("td", {}, r.kind),
+        h("td", {}, h("span", { class: "pill " + (r.status === "running" ? "running" : "") }, r.status)),
+        h("td", {}, r.model || "—"), h("td", {}, r.task || "—"), h("td", {}, r.estimator || "—"),
+        h("td", {}, r.steps), h("td", {}, r.episodes)))) : h("p", { class: "muted" }, "No runs."),
+    h("p", { class: "muted" }, "Compare one task across runs or checkpoints: open an episode and follow “compare”."));
+}
+
+// ---- one run: curves and the episode table ------------------------------------------------------------------
+
+const CHARTS = [
+  ["reward", (k) => /^(val\/)?reward_mean$/.test(k) || /^(val\/)?role\/[^/]+\/reward_mean$/.test(k)],
+  ["success rate", (k) => /^(val\/)?success_rate$/.test(k)],
+  ["response length", (k) => /^(val\/)?response_length_mean$/.test(k)],
+  ["KL", (k) => k === "approx_kl" || k === "kl" || k === "kl_loss" || k === "mismatch/kl_k3"],
+  ["mismatch", (k) => k === "mismatch/abs_diff_mean" || k === "token_mismatch" || k === "batch/rows_split" || k === "val/token_mismatch"],
+  ["skipped updates", (k) => k === "skipped_update" || k === "skipped_nonfinite"],
+];
+
+async function showRun(runId, params) {
+  const [info, metrics] = await Promise.all([api("run/" + encodeURIComponent(runId)), api("run/" + encodeURIComponent(runId) + "/metrics")]);
+  const s = info.summary;
+  setCrumbs(h("a", { href: link(["run", runId]) }, runId));
+  const head = h("div", {},
+    h("h1", {}, runId),
+    h("div", { class: "muted" }, `${s.kind} · ${s.status} · model ${s.model || "?"} · task ${s.task || "?"}` +
+      (s.estimator ? ` · ${s.estimator}` : "") + ` · ${s.steps} steps · ${s.episodes} episodes · ${s.path}`),
+    info.config ? h("details", {}, h("summary", {}, "config.yaml"), h("pre", { class: "config" }, info.config)) : null);
+  const charts = h("div", { class: "charts", "data-testid": "charts" });
+  const series = metrics.series;
+  // per-role series only for multi-agent runs (one role's series is the run's own); validation drawn first, so a
+  // training point on the same spot is the one on top
+  const roles = new Set(Object.keys(series).map((k) => (k.match(/^role\/([^/]+)\//) || [])[1]).filter(Boolean));
+  const shown = (k) => roles.size > 1 || !/(^|\/)role\//.test(k);
+  const order = (a, b) => (b.startsWith("val/") - a.startsWith("val/")) || a.localeCompare(b);
+  for (const [title, match] of CHARTS) {
+    const keys = Object.keys(series).filter((k) => match(k) && shown(k)).sort(order);
+    if (keys.length) charts.append(chart(title, keys.map((k) => [k, series[k]]), runId));
+  }
+  const extra = h("select", { onchange: (e) => { if (e.target.value) charts.append(chart(e.target.value, [[e.target.value, series[e.target.value]]], runId)); } },
+    h("option", { value: "" }, "add a chart…"), Object.keys(series).sort().map((k) => h("option", { value: k }, k)));
+  const problems = metrics.problems.length ? h("p", { class: "error" }, metrics.problems.join("; ")) : null;
+  const table = h("div", {});
+  fill(app, head, problems, Object.keys(series).length ? h("div", {}, h("h2", {}, "Curves ", extra), charts) : null,
+    h("h2", {}, "Episodes"), table);
+  await episodeTable(table, runId, info.facets, params);
+}
+
+function chart(title, entries, runId) {
+  const W = 330, H = 170, L = 44, R = 8, T = 8, B = 20;
+  const points = entries.flatMap(([, pts]) => pts.filter((p) => p[1] !== null));
+  const box = h("div", { class: "chart", "data-chart": title });
+  if (!points.length) return box;
+  let [x0, x1] = [Math.min(...points.map((p) => p[0])), Math.max(...points.map((p) => p[0]))];
+  let [y0, y1] = [Math.min(...points.map((p) => p[1])), Math.max(...points.map((p) => p[1]))];
+  if (x0 === x1) { x0 -= 1; x1 += 1; }
+  if (y0 === y1) { y0 -= 0.5; y1 += 0.5; }
+  const X = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
+  const Y = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
+  const g = svg("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none" },
+    svg("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#ccd" }),
+    svg("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#ccd" }),
+    svgText(2, T + 8, fmt(y1)), svgText(2, H - B, fmt(y0)), svgText(L, H - 4, "step " + x0), svgText(W - 50, H - 4, "step " + x1));
+  entries.forEach(([key, pts], i) => {
+    const color = COLORS[i % COLORS.length];
+    const ok = pts.filter((p) => p[1] !== null);
+    g.append(svg("polyline", { points: ok.map((p) => `${X(p[0])},${Y(p[1])}`).join(" "), fill: "none", stroke: color, "stroke-width": 1.6 }));
+    const split = key.startsWith("val/") ? "val" : "train";
+    for (const [step, value] of ok) {
+      const dot = svg("circle", { cx: X(step), cy: Y(value), r: 3.2, fill: color, "data-step": step, "data-key": key,
+        onclick: () => { location.hash = link(["run", runId], { split, step }); } });
+      dot.append(svg("title", {}, document.createTextNode(`${key} at step ${step}: ${fmt(value, 4)} (click: its episodes)`)));
+      g.append(dot);
+    }
+  });
+  box.append(h("h3", {}, title), g, h("div", { class: "legend" }, entries.map(([k], i) => h("span", {}, h("i", { style: `background:${COLORS[i % COLORS.length]}` }), k))));
+  return box;
+}
+function svgText(x, y, text) {
+  const t = svg("text", { x, y, "font-size": 9, fill: "#6b7280" });
+  t.textContent = text;
+  return t;
+}
+
+const FILTERS = ["split", "step", "correct", "termination", "task", "role", "reward_min", "reward_max", "q", "errors"];
+
+async function episodeTable(container, runId, facets, params) {
+  const query = {};
+  for (const k of [...FILTERS, "sort", "page"]) if (params.get(k)) query[k] = params.get(k);
+  const go = (changes) => {
+    const next = { ...query, ...changes };
+    if (!("page" in changes)) delete next.page;
+    location.hash = link(["run", runId], next);
+  };
+  const input = (name, label, attrs = {}) => h("label", {}, label, h("input", { name, value: query[name] || "", ...attrs,
+    onchange: (e) => go({ [name]: e.target.value }) }));
+  const select = (name, label, options) => h("label", {}, label, h("select", { name, onchange: (e) => go({ [name]: e.target.value }) },
+    h("option", { value: "" }, "any"), options.map(([v, text]) => h("option", { value: v, selected: String(query[name] || "") === String(v) }, text))));
+  const steps = query.split ? facets.steps[query.split] || [] : [...new Set(Object.values(facets.steps).flat())].sort((a, b) => a - b);
+  const filters = h("div", { class: "filters", "data-testid": "filters" },
+    select("split", "split", Object.keys(facets.steps).map((s) => [s, s])),
+    select("step", "step", steps.map((s) => [s, s])),
+    select("correct", "correct", [["1", "correct"], ["0", "wrong"]]),
+    select("termination", "termination", facets.terminations.map((t) => [t, t])),
+    select("role", "role", facets.roles.map((r) => [r, r])),
+    input("task", "task id contains"),
+    input("reward_min", "reward ≥", { size: 5 }), input("reward_max", "reward ≤", { size: 5 }),
+    input("q", "search text", { type: "search" }),
+    facets.errors ? select("errors", `corrupt lines (${facets.errors})`, [["1", "only those"]]) : null,
+    h("a", { href: link(["run", runId]) }, "clear"));
+  fill(container, filters, h("p", { class: "muted" }, "Loading…"));
+  let page;
+  try {
+    page = await api(`run/${encodeURIComponent(runId)}/episodes?` + new URLSearchParams(query).toString());
+  } catch (err) {
+    fill(container, filters, h("p", { class: "error" }, String(err.message)));
+    return;
+  }
+  const sort = query.sort || "line";
+  const th = (col, label) => h("th", { class: "sortable" + (sort.replace("-", "") === col ? " sorted" + (sort.startsWith("-") ? "" : " asc") : ""),
+    onclick: () => go({ sort: sort === col ? "-" + col : col }) }, label);
+  const pages = Math.max(1, Math.ceil(page.total / page.per_page));
+  const rows = page.rows.map((r) => r.error
+    ? h("tr", { class: "corrupt", "data-line": r.line }, h("td", {}, r.line), h("td", { colspan: 9 }, `line ${r.line}: ${r.error}`))
+    : h("tr", { class: "clickable", "data-line": r.line, onclick: () => { location.hash = link(["run", runId, "episode", String(r.line)]); } },
+      h("td", {}, r.line), h("td", {}, r.split), h("td", {}, r.step), h("td", {}, r.task_id), h("td", {}, r.episode_id),
+      h("td", {}, fmt(r.reward)), h("td", {}, pill(r.correct)), h("td", {}, r.termination), h("td", {}, r.roles.join(", ")),
+      h("td", {}, `${r.turns} / ${r.tokens}` + (r.mismatch ? ` · ${r.mismatch} mismatch` : ""))));
+  fill(container, filters,
+    h("div", { class: "pager" }, h("span", { "data-testid": "total" }, `${page.total} episodes`),
+      page.pending ? h("span", { class: "pill running" }, "last line being written") : null,
+      h("button", { disabled: page.page <= 1, onclick: () => go({ page: page.page - 1 }) }, "‹ prev"),
+      h("span", {}, `page ${page.page} of ${pages}`),
+      h("button", { disabled: page.page >= pages, onclick: () => go({ page: page.page + 1 }) }, "next ›")),
+    h("table", { "data-testid": "episodes" },
+      h("tr", {}, th("line", "#"), th("split", "split"), th("step", "step"), th("task_id", "task"), th("episode_id", "episode"),
+        th("reward", "reward"), th("correct", "correct"), th("termination", "termination"), h("th", {}, "roles"), th("tokens", "turns / tokens")),
+      rows));
+}
+
+// ---- one episode: conversation and token overlay -----------------------------------------------------------
+
+async function showEpisode(runId, line, params) {
+  const ep = await api(`run/${encodeURIComponent(runId)}/episode/${line}`);
+  const e = ep.episode;
+  const taskId = (e.id || "").split(":").slice(0, -1).join(":");
+  setCrumbs(h("a", { href: link(["run", runId]) }, runId),
+    h("a", { href: link(["run", runId], { split: ep.split, step: ep.step }) }, `${ep.split} step ${ep.step}`), `line ${line}`);
+  const tab = params.get("view") || "conversation";
+  const views = h("div", {});
+  fill(app,
+    h("h1", {}, e.id || `line ${line}`),
+    h("div", { class: "muted" }, `${ep.split} · step ${ep.step} · `, pill(e.is_correct), ` · termination ${e.termination_reason || "none"}`),
+    h("p", {}, h("a", { href: link(["compare"], { a: runId, sa: ep.step, split: ep.split, b: runId, task: taskId }) }, "compare this task across checkpoints or runs")),
+    h("details", {}, h("summary", {}, "task"), h("pre", { class: "config" }, JSON.stringify(e.task, null, 2))),
+    h("div", { class: "tabs" }, ["conversation", "tokens"].map((v) => h("button", { class: v === tab ? "on" : "", "data-tab": v,
+      onclick: () => { location.hash = link(["run", runId, "episode", String(line)], { view: v }); } }, v === "tokens" ? "token overlay" : v))),
+    views);
+  ep.trajectories.forEach((t, i) => {
+    views.append(h("h2", {}, `trajectory ${i}: ${t.name} · reward ${fmt(t.reward)} `, pill(t.is_correct)),
+      tab === "tokens" ? overlayView(t.overlay) : conversationView(t.turns));
+  });
+}
+
+function message(role, content, extra) {
+  return h("div", { class: "msg " + role }, h("span", { class: "role" }, role + (extra ? " · " + extra : "")), content ?? "");
+}
+
+function conversationView(turns) {
+  return h("div", { "data-testid": "conversation" }, turns.map((turn, i) => h("div", {},
+    turn.history_rewritten ? h("div", { class: "rowsplit" }, `step ${i}: the agent rewrote the history (shown whole)`) : null,
+    turn.messages.map((m) => message(m.role, typeof m.content === "string" ? m.content : JSON.stringify(m.content, null, 1),
+      m.tool_calls ? "tool calls: " + JSON.stringify(m.tool_calls) : null)),
+    turn.reply ? [
+      turn.reply.reasoning ? message("assistant", turn.reply.reasoning, "reasoning") : null,
+      message("assistant", turn.reply.content, `step ${i} · ${turn.reply.tokens} tokens · weights v${turn.reply.weight_version} · ${turn.reply.finish_reason || ""}`),
+      turn.reply.tool_calls.map((c) => message("tool", `${c.name}(${typeof c.arguments === "string" ? c.arguments : JSON.stringify(c.arguments)})`, "call")),
+    ] : null,
+    turn.observation !== null && turn.observation !== undefined && turn.observation !== "" ? message("observation", turn.observation) : null,
+    h("div", { class: "stepmeta" }, `step ${i}: reward ${fmt(turn.reward)} · done ${turn.done}` +
+      (Object.keys(turn.info || {}).length ? " · " + JSON.stringify(turn.info) : "")))));
+}
+
+function overlayView(ov) {
+  const box = h("div", { "data-testid": "overlay" });
+  if (ov.error) return h("p", { class: "error" }, ov.error);
+  const trained = ov.rows.reduce((n, r) => n + r.trained_tokens, 0);
+  box.append(h("div", { class: "keys" },
+    h("span", { "data-testid": "trained-count" }, `${trained} trained tokens`),
+    h("span", {}, `${ov.rows.length} row${ov.rows.length === 1 ? "" : "s"}`),
+    h("span", { class: "tok trn" }, "trained (advantage ≥ 0)"), h("span", { class: "tok trn neg" }, "trained (advantage < 0)"),
+    h("span", { class: "tok smp" }, "sampled, not trained"), h("span", { class: "tok ctx" }, "context"),
+    h("span", { "data-testid": "advantages" }, ov.advantages === "recorded" ? "advantages as recorded by the trainer"
+      : ov.advantages === "recomputed" ? "advantages recomputed from the step's episodes (a run from before they were recorded)"
+      : "no advantages: not a training episode, or its estimator needs what the run did not log"),
+    ov.note ? h("span", {}, ov.note) : null));
+  ov.rows.forEach((row, r) => {
+    if (row.split_before) box.append(h("div", { class: "rowsplit", "data-testid": "row-split" },
+      `row ${r + 1} starts at step ${row.steps[0]}: its prompt does not extend the row before (token mismatch: the history was re-rendered differently), so it is trained as a separate sequence`));
+    if (row.truncated || row.masked) box.append(h("div", { class: "rowsplit" },
+      row.masked ? "this row is over the length limits: its loss mask is zero" : "this row was truncated at the length limit"));
+    const pre = h("div", { class: "overlay", "data-row": r });
+    const spans = row.ids.map((id, t) => {
+      const s = row.step[t];
+      const adv = row.advantage[t];
+      const cls = row.mask[t] ? "tok trn" + (adv !== null && adv < 0 ? " neg" : "") : s >= 0 ? "tok smp" : "tok ctx";
+      return h("span", { class: cls, "data-t": t }, row.text ? row.text[t] : `⟨${id}⟩`);
+    });
+    pre.append(...spans);
+    pre.addEventListener("mousemove", (ev) => {
+      const t = ev.target.dataset && ev.target.dataset.t;
+      if (t === undefined) { tip.hidden = true; return; }
+      const i = Number(t), s = row.step[i];
+      const k = s >= 0 ? row.steps.indexOf(s) : -1;
+      tip.textContent = [`token ${i}  id ${row.ids[i]}  ${JSON.stringify(row.text ? row.text[i] : "")}`,
+        row.mask[i] ? "trained (loss mask 1)" : s >= 0 ? "sampled, not trained (masked)" : i < row.prompt_length ? "prompt (context)" : "observation / template (context)",
+        s >= 0 ? `step ${s}  weight version ${k >= 0 ? row.weight_versions[k] : "?"}` : null,
+        row.logprob[i] !== null ? `sampler log-prob ${fmt(row.logprob[i], 4)}` : null,
+        row.trainer_logprob && row.trainer_logprob[i] !== null ? `trainer log-prob ${fmt(row.trainer_logprob[i], 4)}` : null,
+        row.mask[i] ? `advantage ${adv_text(row.advantage[i])}` : null].filter(Boolean).join("\n");
+      tip.hidden = false;
+      tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - 440) + "px";
+      tip.style.top = ev.clientY + 16 + "px";
+    });
+    pre.addEventListener("mouseleave", () => { tip.hidden = true; });
+    box.append(h("div", { class: "keys" }, `row ${r + 1}: ${row.ids.length} tokens, ${row.trained_tokens} trained, steps ${row.steps.join(", ")}`), pre);
+  });
+  return box;
+}
+function adv_text(a) {
+  return a === null || a === undefined ? "not recorded" : fmt(a, 4);
+}
+
+// ---- compare: one task at two checkpoints or in two runs ------------------------------------------------------
+
+async function showCompare(params) {
+  setCrumbs("compare");
+  const { runs } = await api("runs");
+  const task = params.get("task") || "";
+  const state = Object.fromEntries(params.entries());
+  const go = (changes) => { location.hash = link(["compare"], { ...state, ...changes }); };
+  const sides = h("div", { class: "cols" });
+  fill(app, h("h1", {}, "Compare"),
+    h("div", { class: "filters" }, h("label", {}, "task id", h("input", { value: task, onchange: (e) => go({ task: e.target.value }) }))),
+    sides);
+  for (const side of ["a", "b"]) {
+    const runId = params.get(side) || (runs[0] && runs[0].id);
+    const col = h("div", { "data-side": side });
+    sides.append(col);
+    if (!runId) continue;
+    const info = await api("run/" + encodeURIComponent(runId));
+    const split = params.get("split") || "";
+    const steps = split ? info.facets.steps[split] || [] : [...new Set(Object.values(info.facets.steps).flat())].sort((x, y) => x - y);
+    const step = params.get("s" + side) ?? String(side === "b" ? steps[steps.length - 1] ?? "" : steps[0] ?? "");
+    col.append(h("div", { class: "filters" },
+      h("label", {}, "run", h("select", { onchange: (e) => go({ [side]: e.target.value }) },
+        runs.map((r) => h("option", { value: r.id, selected: r.id === runId }, r.id)))),
+      h("label", {}, "step", h("select", { onchange: (e) => go({ ["s" + side]: e.target.value }) },
+        steps.map((s) => h("option", { value: s, selected: String(s) === String(step) }, s))))));
+    const page = await api(`run/${encodeURIComponent(runId)}/episodes?` + new URLSearchParams({ task, step, ...(split ? { split } : {}), per_page: 100 }));
+    const ok = page.rows.filter((r) => r.correct).length;
+    col.append(h("div", { class: "card", "data-testid": "compare-summary" },
+      `${runId} · step ${step}: ${page.total} episodes of this task, ${ok} correct, mean reward ` +
+      fmt(page.rows.reduce((n, r) => n + (r.reward || 0), 0) / Math.max(1, page.rows.length))));
+    const pick = params.get("e" + side) || (page.rows[0] && String(page.rows[0].line));
+    col.append(h("table", {}, page.rows.map((r) => h("tr", { class: "clickable", onclick: () => go({ ["e" + side]: r.line }) },
+      h("td", {}, String(r.line) === pick ? "▶" : ""), h("td", {}, r.episode_id), h("td", {}, fmt(r.reward)), h("td", {}, pill(r.correct))))));
+    if (pick) {
+      const ep = await api(`run/${encodeURIComponent(runId)}/episode/${pick}`);
+      ep.trajectories.forEach((t) => col.append(h("h2", {}, `${t.name} · reward ${fmt(t.reward)}`), conversationView(t.turns)));
+    }
+  }
+}
+
+// ---- routing --------------------------------------------------------------------------------------------------
+
+async function render() {
+  tip.hidden = true;
+  const { parts, params } = route();
+  try {
+    if (parts[0] === "run" && parts[2] === "episode") await showEpisode(parts[1], parts[3], params);
+    else if (parts[0] === "run" && parts[1]) await showRun(parts[1], params);
+    else if (parts[0] === "compare") await showCompare(params);
+    else await showRuns();
+    document.body.dataset.ready = location.hash;  // tests wait for this
+  } catch (err) {
+    fail(err);
+    document.body.dataset.ready = location.hash;
+  }
+}
+window.addEventListener("hashchange", render);
+render();
