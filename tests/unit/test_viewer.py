@@ -4,6 +4,7 @@ on a real training run is tests/smoke/test_viewer_browser.py."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -68,6 +69,13 @@ def test_index_holds_the_table_columns_of_every_record(tmp_path):
     assert index.steps() == {"train": [0, 1, 2]}
     raw = index.read_line(5)
     assert json.loads(raw)["episode"]["id"] == "t0:1"
+
+
+def test_reading_in_chunks_smaller_than_a_line_indexes_the_same(tmp_path, monkeypatch):
+    path = _run(tmp_path) / "episodes.jsonl"
+    whole = EpisodeIndex(path).refresh().entries
+    monkeypatch.setattr(index_module, "CHUNK_BYTES", 100)  # lines are ~400 bytes: each spans several chunks
+    assert EpisodeIndex(path).refresh().entries == whole
 
 
 def test_bare_episodes_of_older_eval_runs_read_as_eval_step_0(tmp_path):
@@ -258,11 +266,14 @@ def test_the_api_serves_runs_metrics_pages_and_the_token_overlay(lake_run, tmp_p
 
 def test_rllm_view_prints_its_url_and_serves(lake_run, tmp_path):
     run, _ = lake_run
-    process = subprocess.Popen([sys.executable, "-m", "rllm.cli.main", "view", str(run), "--no-index-cache"],
-                               stdout=subprocess.PIPE, text=True)  # fmt: skip
+    with socket.socket() as probe:  # a port that is free now
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "rllm.cli.main", "view", str(run), "--no-index-cache", "--port",
+                                str(port)], stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         line = process.stdout.readline()
-        assert line.startswith("rllm view: http://127.0.0.1:") and "(1 runs" in line
+        assert line.startswith(f"rllm view: http://127.0.0.1:{port}/") and "(1 runs" in line
         url = line.split()[2]
         assert _get(url + "api/runs")[1]["runs"][0]["id"] == "lake"
         with urllib.request.urlopen(url, timeout=30) as response:

@@ -66,6 +66,7 @@ class ViewerRun:
         self._tokenizer_error: str | None = None
         self._recomputed: dict[int, Any] = {}
         self._lock = threading.Lock()
+        self._index_lock = threading.Lock()  # held while indexing, which can take seconds: nothing else waits on it
 
     # ---- the run ---------------------------------------------------------------------------------------------
 
@@ -96,9 +97,23 @@ class ViewerRun:
             "estimator": (config.get("algorithm") or {}).get("advantage"),
             "status": self._status(result is not None),
             "steps": max((m["step"] for m in metrics), default=0),
-            "episodes": len(self.index().entries),
+            "episodes": self._episode_count(),
             "started": manifest.get("created") or _mtime(self.path / "config.yaml"),
         }
+
+    def _episode_count(self) -> int:
+        """From the index when it is up to date; else the file's complete lines, counted without parsing them (the
+        run list neither waits for an index being built nor builds one)."""
+        index, count = self._index, 0
+        try:
+            if index is not None and index.indexed_bytes == (self.path / "episodes.jsonl").stat().st_size:
+                return len(index.entries)
+            with open(self.path / "episodes.jsonl", "rb") as f:
+                while chunk := f.read(1 << 24):
+                    count += chunk.count(b"\n")
+        except OSError:  # no episodes (yet)
+            return 0
+        return count
 
     def _status(self, finished: bool) -> str:
         if finished:
@@ -139,7 +154,7 @@ class ViewerRun:
     # ---- episodes --------------------------------------------------------------------------------------------
 
     def index(self) -> EpisodeIndex:
-        with self._lock:
+        with self._index_lock:
             if self._index is None:
                 self._index = EpisodeIndex(self.path / "episodes.jsonl", self._cache_dir)
             return self._index.refresh()

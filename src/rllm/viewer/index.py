@@ -28,6 +28,7 @@ from typing import Any
 __all__ = ["COLUMNS", "EpisodeIndex", "summarize_record"]
 
 INDEX_VERSION = 1
+CHUNK_BYTES = 1 << 25  # read 32 MiB at a time
 HEAD_BYTES = 4096  # the beginning of the file, hashed to notice a file rewritten rather than appended to
 # what one index entry holds, in this order (`EpisodeIndex.columns`)
 COLUMNS = ("line", "offset", "length", "step", "split", "episode_id", "task_id", "reward", "correct", "termination",
@@ -108,17 +109,21 @@ class EpisodeIndex:
 
     def _index_from(self, start: int, size: int) -> int:
         """Index the complete lines in [start, size); returns how many were added."""
+        offset, added, carry = start, 0, b""
         with open(self.path, "rb") as f:
             f.seek(start)
-            data = f.read(size - start)
-        end = data.rfind(b"\n") + 1  # complete lines only: the rest is being written
-        offset, added = start, 0
-        for raw in data[:end].split(b"\n")[:-1]:
-            if raw.strip():
-                self._add(raw, offset)
-                added += 1
-            offset += len(raw) + 1
-        self.indexed_bytes = start + end
+            while offset + len(carry) < size:  # in chunks: a run's file can be larger than memory should hold
+                data = carry + f.read(min(CHUNK_BYTES, size - offset - len(carry)))
+                end = data.rfind(b"\n") + 1  # complete lines only: the rest is being written (or in the next chunk)
+                if end == 0 and offset + len(data) >= size:
+                    break
+                for raw in data[:end].split(b"\n")[:-1]:
+                    if raw.strip():
+                        self._add(raw, offset)
+                        added += 1
+                    offset += len(raw) + 1
+                carry = data[end:]
+        self.indexed_bytes = offset
         if not self._head:
             self._head = self._read_head()
         return added

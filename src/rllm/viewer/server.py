@@ -156,7 +156,17 @@ def start_server(paths: list[str | os.PathLike], *, port: int = 0, cache_dir: Pa
     """A viewer server on 127.0.0.1 (`port` 0: a free one), serving in a daemon thread; `.shutdown()` stops it."""
     server = ViewerServer(Viewer(paths, cache_dir), port)
     threading.Thread(target=server.serve_forever, name="rllm-view", daemon=True).start()
+    # index every run now, in the background, so the first look at a big run waits less (or not at all)
+    threading.Thread(target=_index_all, args=(server.viewer,), name="rllm-view-index", daemon=True).start()
     return server
+
+
+def _index_all(viewer: Viewer) -> None:
+    for run in viewer.runs().values():
+        try:
+            run.index()
+        except OSError:  # a run removed meanwhile: its page says so when opened
+            continue
 
 
 def _json_safe(value: Any) -> Any:
