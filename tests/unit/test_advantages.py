@@ -192,3 +192,24 @@ def test_finite_rewards_of_any_size_give_finite_advantages(huge):
     got = [a for (a,) in _role_step_advantages(rloo, steps, keys, [huge, 0.0, huge, 0.0], valid, None)]
     assert all(math.isfinite(a) for a in got)
     assert got == pytest.approx([huge / 3 * 2, -huge / 3 * 2] * 2, rel=1e-6)
+
+
+# A uniform group of non-binary rewards (partial credit) carries no signal: every member's advantage is exactly 0.
+# In float32 GRPO gave 8 x 0.7 +0.056 each and 7 x 0.1 -0.0074 (mean off by an ulp, std an ulp, / (std + 1e-6)).
+UNIFORM = [(0.7, 8), (0.1, 7), (1.0 / 3.0, 5), (123.456, 4)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("estimator", ["grpo", "dr_grpo", "rloo", "reinforce_pp", "remax"])
+def test_uniform_groups_of_non_binary_rewards_get_exactly_zero(estimator, dtype):
+    values = [value for value, n in UNIFORM for _ in range(n)] + [1.0, 0.0]  # and one group with a signal
+    groups = T([g for g, (_, n) in enumerate(UNIFORM) for _ in range(n)] + [len(UNIFORM)] * 2)
+    rewards = T(values, dtype=dtype)
+    options = {}
+    if estimator == "remax":  # the greedy rollout of each group scored what its samples did
+        options["greedy_rewards_per_group"] = T([value for value, _ in UNIFORM] + [0.5], dtype=dtype)
+    advantages = ADVANTAGE_ESTIMATORS[estimator](rewards, groups, **options)
+    assert advantages.dtype == dtype
+    uniform = advantages[: len(values) - 2]
+    assert uniform.tolist() == [0.0] * len(uniform)  # exactly, not approximately
+    assert advantages[-2] > 0 > advantages[-1]  # the varied group still learns

@@ -321,3 +321,13 @@ def test_a_reward_function_returning_nan_is_left_out_of_training_counted():
     assert len(refused) == 2 and "nan_for_b returned a non-finite reward nan" in refused[0].info["error"]
     batch = score_episodes(episodes, AlgorithmConfig(advantage="reinforce"))
     assert batch.stats["excluded_reward_error"] == 2 and len(batch.trajectories) == 4
+
+
+@pytest.mark.parametrize("advantage", ["grpo", "rloo", "reinforce_pp"])
+def test_a_uniform_group_of_partial_credit_rewards_trains_with_exactly_zero_advantage(advantage):
+    episodes = [_episode("a", i, {"agent": [0.7]}) for i in range(8)] + [
+        _episode("b", i, {"agent": [0.1 * (i % 2)]}) for i in range(4)
+    ]
+    batch = score_episodes(episodes, AlgorithmConfig(advantage=advantage))
+    assert [a[0] for a in batch.step_advantages[:8]] == [0.0] * 8
+    assert all(a[0] != 0.0 for a in batch.step_advantages[8:])

@@ -80,8 +80,10 @@ def group_index_from_keys(keys: list[str]) -> Tensor:
 
 
 def _prepare(rewards: Tensor, group_index: Tensor, valid: Tensor | None) -> tuple[Tensor, Tensor, Tensor, int]:
-    """Float rewards, compact group ids 0..G-1, a bool valid mask, and G."""
-    rewards = rewards if rewards.is_floating_point() else rewards.float()
+    """float64 rewards, compact group ids 0..G-1, a bool valid mask, and G. Group statistics are computed in float64:
+    in float32 the mean of eight 0.7s is off by an ulp and their std is an ulp, so GRPO's (r - mean) / (std + eps)
+    gave that uniform group +0.056 each. (Uniform groups are also set to exactly 0 by the estimators.)"""
+    rewards = rewards.to(torch.float64)
     valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.to(torch.bool)
     # Compact arbitrary ints (say, dataset row ids) so the per-group buffers are only as large as the batch.
     _, compact = torch.unique(group_index, return_inverse=True)
@@ -90,6 +92,22 @@ def _prepare(rewards: Tensor, group_index: Tensor, valid: Tensor | None) -> tupl
 
 def _group_sum(values: Tensor, group: Tensor, num_groups: int) -> Tensor:
     return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(0, group, values)
+
+
+def _out_dtype(rewards: Tensor) -> torch.dtype:
+    """The dtype an estimator returns: its input's floating dtype (float32 for integer rewards)."""
+    return rewards.dtype if rewards.is_floating_point() else torch.float32
+
+
+def _uniform(rewards: Tensor, group: Tensor, valid: Tensor, num_groups: int) -> Tensor:
+    """Per entry: whether its group's valid rewards are all equal (exactly), or it has none."""
+    lo = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device)
+    hi = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device)
+    # Invalid entries are sent to the reduction as +inf / -inf so they can never set a group's min or max.
+    lo = lo.scatter_reduce(0, group, torch.where(valid, rewards, torch.inf), "amin", include_self=False)
+    hi = hi.scatter_reduce(0, group, torch.where(valid, rewards, -torch.inf), "amax", include_self=False)
+    n_valid = _group_sum(valid.to(rewards.dtype), group, num_groups)
+    return ((lo == hi) | (n_valid == 0))[group]
 
 
 def _group_count_mean_std(rewards: Tensor, group: Tensor, valid: Tensor, num_groups: int) -> tuple[Tensor, ...]:
@@ -118,12 +136,14 @@ def grpo_advantages(
     up-weights groups that are almost all right or all wrong. Its other half (no per-sequence length
     normalisation) is the loss aggregation `seq-mean-token-sum-norm` in `rllm.training.losses`.
     """
+    dtype = _out_dtype(rewards)
     rewards, group, valid, num_groups = _prepare(rewards, group_index, valid)
     count, mean, std = _group_count_mean_std(rewards, group, valid, num_groups)
     advantages = rewards - mean
     if norm_by_std:
         advantages = advantages / (std + eps)
-    return torch.where(valid & (count > 1), advantages, torch.zeros_like(advantages))
+    keep = valid & (count > 1) & ~_uniform(rewards, group, valid, num_groups)  # a uniform group: exactly 0
+    return torch.where(keep, advantages, torch.zeros_like(advantages)).to(dtype)
 
 
 def dr_grpo_advantages(rewards: Tensor, group_index: Tensor, valid: Tensor | None = None) -> Tensor:
@@ -140,12 +160,14 @@ def rloo_advantages(rewards: Tensor, group_index: Tensor, valid: Tensor | None =
     The baseline of sample i excludes i itself, so it is independent of i's action and the estimator unbiased.
     Only valid members count in n_g and in the sums; a group with fewer than two valid members gets 0.
     """
+    dtype = _out_dtype(rewards)
     rewards, group, valid, num_groups = _prepare(rewards, group_index, valid)
     w = valid.to(rewards.dtype)
     count = _group_sum(w, group, num_groups)[group]
     total = _group_sum(rewards * w, group, num_groups)[group]
     advantages = rewards - (total - rewards) / (count - 1).clamp(min=1)
-    return torch.where(valid & (count > 1), advantages, torch.zeros_like(advantages))
+    keep = valid & (count > 1) & ~_uniform(rewards, group, valid, num_groups)  # a uniform group: exactly 0
+    return torch.where(keep, advantages, torch.zeros_like(advantages)).to(dtype)
 
 
 def remax_advantages(
@@ -213,15 +235,18 @@ def reinforce_pp_advantages(
     weights each trajectory by its length; and the paper's token-level KL-in-reward variant (per-token
     `r_t - beta * KL_t` with discounted returns) is out of scope here -- use a KL loss term instead.
     """
-    rewards = rewards if rewards.is_floating_point() else rewards.float()
+    dtype = _out_dtype(rewards)
+    rewards = rewards.to(torch.float64)
     valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.to(torch.bool)
-    if baseline:
-        if group_index is None:
-            raise ValueError("reinforce_pp_advantages(baseline=True) needs group_index")
-        rewards, group, valid, num_groups = _prepare(rewards, group_index, valid)
-        _, mean, _ = _group_count_mean_std(rewards, group, valid, num_groups)
-        rewards = rewards - mean
-    return masked_whiten(rewards, valid, eps)
+    if not baseline:
+        return masked_whiten(rewards, valid, eps).to(dtype)
+    if group_index is None:
+        raise ValueError("reinforce_pp_advantages(baseline=True) needs group_index")
+    rewards, group, valid, num_groups = _prepare(rewards, group_index, valid)
+    _, mean, _ = _group_count_mean_std(rewards, group, valid, num_groups)
+    advantages = masked_whiten(rewards - mean, valid, eps)
+    uniform = _uniform(rewards, group, valid, num_groups)  # centred to 0: exactly 0, not whitening's rounding
+    return torch.where(uniform, torch.zeros_like(advantages), advantages).to(dtype)
 
 
 def gae_advantages(
@@ -277,14 +302,7 @@ def uniform_groups(rewards: Tensor, group_index: Tensor, valid: Tensor | None = 
     """True for every entry (valid or not) whose group's valid rewards are all equal (exact float equality) --
     including groups with one valid member or none. Such groups have zero GRPO/RLOO advantage everywhere and only
     dilute the batch; DAPO's dynamic sampling (Yu et al. 2025) drops them and samples more."""
-    rewards, group, valid, num_groups = _prepare(rewards, group_index, valid)
-    lo = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device)
-    hi = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device)
-    # Invalid entries are sent to the reduction as +inf / -inf so they can never set a group's min or max.
-    lo = lo.scatter_reduce(0, group, torch.where(valid, rewards, torch.inf), "amin", include_self=False)
-    hi = hi.scatter_reduce(0, group, torch.where(valid, rewards, -torch.inf), "amax", include_self=False)
-    n_valid = _group_sum(valid.to(rewards.dtype), group, num_groups)
-    return ((lo == hi) | (n_valid == 0))[group]
+    return _uniform(*_prepare(rewards, group_index, valid))
 
 
 ADVANTAGE_ESTIMATORS: dict[str, Callable[..., Tensor | tuple[Tensor, Tensor]]] = {
@@ -416,10 +434,10 @@ def _role_step_advantages(settings: Any, steps: list[list[float]], keys: list[st
         greedy = [greedy_rewards[key] for key in groups]
     shift = _overflow_exponent(values + greedy)  # rewards are divided by 2**shift (exactly) for the estimators
     if greedy:
-        options["greedy_rewards_per_group"] = torch.tensor([math.ldexp(g, -shift) for g in greedy])
-    flat = compute_advantages(
+        options["greedy_rewards_per_group"] = torch.tensor([math.ldexp(g, -shift) for g in greedy], dtype=torch.float64)
+    flat = compute_advantages(  # float64: rewards as the user's code returned them, group statistics exact to an ulp
         settings.advantage,
-        torch.tensor([math.ldexp(value, -shift) for value in values]),
+        torch.tensor([math.ldexp(value, -shift) for value in values], dtype=torch.float64),
         group_index_from_keys(flat_keys),
         torch.tensor([ok for ok, values in zip(valid, entries, strict=True) for _ in values]),
         **options,

@@ -49,8 +49,9 @@ def aggregate(values: Tensor, mask: Tensor, mode: str = "token-mean", norm_lengt
     seq-mean-token-sum-norm  mean over rows of (row sum / norm_length), norm_length a constant horizon such as the
                              max response length (Dr.GRPO, Liu et al. 2025). Default: T, the padded width -- pass
                              a fixed value so the scale does not move with each batch's longest response.
-                             (verl's mode of the same name, as of 2025, divides the sum over rows by T without the mean
-                             over rows, so its scale grows with the batch size; this follows the paper.)
+                             (verl 0.9.1 computes the same: the mean over rows with a loss token of row sum / T, or
+                             / its `loss_scale_factor`; its releases of early 2025 divided the sum over rows by T,
+                             without the mean over rows.)
 
     "Mean over rows" counts only rows with at least one loss token, so an all-masked row (an infra-error rollout
     kept for shape, a padding row) neither yields NaN nor dilutes the mean. No loss tokens at all gives 0.
