@@ -28,6 +28,8 @@ def test_rllm_train_cli_runs_two_steps(tmp_path, tiny_model_dir):
     out = run_rllm("train", *args)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "val success rate" in out.stdout
+    # a random model never solves FrozenLake: said once, at the first step, with the numbers
+    assert out.stderr.count("step 1: the model solved 0% of its 4 episodes and 100% of the 2 groups") == 1
     metrics = load_metrics(tmp_path / "cli")
     train_steps = [m["step"] for m in metrics if "reward_mean" in m]
     assert train_steps == [1, 2]

@@ -1,3 +1,5 @@
+import warnings
+
 import pytest
 
 from rllm.config import AlgorithmConfig, ConfigError, RoleAlgorithmConfig, dump_config, load_config
@@ -331,3 +333,23 @@ def test_a_uniform_group_of_partial_credit_rewards_trains_with_exactly_zero_adva
     batch = score_episodes(episodes, AlgorithmConfig(advantage=advantage))
     assert [a[0] for a in batch.step_advantages[:8]] == [0.0] * 8
     assert all(a[0] != 0.0 for a in batch.step_advantages[8:])
+
+
+def test_the_first_step_warns_when_the_task_gives_no_signal():
+    from rllm.training.trainer import _warn_if_no_signal
+
+    never = [_episode("a", i, {"agent": [0.0]}) for i in range(4)] + [
+        _episode("b", i, {"agent": [0.0]}) for i in range(4)
+    ]
+    batch = score_episodes(never, AlgorithmConfig())
+    assert batch.stats["uniform_groups"] == batch.stats["groups"] == 2
+    with pytest.warns(RuntimeWarning, match=r"step 1: the model solved 0% of its 8 episodes and 100% of the 2 groups"):
+        _warn_if_no_signal(1, never, batch.stats)
+    mixed = [_episode("a", i, {"agent": [float(i % 2)]}) for i in range(4)]
+    for episode in mixed:
+        episode.is_correct = episode.trajectories[0].steps[0].reward > 0
+    batch = score_episodes(mixed, AlgorithmConfig())
+    assert batch.stats["uniform_groups"] == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_if_no_signal(1, mixed, batch.stats)  # a signal: silent

@@ -371,8 +371,12 @@ def score_episodes(episodes: Sequence[Episode], algorithm: Any, greedy_rewards: 
     rewards = [trajectory_reward(episode, trajectory, algorithm.policy_error_reward) for episode, trajectory in pairs]
     valid, stats = _validity(pairs, algorithm)
     keep = list(valid)
+    uniform = uniform_groups(torch.tensor(rewards, dtype=torch.float64), group_index_from_keys(keys),
+                             torch.tensor(valid, dtype=torch.bool)).tolist() if pairs else []  # fmt: skip
+    # groups with a valid member whose rewards are all equal: no signal for a group baseline (every
+    # estimator but reinforce, remax and gae gives them 0)
+    stats["uniform_groups"] = len({k for k, u, v in zip(keys, uniform, valid, strict=True) if u and v})
     if algorithm.drop_uniform_groups:
-        uniform = uniform_groups(torch.tensor(rewards), group_index_from_keys(keys), torch.tensor(valid)).tolist()
         stats["dropped_uniform"] = sum(u and v for u, v in zip(uniform, valid, strict=True))
         keep = [v and not u for v, u in zip(valid, uniform, strict=True)]
     advantages: list[list[float]] = [[] for _ in pairs]

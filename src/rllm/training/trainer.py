@@ -227,6 +227,9 @@ class AgentTrainer:
         cfg = self.config
         episodes = rollouts.episodes
         batch = score_episodes(episodes, cfg.algorithm, rollouts.greedy)
+        if not self._signal_checked:  # the first step this trainer trains
+            self._signal_checked = True
+            _warn_if_no_signal(step, episodes, batch.stats)
         rows, row_stats = build_rows(
             batch.trajectories,
             step_advantages=batch.step_advantages,
@@ -329,7 +332,7 @@ class AgentTrainer:
         cfg = self.config
         _seed_everything(cfg.trainer.seed)
         self.sampler = TaskSampler(self.train_dataset, cfg.trainer.seed)
-        self.step, self.val_history, self._nonfinite_streak = 0, [], 0
+        self.step, self.val_history, self._nonfinite_streak, self._signal_checked = 0, [], 0, False
         self.pending_rollouts: dict[int, StepRollouts] = {}  # async: sampled, not yet trained (RolloutPipeline)
         checkpoint = _find_checkpoint(Path(cfg.trainer.resume)) if cfg.trainer.resume else None
         self.resumed_from = checkpoint
@@ -642,6 +645,26 @@ def _progress(enabled: bool, *, total: int, initial: int):
     from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, desc="train", unit="step", disable=not enabled)
+
+
+def _warn_if_no_signal(step: int, episodes: list, stats: dict[str, Any]) -> None:
+    """Warn when the model solves the task always or never (or every group's rewards are all equal): a group
+    baseline then gives every sample advantage 0, and the run would train on nothing without saying so."""
+    if not episodes or not stats.get("groups"):
+        return
+    pass_rate = sum(episode.is_correct for episode in episodes) / len(episodes)
+    uniform = stats["uniform_groups"] / stats["groups"]
+    if 0.0 < pass_rate < 1.0 and uniform < 1.0:
+        return
+    warnings.warn(
+        f"step {step}: the model solved {pass_rate:.0%} of its {len(episodes)} episodes and {uniform:.0%} of the "
+        f"{stats['groups']} groups have all-equal rewards (batch/uniform_groups): GRPO, RLOO and REINFORCE++ give "
+        "those zero advantage, so this step trains on (almost) nothing. Use tasks the model solves sometimes "
+        "(easier or harder data, a partial-credit reward), more samples per task (rollout.n), or a warm start "
+        "(rllm sft; model.init_from).",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 def is_time_metric(key: str) -> bool:
