@@ -274,6 +274,9 @@ class AlgorithmConfig(_Section):
                            "reward per trajectory.")  # fmt: skip
     gamma: float = Field(1.0, ge=0, le=1, description="Discount factor across tokens/steps.")
     lam: float = Field(1.0, ge=0, le=1, description="GAE lambda (gae only).")
+    policy_loss: Literal["ppo", "gspo", "cispo"] = Field("ppo", description="The policy-gradient loss: ppo (clipped "
+        "per-token ratio), gspo (per-sequence ratio and clip; clip_low/high ~3e-4/4e-4, loss_agg seq-mean-token-mean), "
+        "cispo (REINFORCE with clipped, detached per-token importance weights).")  # fmt: skip
     clip_low: float = Field(0.2, ge=0, lt=1, description="PPO ratio clip below: ratio >= 1 - clip_low.")
     clip_high: float = Field(0.2, ge=0, description="PPO ratio clip above: ratio <= 1 + clip_high (DAPO uses 0.28).")
     dual_clip: float | None = Field(None, gt=1, description="Dual-clip constant c > 1 bounding the loss of "
@@ -301,6 +304,14 @@ class AlgorithmConfig(_Section):
         description="Per-role overrides keyed by trajectory name, e.g. {judge: {advantage: reinforce}}; each may set "
         "advantage, norm_by_std, stepwise and gamma (unset: the values above). gae is all roles or none.",
     )
+
+    @field_validator("dual_clip")
+    @classmethod
+    def _dual_clip_is_ppos(cls, dual_clip: float | None, info: ValidationInfo) -> float | None:
+        if dual_clip is not None and info.data.get("policy_loss", "ppo") != "ppo":
+            raise ValueError(f"algorithm.dual_clip bounds PPO's loss of negative advantages; policy_loss="
+                             f"{info.data['policy_loss']!r} has no such branch: drop algorithm.dual_clip")  # fmt: skip
+        return dual_clip
 
     @field_validator("roles")
     @classmethod

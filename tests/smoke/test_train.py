@@ -76,6 +76,23 @@ def test_every_advantage_estimator_trains_a_step_through_the_cli(tmp_path, tiny_
         assert step["value_loss"] > 0 and step["return_mean"] > 0
 
 
+@pytest.mark.parametrize(
+    ("loss", "extra"),
+    [("gspo", ["algorithm.clip_low=3e-4", "algorithm.clip_high=4e-4", "algorithm.loss_agg=seq-mean-token-mean"]),
+     ("cispo", ["algorithm.clip_low=0.99", "algorithm.clip_high=0.28"])],
+)  # fmt: skip
+def test_gspo_and_cispo_train_a_step_through_the_cli(tmp_path, tiny_model_dir, loss, extra):
+    (tmp_path / "parity.py").write_text(PARITY_WORKFLOW)
+    args = ["configs/arithmetic_grpo.yaml", *TINY, "rollout.n=4", f"model.name={tiny_model_dir}",
+            "trainer.total_steps=1", "data.val_size=0", "trainer.tensorboard=false", f"trainer.run_dir={tmp_path}",
+            "trainer.name=run", f"workflow={tmp_path / 'parity.py'}:Parity", f"algorithm.policy_loss={loss}", *extra,
+            "--no-progress"]  # fmt: skip
+    out = run_rllm("train", *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (step,) = [m for m in load_metrics(tmp_path / "run") if "reward_mean" in m]
+    assert step["skipped_update"] == 0 and step["grad_norm"] > 0 and step["loss"] != 0
+
+
 class LetterEnv(BaseEnv):
     """Two turns; each reply earns 1 if it contains the task's letter. A random model earns it often enough for
     every group to have reward variance, so the weights really move."""

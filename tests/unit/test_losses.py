@@ -6,10 +6,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from rllm.config import AlgorithmConfig, ConfigError, load_config
 from rllm.training.losses import (
     AGG_MODES,
+    actor_loss,
     aggregate,
+    cispo_loss,
     entropy_from_logits,
+    gspo_loss,
     kl_penalty,
     policy_loss,
     token_logprobs,
@@ -202,3 +206,67 @@ def test_value_loss_clipping():
     close(metrics["value_clip_fraction"], 0.5)
     # no clipping: 0.5 * (0.25 + 0.25) / 2 = 0.125
     close(value_loss(values, old, returns, mask, clip=None)[0], 0.125)
+
+
+# --- GSPO and CISPO ------------------------------------------------------------------------------------------------
+
+
+def test_gspo_ratio_and_clip_are_per_sequence():
+    # row 0: log-ratios [+ln 1.1, -ln 1.1] -> sequence ratio exp(mean) = 1, inside the range: loss -A * 1 = -1 per
+    #   token; each token's gradient is s_i,t = 1 times -A, over the row's 2 tokens: -0.5 each (PPO would give
+    #   -1.1 / 2 and -0.909 / 2), then / 2 rows: -0.25
+    # row 1: log-ratios [0.5, 0.5] -> s = e^0.5 = 1.6487 > 1 + 0.2: clipped, loss -1.2 per token, gradient 0
+    # seq-mean-token-mean: (-1 + -1.2) / 2 = -1.1
+    logprobs = _leaf([[math.log(1.1), -math.log(1.1)], [0.5, 0.5]])
+    loss, metrics = gspo_loss(logprobs, torch.zeros(2, 2), torch.ones(2, 2), torch.ones(2, 2), clip_low=0.2,
+                              clip_high=0.2)  # fmt: skip
+    close(loss, -1.1)
+    loss.backward()
+    close(logprobs.grad, [[-0.25, -0.25], [0.0, 0.0]])
+    close(metrics["clip_fraction"], 0.5)  # row 1's two tokens of four
+    close(metrics["ratio_mean"], (1 + math.exp(0.5)) / 2)
+    close(metrics["ratio_max"], math.exp(0.5))
+
+
+def test_gspo_and_cispo_ignore_masked_garbage():
+    logprobs = _leaf([[-1.0, float("-inf"), 1e4]])
+    mask = T([[1.0, 0.0, 0.0]])
+    for loss_fn in (gspo_loss, cispo_loss):
+        logprobs.grad = None
+        loss, metrics = loss_fn(logprobs, T([[-1.0, 50.0, -1e4]]), torch.ones(1, 3), mask)
+        loss.backward()
+        assert torch.isfinite(loss) and torch.isfinite(logprobs.grad).all()
+        assert all(torch.isfinite(torch.as_tensor(v)) for v in metrics.values())
+
+
+def test_cispo_keeps_a_clipped_tokens_gradient_through_a_detached_weight():
+    # ratios e^0.5 = 1.6487 and e^-0.5 = 0.6065 -> weights clip(., 0.8, 1.28) = [1.28, 0.8], detached; A = 2
+    # per-token loss -w * A * logprob = [-1.28 * 2 * 0.5, -0.8 * 2 * -0.5] = [-1.28, 0.8]; token-mean -0.24
+    # gradient -w * A / 2 = [-1.28, -0.8]; PPO's would be 0 for token 0 (clipped above with A > 0)
+    logprobs = _leaf([[0.5, -0.5]])
+    loss, metrics = cispo_loss(logprobs, torch.zeros(1, 2), torch.full((1, 2), 2.0), torch.ones(1, 2),
+                               clip_low=0.2, clip_high=0.28)  # fmt: skip
+    close(loss, -0.24)
+    loss.backward()
+    close(logprobs.grad, [[-1.28, -0.8]])
+    close(metrics["clip_fraction"], 1.0)
+    ppo_logprobs = _leaf([[0.5, -0.5]])
+    ppo, _ = policy_loss(ppo_logprobs, torch.zeros(1, 2), torch.full((1, 2), 2.0), torch.ones(1, 2), clip_high=0.28)
+    ppo.backward()
+    assert ppo_logprobs.grad[0, 0] == 0.0
+
+
+@pytest.mark.parametrize(("kind", "expected"), [("ppo", policy_loss), ("gspo", gspo_loss), ("cispo", cispo_loss)])
+def test_the_config_chooses_the_policy_loss(kind, expected):
+    algorithm = AlgorithmConfig(policy_loss=kind, loss_agg="seq-mean-token-mean")
+    logprobs, old = T([[0.3, -0.2, 0.1]]), torch.zeros(1, 3)
+    advantages, mask = T([[1.0, 1.0, 1.0]]), torch.ones(1, 3)
+    loss, losses, _ = actor_loss(logprobs, torch.zeros(1, 3), old, advantages, mask, algorithm)
+    direct, _ = expected(logprobs, old, advantages, mask, clip_low=0.2, clip_high=0.2, agg="seq-mean-token-mean")
+    close(loss, direct)
+    assert losses["pg_loss"] == pytest.approx(direct.item())
+
+
+def test_dual_clip_is_refused_for_a_loss_without_that_branch():
+    with pytest.raises(ConfigError, match="algorithm.dual_clip bounds PPO's loss"):
+        load_config(None, ["algorithm.policy_loss=gspo", "algorithm.dual_clip=3"])

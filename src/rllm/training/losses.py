@@ -20,10 +20,13 @@ from rllm.training import off_policy
 
 __all__ = [
     "AGG_MODES",
+    "POLICY_LOSSES",
     "actor_loss",
     "aggregate",
+    "cispo_loss",
     "dpo_loss",
     "entropy_from_logits",
+    "gspo_loss",
     "kl_penalty",
     "policy_loss",
     "sft_loss",
@@ -121,16 +124,103 @@ def policy_loss(
         per_token = per_token * weights
     loss = aggregate(per_token, mask, agg, norm_length)
 
-    with torch.no_grad():
-        n = m.sum().clamp(min=1)
-        metrics = {
-            "clip_fraction": ((clipped > unclipped) & m).sum() / n,
-            "dual_clip_fraction": (dual_clipped & m).sum() / n,
-            "approx_kl": torch.where(m, ratio - 1 - log_ratio, 0.0).sum() / n,
-            "ratio_mean": torch.where(m, ratio, 0.0).sum() / n,
-            "ratio_max": torch.where(m, ratio, 0.0).max() if m.numel() else ratio.new_zeros(()),
-        }
-    return loss, {k: v.detach() for k, v in metrics.items()}
+    return loss, _ratio_metrics(m, log_ratio, ratio, clipped > unclipped, dual_clipped)
+
+
+@torch.no_grad()
+def _ratio_metrics(m: Tensor, log_ratio: Tensor, ratio: Tensor, clipped: Tensor,
+                   dual_clipped: Tensor | None = None) -> dict[str, Tensor]:  # fmt: skip
+    """Masked means over the loss tokens (no host sync): clip_fraction (`clipped` tokens), dual_clip_fraction,
+    approx_kl (k3 of KL(old || new) from the per-token log-ratio), ratio_mean and ratio_max (of `ratio`)."""
+    n = m.sum().clamp(min=1)
+    return {
+        "clip_fraction": (clipped & m).sum() / n,
+        "dual_clip_fraction": (dual_clipped & m).sum() / n if dual_clipped is not None else torch.zeros(()),
+        "approx_kl": torch.where(m, log_ratio.exp() - 1 - log_ratio, 0.0).sum() / n,
+        "ratio_mean": torch.where(m, ratio, 0.0).sum() / n,
+        "ratio_max": torch.where(m, ratio, 0.0).max() if m.numel() else ratio.new_zeros(()),
+    }
+
+
+def gspo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 3e-4,
+    clip_high: float = 4e-4,
+    agg: str = "seq-mean-token-mean",
+    norm_length: int | None = None,
+    weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GSPO, Group Sequence Policy Optimization (Zheng et al. 2025, arXiv 2507.18071; verl `policy_loss=gspo`): the
+    importance ratio and its clipping are per sequence (a training row), not per token.
+
+        s_i     = exp(mean_t (logprobs - old_logprobs))          over row i's loss tokens
+        s_i,t   = sg[s_i] * pi(y_t) / sg[pi(y_t)]                 (GSPO-token: value s_i, gradient of log pi(y_t))
+        loss    = max(-A * s_i,t, -A * clip(s_i,t, 1 - clip_low, 1 + clip_high))   per token, then `aggregate`
+
+    With one advantage per row this is GSPO's sequence objective. The sequence ratio stays close to 1, so the clip
+    range is three orders of magnitude below PPO's (the paper: 3e-4 / 4e-4), and the paper aggregates per sequence
+    (`seq-mean-token-mean`). The log-ratio is capped at 10 before exp(), as verl does. Metrics as `policy_loss`,
+    `ratio_mean` / `ratio_max` over the rows' sequence ratios.
+    """
+    m = mask.to(torch.bool)
+    log_ratio = torch.where(m, logprobs - old_logprobs, torch.zeros_like(logprobs)).clamp(
+        -_LOG_RATIO_BOUND, _LOG_RATIO_BOUND
+    )
+    sequence = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    current = torch.where(m, logprobs, torch.zeros_like(logprobs))
+    ratio = torch.exp((current - current.detach() + sequence.detach()[:, None]).clamp(max=10.0))
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    per_token = torch.maximum(unclipped, clipped)
+    if weights is not None:
+        per_token = per_token * weights
+    loss = aggregate(per_token, mask, agg, norm_length)
+    # ratio metrics of the rows' sequence ratios (each row's tokens share it; a row counts once)
+    first = m & (m.cumsum(-1) == 1)
+    metrics = _ratio_metrics(m, log_ratio, ratio.detach(), clipped > unclipped)
+    metrics.update({k: v for k, v in _ratio_metrics(first, log_ratio, ratio.detach(), first).items()
+                    if k in ("ratio_mean", "ratio_max")})  # fmt: skip
+    return loss, metrics
+
+
+def cispo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    agg: str = "token-mean",
+    norm_length: int | None = None,
+    weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """CISPO, clipped importance-sampling-weight policy optimization (MiniMax 2025, "MiniMax-M1", arXiv 2506.13585;
+    verl `policy_loss=cispo`): REINFORCE whose per-token importance weight is clipped and detached.
+
+        w     = sg[clip(exp(logprobs - old_logprobs), 1 - clip_low, 1 + clip_high)]
+        loss  = -w * A * logprobs                                  per token, then `aggregate`
+
+    Unlike PPO's clip, which zeroes the gradient of a token whose ratio left the range, every token keeps a
+    gradient (bounded by the clipped weight): rare tokens that matter, such as a reflective "wait", are not dropped
+    from the update. MiniMax-M1 clips only from above: a `clip_low` near 1 (e.g. 0.99) does the same here.
+    Metrics as `policy_loss` (clip_fraction: tokens whose weight was clipped).
+    """
+    m = mask.to(torch.bool)
+    log_ratio = torch.where(m, logprobs - old_logprobs, torch.zeros_like(logprobs)).clamp(
+        -_LOG_RATIO_BOUND, _LOG_RATIO_BOUND
+    )
+    ratio = torch.exp(log_ratio)
+    weight = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high).detach()
+    per_token = -weight * advantages * torch.where(m, logprobs, torch.zeros_like(logprobs))
+    if weights is not None:
+        per_token = per_token * weights
+    loss = aggregate(per_token, mask, agg, norm_length)
+    return loss, _ratio_metrics(m, log_ratio, ratio, weight != ratio)
 
 
 def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, kind: str = "k3") -> Tensor:
@@ -237,7 +327,8 @@ def actor_loss(
 
         loss = pg_loss + kl_coef * kl - entropy_coef * entropy
 
-    `algorithm` is an `AlgorithmConfig` (clip_low/high, dual_clip, loss_agg, kl_coef/kind, entropy_coef);
+    `algorithm` is an `AlgorithmConfig` (policy_loss: ppo, gspo or cispo; clip_low/high, dual_clip, loss_agg,
+    kl_coef/kind, entropy_coef);
     `ref_logprobs` are needed when kl_coef > 0. Returns the loss and, for the log, its aggregated parts (pg_loss,
     loss) and per-token means (clip_fraction, approx_kl, dual_clip_fraction, entropy, kl). Entropy carries a
     gradient only if the caller computed it with one (it should when entropy_coef > 0).
@@ -250,9 +341,10 @@ def actor_loss(
     """
     mask, weights, is_metrics = _off_policy_mask(logprobs, old_logprobs, behaviour_logprobs, mask, algorithm)
     agg = partial(aggregate, mask=mask, mode=algorithm.loss_agg, norm_length=norm_length)
-    pg_loss, pg = policy_loss(
+    options = {"dual_clip": algorithm.dual_clip} if algorithm.policy_loss == "ppo" else {}
+    pg_loss, pg = POLICY_LOSSES[algorithm.policy_loss](
         logprobs, old_logprobs, advantages, mask, clip_low=algorithm.clip_low, clip_high=algorithm.clip_high,
-        agg=algorithm.loss_agg, norm_length=norm_length, dual_clip=algorithm.dual_clip, weights=weights,
+        agg=algorithm.loss_agg, norm_length=norm_length, weights=weights, **options,
     )  # fmt: skip
     loss = pg_loss
     losses = {"pg_loss": pg_loss.item()}
@@ -269,6 +361,9 @@ def actor_loss(
         loss = loss - algorithm.entropy_coef * agg(entropy)
     losses["loss"] = loss.item()
     return loss, losses, token_means
+
+
+POLICY_LOSSES = {"ppo": policy_loss, "gspo": gspo_loss, "cispo": cispo_loss}  # `algorithm.policy_loss`
 
 
 def _off_policy_mask(logprobs: Tensor, old_logprobs: Tensor, behaviour_logprobs: Tensor | None, mask: Tensor,
