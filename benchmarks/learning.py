@@ -90,8 +90,9 @@ def main() -> None:
         learns = low > 0
         learning += learns
         mean_before, mean_after = (sum(d.values()) / len(d) for d in (before, after))
+        verdict = "yes" if learns else "no"
         line = (f"| {name} | {model} | {steps} | {seconds / 60:.1f} min | {mean_before:.3f} → {mean_after:.3f} "
-                f"({len(before)} tasks) | {gain:+.3f} [{low:+.3f}, {high:+.3f}] | {'yes' if learns else 'no'} |")  # fmt: skip
+                f"({len(before)} tasks) | {gain:+.3f} [{low:+.3f}, {high:+.3f}] | {verdict} |")  # fmt: skip
         lines.append(line)
         print(line, flush=True)
     summary = f"configs learning: {learning}/{len(args.config or CONFIGS)}"
