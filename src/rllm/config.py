@@ -291,6 +291,10 @@ class AlgorithmConfig(_Section):
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per PPO epoch (the batch is split this many ways).")
     filter_overlong: bool = Field(False, description="Mask episodes cut off by a length limit out of the loss.")
     drop_uniform_groups: bool = Field(False, description="Drop groups whose rewards are all equal (no signal, DAPO).")
+    overlong_buffer: int | None = Field(None, ge=1, description="DAPO's soft overlong punishment: a reply within this "
+                                        "many tokens of rollout.max_tokens loses up to overlong_penalty, linearly "
+                                        "(rllm.rewards.shaping.soft_overlong_penalty); null: off.")  # fmt: skip
+    overlong_penalty: float = Field(1.0, ge=0, description="The overlong punishment at rollout.max_tokens.")
     mask_infra_errors: bool = Field(True, description="Keep episodes that failed on our side (infra errors) out of "
                                     "the loss and of group baselines.")  # fmt: skip
     policy_error_reward: float | None = Field(None, description="Reward for episodes ended by a policy error (bad "
@@ -574,6 +578,11 @@ class TrainConfig(_Section):
         if self.algorithm.drop_uniform_groups and n < 2:
             raise ValueError(f"algorithm.drop_uniform_groups=true needs rollout.n >= 2 (got {n}): "
                              "a group of one always looks uniform, so every group would be dropped.")  # fmt: skip
+        buffer = self.algorithm.overlong_buffer
+        if buffer is not None and buffer >= self.rollout.max_tokens:
+            raise ValueError(f"algorithm.overlong_buffer={buffer} must be below rollout.max_tokens="
+                             f"{self.rollout.max_tokens}: the punishment starts that many tokens before the limit "
+                             "(DAPO: 4096 of 20480)")  # fmt: skip
         self._check_backend()
         episodes = self.trainer.tasks_per_step * n
         if self.algorithm.mini_batches > episodes:

@@ -79,7 +79,7 @@ def test_every_advantage_estimator_trains_a_step_through_the_cli(tmp_path, tiny_
 @pytest.mark.parametrize(
     ("loss", "extra"),
     [("gspo", ["algorithm.clip_low=3e-4", "algorithm.clip_high=4e-4", "algorithm.loss_agg=seq-mean-token-mean"]),
-     ("cispo", ["algorithm.clip_low=0.99", "algorithm.clip_high=0.28"])],
+     ("cispo", ["algorithm.clip_low=0.99", "algorithm.clip_high=0.28", "algorithm.overlong_buffer=2"])],
 )  # fmt: skip
 def test_gspo_and_cispo_train_a_step_through_the_cli(tmp_path, tiny_model_dir, loss, extra):
     (tmp_path / "parity.py").write_text(PARITY_WORKFLOW)
@@ -91,6 +91,8 @@ def test_gspo_and_cispo_train_a_step_through_the_cli(tmp_path, tiny_model_dir, l
     assert out.returncode == 0, out.stderr[-3000:]
     (step,) = [m for m in load_metrics(tmp_path / "run") if "reward_mean" in m]
     assert step["skipped_update"] == 0 and step["grad_norm"] > 0 and step["loss"] != 0
+    if "algorithm.overlong_buffer=2" in extra:  # replies of 6 tokens, the limit: each punished (DAPO)
+        assert step["batch/overlong_penalized"] > 0
 
 
 class LetterEnv(BaseEnv):

@@ -353,3 +353,29 @@ def test_the_first_step_warns_when_the_task_gives_no_signal():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _warn_if_no_signal(1, mixed, batch.stats)  # a signal: silent
+
+
+def _replies(task: str, idx: int, lengths: list[int], reward: float) -> Episode:
+    steps = [Step(model_output=ModelOutput(prompt_ids=[1], completion_ids=[2] * n, logprobs=[-0.1] * n))
+             for n in lengths]  # fmt: skip
+    steps[-1].reward = reward
+    return Episode(id=f"{task}:{idx}", trajectories=[Trajectory(steps=steps)], termination_reason=R.ENV_DONE)
+
+
+def test_dapo_soft_overlong_punishment_is_added_to_each_replys_reward():
+    # max_tokens 10, buffer 4: replies of <= 6 tokens cost 0; 8 tokens -(8 - 6) / 4 = -0.5; 10 tokens -1
+    episodes = [_replies("a", 0, [6], 1.0), _replies("a", 1, [8], 1.0), _replies("a", 2, [10], 1.0),
+                _replies("a", 3, [8, 10], 1.0)]  # fmt: skip
+    algorithm = AlgorithmConfig(advantage="rloo", overlong_buffer=4)
+    batch = score_episodes(episodes, algorithm, max_tokens=10)
+    assert batch.rewards == [1.0, 0.5, 0.0, -0.5]  # two replies: both punished, -0.5 - 1
+    assert batch.stats["overlong_penalized"] == 4
+    assert score_episodes(episodes, AlgorithmConfig(advantage="rloo")).rewards == [1.0] * 4  # off by default
+    stepwise = score_episodes(episodes, AlgorithmConfig(advantage="rloo", overlong_buffer=4, stepwise=True),
+                              max_tokens=10)  # fmt: skip
+    assert stepwise.step_rewards[3] == [-0.5, 0.0]  # each step carries its own reply's punishment
+
+
+def test_an_overlong_buffer_must_leave_room_before_the_limit():
+    with pytest.raises(ConfigError, match="overlong_buffer=12 must be below rollout.max_tokens=12"):
+        load_config(None, ["algorithm.overlong_buffer=12", "rollout.max_tokens=12"])

@@ -49,6 +49,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from rllm.rewards.shaping import soft_overlong_penalty
 from rllm.types import Episode, TerminationReason, Trajectory
 
 __all__ = [
@@ -63,6 +64,7 @@ __all__ = [
     "group_key",
     "grpo_advantages",
     "masked_whiten",
+    "overlong_penalties",
     "reinforce_advantages",
     "reinforce_pp_advantages",
     "remax_advantages",
@@ -362,14 +364,30 @@ def trajectory_reward(episode: Episode, trajectory: Trajectory, policy_error_rew
     return trajectory.final_reward()
 
 
+def overlong_penalties(trajectory: Trajectory, algorithm: Any, max_tokens: int | None) -> list[float]:
+    """Per step, DAPO's soft overlong punishment of its reply (`algorithm.overlong_buffer` tokens before
+    `max_tokens`, the rollout's per-reply limit); all 0 when it is off."""
+    if algorithm.overlong_buffer is None or max_tokens is None:
+        return [0.0] * len(trajectory.steps)
+    return [soft_overlong_penalty(step.model_output.completion_length if step.model_output else 0, max_tokens,
+                                  algorithm.overlong_buffer, algorithm.overlong_penalty)
+            for step in trajectory.steps]  # fmt: skip
+
+
 def score_episodes(episodes: Sequence[Episode], algorithm: Any, greedy_rewards: dict[str, float] | None = None,
-                   ) -> ScoredBatch:  # fmt: skip
+                   *, max_tokens: int | None = None) -> ScoredBatch:  # fmt: skip
     """Group, filter and score `episodes` under an `AlgorithmConfig` (module docstring). `greedy_rewards` maps a
-    group key to the reward of that group's greedy rollout: ReMax's baseline, needed for roles that use remax."""
+    group key to the reward of that group's greedy rollout: ReMax's baseline, needed for roles that use remax.
+    `max_tokens` (the rollout's per-reply limit) is what `algorithm.overlong_buffer` counts back from: each reply's
+    penalty is added to its step's reward and to its trajectory's."""
     pairs = [(episode, trajectory) for episode in episodes for trajectory in episode.trajectories]
     keys = [group_key(*pair) for pair in pairs]
-    rewards = [trajectory_reward(episode, trajectory, algorithm.policy_error_reward) for episode, trajectory in pairs]
+    penalties = [overlong_penalties(trajectory, algorithm, max_tokens) for _, trajectory in pairs]
+    rewards = [trajectory_reward(episode, trajectory, algorithm.policy_error_reward) + sum(penalty)
+               for (episode, trajectory), penalty in zip(pairs, penalties, strict=True)]  # fmt: skip
     valid, stats = _validity(pairs, algorithm)
+    if algorithm.overlong_buffer is not None:
+        stats["overlong_penalized"] = sum(p < 0 for penalty in penalties for p in penalty)
     keep = list(valid)
     uniform = uniform_groups(torch.tensor(rewards, dtype=torch.float64), group_index_from_keys(keys),
                              torch.tensor(valid, dtype=torch.bool)).tolist() if pairs else []  # fmt: skip
@@ -384,7 +402,7 @@ def score_episodes(episodes: Sequence[Episode], algorithm: Any, greedy_rewards: 
     for role in dict.fromkeys(trajectory.name for _, trajectory in pairs):
         settings = algorithm.for_role(role)
         mine = [i for i, (_, trajectory) in enumerate(pairs) if trajectory.name == role]
-        steps = [[step.reward for step in pairs[i][1].steps] for i in mine]
+        steps = [[step.reward + p for step, p in zip(pairs[i][1].steps, penalties[i], strict=True)] for i in mine]
         role_advantages = _role_step_advantages(settings, steps, [keys[i] for i in mine], [rewards[i] for i in mine],
                                                 [valid[i] for i in mine], greedy_rewards)  # fmt: skip
         for i, step_rewards, step_advantages in zip(mine, steps, role_advantages, strict=True):

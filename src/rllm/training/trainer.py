@@ -73,7 +73,7 @@ from rllm.errors import RllmError
 from rllm.metrics import summarize_episodes
 from rllm.models.base import close_model
 from rllm.runs import RunLog, create_run_dir, is_unstarted_train_run, write_json, write_manifest
-from rllm.training.advantages import apply_gae, group_key, score_episodes, trajectory_reward
+from rllm.training.advantages import apply_gae, group_key, overlong_penalties, score_episodes, trajectory_reward
 from rllm.training.batch import build_rows, trained_steps
 from rllm.training.checkpoint import find_resumable_checkpoint, load_checkpoint, save_checkpoint, verify_checkpoint
 from rllm.training.distill import apply_distillation, make_teacher
@@ -226,7 +226,7 @@ class AgentTrainer:
         waits until the rollouts that must use the older weights are done."""
         cfg = self.config
         episodes = rollouts.episodes
-        batch = score_episodes(episodes, cfg.algorithm, rollouts.greedy)
+        batch = score_episodes(episodes, cfg.algorithm, rollouts.greedy, max_tokens=cfg.rollout.max_tokens)
         if not self._signal_checked:  # the first step this trainer trains
             self._signal_checked = True
             _warn_if_no_signal(step, episodes, batch.stats)
@@ -316,7 +316,10 @@ class AgentTrainer:
         rewards: dict[str, list[float]] = {}
         for episode in episodes:  # a role with several trajectories (k solvers): the mean of their rewards
             for trajectory in episode.trajectories:
-                rewards.setdefault(group_key(episode, trajectory), []).append(trajectory_reward(episode, trajectory))
+                reward = trajectory_reward(episode, trajectory) + sum(
+                    overlong_penalties(trajectory, self.config.algorithm, self.config.rollout.max_tokens)
+                )
+                rewards.setdefault(group_key(episode, trajectory), []).append(reward)
         return {key: sum(values) / len(values) for key, values in rewards.items()}
 
     # ---- set-up, checkpoints ------------------------------------------------------------------------------

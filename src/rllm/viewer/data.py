@@ -194,7 +194,7 @@ class ViewerRun:
             index = self.index()
             lines = [e["line"] for e in index.entries if e["split"] == "train" and e["step"] == step and not e["error"]]
             episodes = [Episode.model_validate(json.loads(index.read_line(line))["episode"]) for line in lines]
-            batch = score_episodes(episodes, algorithm)
+            batch = score_episodes(episodes, algorithm, max_tokens=config.rollout.max_tokens)
             rows, _ = build_rows(batch.trajectories, step_advantages=batch.step_advantages,
                                  max_prompt_length=config.rollout.max_prompt_length,
                                  max_response_length=config.rollout.max_response_length)  # fmt: skip
