@@ -291,6 +291,9 @@ class AlgorithmConfig(_Section):
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per PPO epoch (the batch is split this many ways).")
     filter_overlong: bool = Field(False, description="Mask episodes cut off by a length limit out of the loss.")
     drop_uniform_groups: bool = Field(False, description="Drop groups whose rewards are all equal (no signal, DAPO).")
+    max_sampling_rounds: int = Field(1, ge=1, description="DAPO's dynamic sampling, with drop_uniform_groups: while "
+                                     "fewer than trainer.tasks_per_step tasks have a group with differing rewards, "
+                                     "sample that many more tasks, up to this many rounds a step; 1: none.")  # fmt: skip
     overlong_buffer: int | None = Field(None, ge=1, description="DAPO's soft overlong punishment: a reply within this "
                                         "many tokens of rollout.max_tokens loses up to overlong_penalty, linearly "
                                         "(rllm.rewards.shaping.soft_overlong_penalty); null: off.")  # fmt: skip
@@ -578,6 +581,10 @@ class TrainConfig(_Section):
         if self.algorithm.drop_uniform_groups and n < 2:
             raise ValueError(f"algorithm.drop_uniform_groups=true needs rollout.n >= 2 (got {n}): "
                              "a group of one always looks uniform, so every group would be dropped.")  # fmt: skip
+        if self.algorithm.max_sampling_rounds > 1 and not self.algorithm.drop_uniform_groups:
+            raise ValueError(f"algorithm.max_sampling_rounds={self.algorithm.max_sampling_rounds} refills the groups "
+                             "that algorithm.drop_uniform_groups drops; set algorithm.drop_uniform_groups=true "
+                             "(DAPO's dynamic sampling is both)")  # fmt: skip
         buffer = self.algorithm.overlong_buffer
         if buffer is not None and buffer >= self.rollout.max_tokens:
             raise ValueError(f"algorithm.overlong_buffer={buffer} must be below rollout.max_tokens="

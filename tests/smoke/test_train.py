@@ -13,7 +13,7 @@ from rllm.config import AdvantageName, load_config
 from rllm.envs.base import BaseEnv
 from rllm.runs import load_metrics, read_episodes
 from rllm.training.checkpoint import latest_checkpoint, load_checkpoint
-from rllm.training.trainer import AgentTrainer, is_time_metric
+from rllm.training.trainer import AgentTrainer, TaskSampler, is_time_metric
 from tests.conftest import run_rllm
 
 TINY = [
@@ -113,6 +113,39 @@ class LetterEnv(BaseEnv):
     def step(self, action):
         self.turn += 1
         return "Again.", float(self.letter in str(action)), self.turn >= 2, {}
+
+
+class DeadOrLiveEnv(BaseEnv):
+    """One reply. A dead task rewards nothing ever (a uniform group); a live one rewards an odd-length reply."""
+
+    def __init__(self, live: bool) -> None:
+        self.live = live
+
+    @classmethod
+    def from_dict(cls, task: dict) -> DeadOrLiveEnv:
+        return cls(task["live"])
+
+    def reset(self):
+        return "Say something.", {}
+
+    def step(self, action):
+        return "", float(self.live and len(str(action)) % 2 == 1), True, {}
+
+
+def test_dynamic_sampling_refills_uniform_groups_until_the_step_has_its_tasks(tmp_path, tiny_model_dir):
+    tasks = [{"id": f"dead{i}", "live": False} for i in range(6)] + [{"id": f"live{i}", "live": True} for i in range(2)]
+    overrides = [*TINY, f"model.name={tiny_model_dir}", "trainer.total_steps=2", "rollout.n=8", "rollout.max_steps=1",
+                 "data.val_size=0", f"trainer.run_dir={tmp_path}", "trainer.name=dapo", "trainer.tensorboard=false",
+                 "algorithm.drop_uniform_groups=true", "algorithm.max_sampling_rounds=8"]  # fmt: skip
+    config = load_config("configs/frozenlake_grpo.yaml", overrides)
+    assert any(not t["live"] for t in TaskSampler(tasks, config.trainer.seed).take(2))  # step 1 must refill
+    trainer = AgentTrainer(agent_class=BaseAgent, env_class=DeadOrLiveEnv, train_dataset=tasks, val_dataset=[],
+                           config=config, progress=False)  # fmt: skip
+    trainer.train()
+    for step in (m for m in load_metrics(tmp_path / "dapo") if "reward_mean" in m):
+        assert step["batch/tasks"] > 2  # refilled past the 2 tasks a step asks for
+        assert step["batch/tasks"] - step["batch/uniform_groups"] == 2  # until both live tasks were in the batch
+        assert step["batch/kept"] == 2 * 8 and step["skipped_update"] == 0  # only their groups train
 
 
 def _run(tmp_path, tiny_model_dir, name, extra=()):

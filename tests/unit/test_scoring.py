@@ -3,7 +3,7 @@ import warnings
 import pytest
 
 from rllm.config import AlgorithmConfig, ConfigError, RoleAlgorithmConfig, dump_config, load_config
-from rllm.training.advantages import apply_gae, group_key, score_episodes
+from rllm.training.advantages import apply_gae, group_key, informative_tasks, score_episodes
 from rllm.training.batch import build_rows
 from rllm.types import Episode, ModelOutput, Step, TerminationReason, Trajectory
 
@@ -379,3 +379,11 @@ def test_dapo_soft_overlong_punishment_is_added_to_each_replys_reward():
 def test_an_overlong_buffer_must_leave_room_before_the_limit():
     with pytest.raises(ConfigError, match="overlong_buffer=12 must be below rollout.max_tokens=12"):
         load_config(None, ["algorithm.overlong_buffer=12", "rollout.max_tokens=12"])
+
+
+def test_refilling_needs_the_uniform_groups_dropped():
+    with pytest.raises(ConfigError, match="set algorithm.drop_uniform_groups=true"):
+        load_config(None, ["algorithm.max_sampling_rounds=3"])
+    episodes = [_episode("a", i, {"agent": [float(i % 2)]}) for i in range(2)]
+    episodes += [_episode("b", i, {"agent": [1.0]}) for i in range(2)]
+    assert informative_tasks(episodes, AlgorithmConfig()) == {"a"}

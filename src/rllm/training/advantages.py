@@ -63,6 +63,7 @@ __all__ = [
     "group_index_from_keys",
     "group_key",
     "grpo_advantages",
+    "informative_tasks",
     "masked_whiten",
     "overlong_penalties",
     "reinforce_advantages",
@@ -374,12 +375,20 @@ def overlong_penalties(trajectory: Trajectory, algorithm: Any, max_tokens: int |
             for step in trajectory.steps]  # fmt: skip
 
 
-def score_episodes(episodes: Sequence[Episode], algorithm: Any, greedy_rewards: dict[str, float] | None = None,
-                   *, max_tokens: int | None = None) -> ScoredBatch:  # fmt: skip
-    """Group, filter and score `episodes` under an `AlgorithmConfig` (module docstring). `greedy_rewards` maps a
-    group key to the reward of that group's greedy rollout: ReMax's baseline, needed for roles that use remax.
-    `max_tokens` (the rollout's per-reply limit) is what `algorithm.overlong_buffer` counts back from: each reply's
-    penalty is added to its step's reward and to its trajectory's."""
+@dataclass
+class _Outcomes:
+    """What scoring needs of every (episode, trajectory) pair before any estimator runs."""
+
+    pairs: list[tuple[Episode, Trajectory]]
+    keys: list[str]
+    penalties: list[list[float]]  # per step, DAPO's overlong punishment (0 when off)
+    rewards: list[float]  # the trajectory's reward, punishment included
+    valid: list[bool]
+    uniform: list[bool]  # its group's valid rewards are all equal
+    stats: dict[str, float]
+
+
+def _outcomes(episodes: Sequence[Episode], algorithm: Any, max_tokens: int | None) -> _Outcomes:
     pairs = [(episode, trajectory) for episode in episodes for trajectory in episode.trajectories]
     keys = [group_key(*pair) for pair in pairs]
     penalties = [overlong_penalties(trajectory, algorithm, max_tokens) for _, trajectory in pairs]
@@ -388,15 +397,35 @@ def score_episodes(episodes: Sequence[Episode], algorithm: Any, greedy_rewards: 
     valid, stats = _validity(pairs, algorithm)
     if algorithm.overlong_buffer is not None:
         stats["overlong_penalized"] = sum(p < 0 for penalty in penalties for p in penalty)
-    keep = list(valid)
     uniform = uniform_groups(torch.tensor(rewards, dtype=torch.float64), group_index_from_keys(keys),
                              torch.tensor(valid, dtype=torch.bool)).tolist() if pairs else []  # fmt: skip
-    # groups with a valid member whose rewards are all equal: no signal for a group baseline (every
-    # estimator but reinforce, remax and gae gives them 0)
+    # groups with a valid member whose rewards are all equal: no signal for a group baseline (every estimator but
+    # reinforce, remax and gae gives them 0)
     stats["uniform_groups"] = len({k for k, u, v in zip(keys, uniform, valid, strict=True) if u and v})
+    stats["tasks"] = len({episode.task_id for episode in episodes})
+    return _Outcomes(pairs, keys, penalties, rewards, valid, uniform, stats)
+
+
+def informative_tasks(episodes: Sequence[Episode], algorithm: Any, *, max_tokens: int | None = None) -> set[str]:
+    """The task ids with at least one group whose valid rewards differ: what DAPO's dynamic sampling counts."""
+    found = _outcomes(episodes, algorithm, max_tokens)
+    return {episode.task_id for (episode, _), u, v in zip(found.pairs, found.uniform, found.valid, strict=True)
+            if v and not u}  # fmt: skip
+
+
+def score_episodes(episodes: Sequence[Episode], algorithm: Any, greedy_rewards: dict[str, float] | None = None,
+                   *, max_tokens: int | None = None) -> ScoredBatch:  # fmt: skip
+    """Group, filter and score `episodes` under an `AlgorithmConfig` (module docstring). `greedy_rewards` maps a
+    group key to the reward of that group's greedy rollout: ReMax's baseline, needed for roles that use remax.
+    `max_tokens` (the rollout's per-reply limit) is what `algorithm.overlong_buffer` counts back from: each reply's
+    penalty is added to its step's reward and to its trajectory's."""
+    found = _outcomes(episodes, algorithm, max_tokens)
+    pairs, keys, penalties, rewards, valid, stats = (found.pairs, found.keys, found.penalties, found.rewards,
+                                                     found.valid, found.stats)  # fmt: skip
+    keep = list(valid)
     if algorithm.drop_uniform_groups:
-        stats["dropped_uniform"] = sum(u and v for u, v in zip(uniform, valid, strict=True))
-        keep = [v and not u for v, u in zip(valid, uniform, strict=True)]
+        stats["dropped_uniform"] = sum(u and v for u, v in zip(found.uniform, valid, strict=True))
+        keep = [v and not u for v, u in zip(valid, found.uniform, strict=True)]
     advantages: list[list[float]] = [[] for _ in pairs]
     critic_rewards: list[list[float]] = [[] for _ in pairs]
     for role in dict.fromkeys(trajectory.name for _, trajectory in pairs):

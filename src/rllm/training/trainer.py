@@ -73,7 +73,14 @@ from rllm.errors import RllmError
 from rllm.metrics import summarize_episodes
 from rllm.models.base import close_model
 from rllm.runs import RunLog, create_run_dir, is_unstarted_train_run, write_json, write_manifest
-from rllm.training.advantages import apply_gae, group_key, overlong_penalties, score_episodes, trajectory_reward
+from rllm.training.advantages import (
+    apply_gae,
+    group_key,
+    informative_tasks,
+    overlong_penalties,
+    score_episodes,
+    trajectory_reward,
+)
 from rllm.training.batch import build_rows, trained_steps
 from rllm.training.checkpoint import find_resumable_checkpoint, load_checkpoint, save_checkpoint, verify_checkpoint
 from rllm.training.distill import apply_distillation, make_teacher
@@ -216,6 +223,15 @@ class AgentTrainer:
         version = self.rollout_model.weight_version
         self.engine.sampling = cfg.rollout.to_sampling(seed=_step_seed(cfg.trainer.seed, step))
         episodes = await self.engine.execute_tasks_async(tasks, n_rollouts=cfg.rollout.n)
+        for round_ in range(1, cfg.algorithm.max_sampling_rounds):  # DAPO's dynamic sampling: refill
+            found = informative_tasks(episodes, cfg.algorithm, max_tokens=cfg.rollout.max_tokens)
+            missing = cfg.trainer.tasks_per_step - len(found)
+            if missing <= 0:
+                break
+            more = self.sampler.take(missing)
+            self.engine.sampling = cfg.rollout.to_sampling(seed=_step_seed(cfg.trainer.seed, f"{step}:refill{round_}"))
+            episodes += await self.engine.execute_tasks_async(more, n_rollouts=cfg.rollout.n)
+            tasks += more
         greedy = await self._greedy_baselines(tasks) if cfg.algorithm.uses_advantage("remax") else None
         return StepRollouts(step, episodes, greedy, time.perf_counter() - started, version)
 
@@ -589,7 +605,7 @@ def _rows_mismatch(rows: list, threshold: float) -> dict[str, float]:
     return mismatch_metrics(total)
 
 
-def _step_seed(seed: int, step: int) -> int:
+def _step_seed(seed: int, step: int | str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{seed}:{step}".encode(), digest_size=4).digest(), "little")
 
 
