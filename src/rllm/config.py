@@ -291,9 +291,13 @@ class AlgorithmConfig(_Section):
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per PPO epoch (the batch is split this many ways).")
     filter_overlong: bool = Field(False, description="Mask episodes cut off by a length limit out of the loss.")
     drop_uniform_groups: bool = Field(False, description="Drop groups whose rewards are all equal (no signal, DAPO).")
-    max_sampling_rounds: int = Field(1, ge=1, description="DAPO's dynamic sampling, with drop_uniform_groups: while "
-                                     "fewer than trainer.tasks_per_step tasks have a group with differing rewards, "
-                                     "sample that many more tasks, up to this many rounds a step; 1: none.")  # fmt: skip
+    max_sampling_rounds: int = Field(
+        1,
+        ge=1,
+        description="DAPO's dynamic sampling, with drop_uniform_groups: while "
+        "fewer than trainer.tasks_per_step tasks have a group with differing rewards, "
+        "sample that many more tasks, up to this many rounds a step (1: none).",
+    )
     overlong_buffer: int | None = Field(None, ge=1, description="DAPO's soft overlong punishment: a reply within this "
                                         "many tokens of rollout.max_tokens loses up to overlong_penalty, linearly "
                                         "(rllm.rewards.shaping.soft_overlong_penalty); null: off.")  # fmt: skip
