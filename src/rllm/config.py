@@ -254,13 +254,19 @@ class OffPolicyConfig(_Section):
 
 
 class RoleAlgorithmConfig(_Section):
-    """Advantage settings for the trajectories of one role (`Trajectory.name`); null inherits `algorithm.<key>`."""
+    """Advantage and policy-loss settings for the trajectories of one role (`Trajectory.name`); null inherits
+    `algorithm.<key>`."""
 
     advantage: AdvantageName | None = Field(None, description="Estimator for this role; null: algorithm.advantage.")
     norm_by_std: bool | None = Field(None, description="grpo only: divide by the group's reward std; null: "
                                      "algorithm.norm_by_std.")  # fmt: skip
     stepwise: bool | None = Field(None, description="Per-step rewards for this role; null: algorithm.stepwise.")
     gamma: float | None = Field(None, ge=0, le=1, description="Discount across steps; null: algorithm.gamma.")
+    policy_loss: Literal["ppo", "gspo", "cispo"] | None = Field(None, description="This role's policy-gradient "
+                                                                "loss; null: algorithm.policy_loss.")  # fmt: skip
+    clip_low: float | None = Field(None, ge=0, lt=1, description="This role's ratio clip below; null: "
+                                   "algorithm.clip_low.")  # fmt: skip
+    clip_high: float | None = Field(None, ge=0, description="This role's ratio clip above; null: algorithm.clip_high.")
 
 
 class AlgorithmConfig(_Section):
@@ -313,7 +319,8 @@ class AlgorithmConfig(_Section):
     roles: dict[str, RoleAlgorithmConfig] = Field(
         default_factory=dict,
         description="Per-role overrides keyed by trajectory name, e.g. {judge: {advantage: reinforce}}; each may set "
-        "advantage, norm_by_std, stepwise and gamma (unset: the values above). gae is all roles or none.",
+        "advantage, norm_by_std, stepwise, gamma, policy_loss, clip_low and clip_high (unset: the values above). gae "
+        "is all roles or none; loss_agg, KL and entropy are shared.",
     )
 
     @field_validator("dual_clip")
@@ -341,12 +348,30 @@ class AlgorithmConfig(_Section):
                              f"{advantage!r}: gae (a critic) is for all roles or none; {fix}")  # fmt: skip
         return roles
 
+    @field_validator("roles")
+    @classmethod
+    def _dual_clip_is_ppos_per_role(cls, roles: dict[str, RoleAlgorithmConfig],
+                                    info: ValidationInfo) -> dict:  # fmt: skip
+        if info.data.get("dual_clip") is None:
+            return roles
+        for role, settings in roles.items():
+            if settings.policy_loss not in (None, "ppo"):
+                raise ValueError(f"algorithm.dual_clip bounds PPO's loss of negative advantages; algorithm.roles."
+                                 f"{role}.policy_loss={settings.policy_loss!r} has no such branch: drop "
+                                 "algorithm.dual_clip or keep that role on ppo")  # fmt: skip
+        return roles
+
     def for_role(self, role: str) -> AlgorithmConfig:
         """The effective settings for trajectories named `role`: these, with the role's non-null overrides applied
         (and `roles` emptied, so the result describes one role)."""
         settings = self.roles.get(role)
         overrides = settings.model_dump(exclude_none=True) if settings is not None else {}
         return self.model_copy(update={**overrides, "roles": {}})
+
+    def roles_override_policy_loss(self) -> bool:
+        """Whether some role sets its own policy_loss, clip_low or clip_high (rows then need their roles)."""
+        return any(r.policy_loss is not None or r.clip_low is not None or r.clip_high is not None
+                   for r in self.roles.values())  # fmt: skip
 
     def uses_advantage(self, name: str) -> bool:
         """Whether estimator `name` is used globally or by any role (e.g. "remax" needs greedy rollouts)."""
@@ -633,6 +658,10 @@ class TrainConfig(_Section):
                              "is_level) train on the torch backend only: the verl backend's workers neither keep "
                              "a separate rollout copy nor take behaviour log-probs yet; use "
                              "trainer.backend=torch")  # fmt: skip
+        if self.algorithm.roles_override_policy_loss():
+            raise ValueError("algorithm.roles.<role>.policy_loss / clip_low / clip_high (a policy loss per role) "
+                             "train on the torch backend only: verl's workers do not receive the rows' roles yet; "
+                             "use trainer.backend=torch or set them in algorithm for every role")  # fmt: skip
         if self.algorithm.uses_advantage("gae"):
             raise ValueError("algorithm.advantage gae (PPO with a critic) trains on the torch backend only: verl's "
                              "separate critic workers are not wired in yet; use trainer.backend=torch or another "

@@ -195,15 +195,26 @@ def _parity_reward(task: dict, response: str) -> float:
     return float(len(response) % 2)
 
 
-def test_solver_judge_workflow_trains_both_roles_with_their_own_estimators(tmp_path, tiny_model_dir):
+def test_solver_judge_workflow_trains_both_roles_with_their_own_estimators(tmp_path, tiny_model_dir, monkeypatch):
     from rllm.tasks.countdown import countdown_prompt
+    from rllm.training import losses
     from rllm.workflows.solver_judge import SolverJudgeWorkflow
 
     overrides = [*TINY, f"model.name={tiny_model_dir}", "trainer.total_steps=2", "rollout.n=2", "rollout.n_parallel=4",
-                 "rollout.max_prompt_length=256", f"trainer.run_dir={tmp_path}", "trainer.name=sj"]  # fmt: skip
+                 "rollout.max_prompt_length=256", f"trainer.run_dir={tmp_path}", "trainer.name=sj",
+                 "algorithm.roles.judge.policy_loss=cispo", "algorithm.roles.judge.clip_low=0.99"]  # fmt: skip
     config = load_config("configs/countdown_solver_judge.yaml", overrides)
     assert config.algorithm.for_role("judge").advantage == "reinforce"
     assert config.algorithm.for_role("solver").advantage == "grpo"
+    # each role's rows reach its own policy loss, with its clip range
+    seen: dict[str, list] = {"ppo": [], "cispo": []}
+    for kind in seen:
+
+        def spy(*args, _kind=kind, _loss=losses.POLICY_LOSSES[kind], **kwargs):
+            seen[_kind].append((int((args[3].sum(-1) > 0).sum()), kwargs["clip_low"]))
+            return _loss(*args, **kwargs)
+
+        monkeypatch.setitem(losses.POLICY_LOSSES, kind, spy)
     trainer = AgentTrainer(workflow_class=SolverJudgeWorkflow, config=config, progress=False,
                            workflow_args={"prompt_fn": countdown_prompt, "reward_fn": _parity_reward})  # fmt: skip
     result = trainer.train()
@@ -217,6 +228,9 @@ def test_solver_judge_workflow_trains_both_roles_with_their_own_estimators(tmp_p
     assert any(m["grad_norm"] > 0 for m in steps)
     assert "val/role/judge/success_rate" in load_metrics(tmp_path / "sj")[0]
     assert result["steps"] == 2
+    # per step 8 solver rows (ppo, clip 0.2) and 4 judge rows (cispo, clip 0.99)
+    assert sum(rows for rows, _ in seen["ppo"]) == 16 and {clip for _, clip in seen["ppo"]} == {0.2}
+    assert sum(rows for rows, _ in seen["cispo"]) == 8 and {clip for _, clip in seen["cispo"]} == {0.99}
 
 
 def test_each_step_is_saved_once_and_a_resumed_run_stamps_its_weight_version(tmp_path, tiny_model_dir, monkeypatch):

@@ -270,3 +270,48 @@ def test_the_config_chooses_the_policy_loss(kind, expected):
 def test_dual_clip_is_refused_for_a_loss_without_that_branch():
     with pytest.raises(ConfigError, match="algorithm.dual_clip bounds PPO's loss"):
         load_config(None, ["algorithm.policy_loss=gspo", "algorithm.dual_clip=3"])
+
+
+def test_each_role_gets_its_own_policy_loss_within_one_aggregate():
+    # row 0, solver (ppo, clip 0.2): ratios [1.5, 1], A = 1 -> per token max(-r, -clip(r)) = [-1.2, -1]; token 0
+    #   is clipped (no gradient), token 1's gradient -1 / 4 tokens
+    # row 1, judge (gspo, clip 0.2): log-ratios [+ln 1.1, -ln 1.1] -> sequence ratio 1: [-1, -1], each token's
+    #   gradient -1 / 4 (PPO would give -1.1 / 4 and -0.909 / 4)
+    # token-mean over the 4 tokens: (-2.2 - 2) / 4 = -1.05; clip_fraction 1 / 4
+    algorithm = AlgorithmConfig(clip_low=0.2, clip_high=0.2, roles={"judge": {"policy_loss": "gspo"}})
+    logprobs = _leaf([[math.log(1.5), 0.0], [math.log(1.1), -math.log(1.1)]])
+    mask, advantages = torch.ones(2, 2), torch.ones(2, 2)
+    loss, losses, means = actor_loss(logprobs, torch.zeros(2, 2), torch.zeros(2, 2), advantages, mask, algorithm,
+                                     row_roles=["solver", "judge"])  # fmt: skip
+    close(loss, -1.05)
+    loss.backward()
+    close(logprobs.grad, [[0.0, -0.25], [-0.25, -0.25]])
+    assert losses["pg_loss"] == pytest.approx(-1.05) and means["clip_fraction"] == pytest.approx(0.25)
+    # without roles both rows are ppo's: (-2.2 - 1.1 - 1 / 1.1) / 4
+    plain, _, _ = actor_loss(logprobs, torch.zeros(2, 2), torch.zeros(2, 2), advantages, mask, algorithm)
+    close(plain, (-2.2 - 1.1 - 1 / 1.1) / 4)
+
+
+def test_a_roles_clip_range_applies_to_its_rows_only_per_sequence_too():
+    # seq-mean-token-mean; both rows ratio 1.5 on one token, A = 1. solver clips at 1.2 -> -1.2; judge (clip_high
+    # 0.6) keeps 1.5 -> -1.5; mean over rows -1.35
+    algorithm = AlgorithmConfig(clip_high=0.2, loss_agg="seq-mean-token-mean", roles={"judge": {"clip_high": 0.6}})
+    logprobs = T([[math.log(1.5), 0.0], [math.log(1.5), 0.0]])
+    mask = T([[1, 0], [1, 0]])
+    loss, _, means = actor_loss(logprobs, torch.zeros(2, 2), torch.zeros(2, 2), torch.ones(2, 2), mask, algorithm,
+                                row_roles=["solver", "judge"])  # fmt: skip
+    close(loss, -1.35)
+    assert means["clip_fraction"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="row_roles names 1 rows, the micro-batch has 2"):
+        actor_loss(logprobs, torch.zeros(2, 2), torch.zeros(2, 2), torch.ones(2, 2), mask, algorithm,
+                   row_roles=["judge"])  # fmt: skip
+
+
+def test_per_role_policy_losses_are_checked_where_they_cannot_apply():
+    with pytest.raises(ConfigError, match=r"algorithm.roles.judge.policy_loss='gspo' has no such branch"):
+        load_config(None, ["algorithm.dual_clip=3", "algorithm.roles.judge.policy_loss=gspo"])
+    with pytest.raises(ConfigError, match="a policy loss per role.*torch backend only"):
+        load_config(None, ["trainer.backend=verl", "algorithm.roles.judge.clip_high=0.3"])
+    assert load_config(None, ["algorithm.roles.judge.policy_loss=cispo"]).algorithm.for_role("judge").policy_loss == (
+        "cispo"
+    )

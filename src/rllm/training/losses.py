@@ -10,6 +10,7 @@ gradient accumulation must weight them (e.g. by their token counts for `token-me
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -322,6 +323,7 @@ def actor_loss(
     norm_length: int | None = None,
     ref_logprobs: Tensor | None = None,
     behaviour_logprobs: Tensor | None = None,
+    row_roles: Sequence[str] | None = None,
 ) -> tuple[Tensor, dict[str, float], dict[str, float]]:
     """The policy's loss on one micro-batch, aggregated over itself, as every training backend computes it:
 
@@ -338,17 +340,21 @@ def actor_loss(
     sampler's and every token's loss is weighted by the truncated pi_prox / pi_sampler. Tokens whose old or behaviour
     log-prob is not finite leave the loss (the caller counts them); a non-finite *current* log-prob is not masked:
     it reaches the gradient norm, which skips the optimizer step and says so.
+
+    Per role: `row_roles` (each row's trajectory name) gives each row the policy loss, clip_low and clip_high of
+    `algorithm.for_role(role)` (`algorithm.roles`); the rows of each setting form one group, whose loss is
+    aggregated over its own tokens (or rows) and weighted by its share of the micro-batch's -- exactly the aggregate
+    over all rows, since `aggregate` is a sum divided by a count. Everything else (loss_agg, KL, entropy) is
+    `algorithm`'s. The ratio metrics are the groups' token-weighted means (ratio_max: the largest).
     """
     mask, weights, is_metrics = _off_policy_mask(logprobs, old_logprobs, behaviour_logprobs, mask, algorithm)
     agg = partial(aggregate, mask=mask, mode=algorithm.loss_agg, norm_length=norm_length)
-    options = {"dual_clip": algorithm.dual_clip} if algorithm.policy_loss == "ppo" else {}
-    pg_loss, pg = POLICY_LOSSES[algorithm.policy_loss](
-        logprobs, old_logprobs, advantages, mask, clip_low=algorithm.clip_low, clip_high=algorithm.clip_high,
-        agg=algorithm.loss_agg, norm_length=norm_length, weights=weights, **options,
+    pg_loss, token_means = _grouped_policy_loss(
+        logprobs, old_logprobs, advantages, mask, algorithm, norm_length=norm_length, weights=weights,
+        row_roles=row_roles,
     )  # fmt: skip
     loss = pg_loss
     losses = {"pg_loss": pg_loss.item()}
-    token_means = {k: pg[k].item() for k in ("clip_fraction", "approx_kl", "dual_clip_fraction")}
     token_means["entropy"] = masked_token_mean(entropy, mask)
     token_means.update({f"off_policy/{k}": v.item() for k, v in is_metrics.items()})
     if algorithm.kl_coef > 0:
@@ -364,6 +370,59 @@ def actor_loss(
 
 
 POLICY_LOSSES = {"ppo": policy_loss, "gspo": gspo_loss, "cispo": cispo_loss}  # `algorithm.policy_loss`
+
+
+def _grouped_policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, algorithm: Any, *,
+                         norm_length: int | None, weights: Tensor | None,
+                         row_roles: Sequence[str] | None) -> tuple[Tensor, dict[str, float]]:  # fmt: skip
+    """The policy-gradient loss of rows whose roles may choose different policy losses (`actor_loss`), and the
+    token means of its ratio metrics."""
+    groups = _policy_groups(algorithm, row_roles, mask)
+    units, tokens = _agg_units(mask, algorithm.loss_agg).clamp(min=1), mask.sum().clamp(min=1)
+    pg_loss, metrics = None, dict.fromkeys(_RATIO_METRICS, 0.0)
+    for settings, group_mask in groups:
+        options = {"dual_clip": settings.dual_clip} if settings.policy_loss == "ppo" else {}
+        loss, pg = POLICY_LOSSES[settings.policy_loss](
+            logprobs, old_logprobs, advantages, group_mask, clip_low=settings.clip_low, clip_high=settings.clip_high,
+            agg=algorithm.loss_agg, norm_length=norm_length, weights=weights, **options,
+        )  # fmt: skip
+        if len(groups) == 1:
+            return loss, {k: pg[k].item() for k in _RATIO_METRICS}
+        loss = loss * (_agg_units(group_mask, algorithm.loss_agg) / units)
+        pg_loss = loss if pg_loss is None else pg_loss + loss
+        for key in _RATIO_METRICS:
+            metrics[key] += (pg[key] * group_mask.sum() / tokens).item()
+    return pg_loss, metrics
+
+
+_RATIO_METRICS = ("clip_fraction", "approx_kl", "dual_clip_fraction")
+
+
+def _policy_groups(algorithm: Any, row_roles: Sequence[str] | None, mask: Tensor) -> list[tuple[Any, Tensor]]:
+    """(settings, mask of its rows) per distinct policy-loss setting among the rows' roles; one group, with the
+    whole mask, when no role overrides the policy loss."""
+    if row_roles is None or not algorithm.roles_override_policy_loss():
+        return [(algorithm, mask)]
+    if len(row_roles) != mask.shape[0]:
+        raise ValueError(f"row_roles names {len(row_roles)} rows, the micro-batch has {mask.shape[0]}")
+    rows_of: dict[tuple, list[int]] = {}
+    settings_of: dict[tuple, Any] = {}
+    for index, role in enumerate(row_roles):
+        settings = algorithm.for_role(role)
+        key = (settings.policy_loss, settings.clip_low, settings.clip_high, settings.dual_clip)
+        rows_of.setdefault(key, []).append(index)
+        settings_of[key] = settings
+    groups = []
+    for key, rows in rows_of.items():
+        selected = torch.zeros(mask.shape[0], dtype=mask.dtype, device=mask.device)
+        selected[rows] = 1
+        groups.append((settings_of[key], mask * selected[:, None]))
+    return groups
+
+
+def _agg_units(mask: Tensor, agg: str) -> Tensor:
+    """What `aggregate` divides by: loss tokens (token-mean) or rows holding one (seq-mean-*)."""
+    return mask.sum() if agg == "token-mean" else (mask.sum(-1) > 0).sum().to(mask.dtype)
 
 
 def _off_policy_mask(logprobs: Tensor, old_logprobs: Tensor, behaviour_logprobs: Tensor | None, mask: Tensor,

@@ -160,7 +160,12 @@ class TorchBackend:
                             pack_length: int | None) -> list[dict[str, Tensor]]:  # fmt: skip
         """A mini-batch's micro-batches as tensors: padded micro-batches of similar lengths, or packed sequences."""
         if pack_length is None:
-            return [self._collate([rows[i] for i in chunk]) for chunk in self._micro_batches(rows, indices)]
+            batches = []
+            for chunk in self._micro_batches(rows, indices):
+                batches.append(self._collate([rows[i] for i in chunk]))
+                if self.algorithm.roles_override_policy_loss():  # each row's role picks its policy loss
+                    batches[-1]["row_roles"] = [rows[i].trajectory_name for i in chunk]
+            return batches
         subset = [rows[i] for i in indices]
         return [{k: v.to(self.device) for k, v in collate_packed([subset[i] for i in pack], pad_id=self.pad_id).items()}
                 for pack in pack_rows(subset, pack_length)]  # fmt: skip
@@ -359,7 +364,7 @@ class TorchBackend:
             logprobs, _scatter(out.entropy, positions),
             batch["target_prox_logprobs"] if decoupled else batch["target_old_logprobs"], batch["target_advantages"],
             mask, algo, norm_length=norm_length, ref_logprobs=reference,
-            behaviour_logprobs=batch["target_old_logprobs"] if decoupled else None,
+            behaviour_logprobs=batch["target_old_logprobs"] if decoupled else None, row_roles=batch.get("row_roles"),
         )  # fmt: skip
         if self.value_head is not None:
             values = _scatter(self.value_head(out.hidden).squeeze(-1), positions)
