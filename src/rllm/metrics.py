@@ -17,6 +17,9 @@
     role/<r>/count           trajectories of role r (`Trajectory.name`)
     role/<r>/reward_mean     mean final reward of role r's trajectories
     role/<r>/success_rate    fraction of role r's trajectories that succeeded (`Trajectory.succeeded`)
+    tool/<t>/calls_mean      calls of tool t per episode (tool envs: `info["tool_calls"]` of a trajectory's last
+                             step, the env's counts for the whole trajectory; only tools called at least once)
+    tool/<t>/success_rate    fraction of tool t's calls that returned without an error
 
 A mean over nothing (no trajectories at all) is NaN, never a silent 0. Imports only `rllm.types`.
 """
@@ -29,7 +32,7 @@ from typing import Any
 
 from rllm.types import Episode, Trajectory
 
-__all__ = ["completion_tokens", "role_metrics", "summarize_episodes"]
+__all__ = ["completion_tokens", "role_metrics", "summarize_episodes", "tool_metrics"]
 
 _TIMES = ("model", "env", "reward", "total")
 
@@ -56,6 +59,7 @@ def summarize_episodes(episodes: Sequence[Episode], wall_time_s: float | None = 
             for part in _TIMES
         },
         **role_metrics(episodes),
+        **tool_metrics(episodes),
     }
     if wall_time_s is not None:
         summary["tokens_per_s"] = sum(sampled) / wall_time_s if wall_time_s > 0 else 0.0
@@ -72,6 +76,22 @@ def role_metrics(episodes: Iterable[Episode]) -> dict[str, float]:
         out[f"role/{role}/count"] = len(trajectories)
         out[f"role/{role}/reward_mean"] = _mean(t.final_reward() for t in trajectories)
         out[f"role/{role}/success_rate"] = _mean(float(t.succeeded()) for t in trajectories)
+    return out
+
+
+def tool_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    """`tool/<t>/calls_mean` and `tool/<t>/success_rate` for every tool called, tools sorted."""
+    calls: Counter[str] = Counter()
+    ok: Counter[str] = Counter()
+    for trajectory in (t for episode in episodes for t in episode.trajectories):
+        counts = trajectory.steps[-1].info.get("tool_calls") if trajectory.steps else None
+        for tool, count in (counts or {}).items():
+            calls[tool] += int(count.get("calls", 0))
+            ok[tool] += int(count.get("ok", 0))
+    out: dict[str, float] = {}
+    for tool in sorted(t for t in calls if calls[t]):
+        out[f"tool/{tool}/calls_mean"] = calls[tool] / len(episodes)
+        out[f"tool/{tool}/success_rate"] = ok[tool] / calls[tool]
     return out
 
 

@@ -18,7 +18,9 @@ pytest.importorskip("mcp")
 
 from rllm.tasks.mcp_kb import (
     ATTRIBUTES,
+    ONE_CALL_KINDS,
     PLANETS,
+    QUESTION_KINDS,
     convert_units,
     make_mcp_kb_tasks,
     mcp_kb_reward,
@@ -373,6 +375,15 @@ def test_tasks_are_deterministic_and_answers_follow_the_table():
             assert task["answer"] == pytest.approx(expected, rel=1e-5)
             assert mcp_kb_reward(task, f"<answer>{expected}</answer>") == 1.0
     assert len(kinds) >= 5  # single lookups and lookup + convert questions are mixed
+    assert {t["kind"] for t in tasks} == set(QUESTION_KINDS)
+
+
+def test_question_kinds_select_a_curriculum_stage():
+    one_call = make_mcp_kb_tasks(60, seed=3, kinds=list(ONE_CALL_KINDS))
+    assert {t["kind"] for t in one_call} == set(ONE_CALL_KINDS)
+    assert all(QUESTION_KINDS[t["kind"]][2] is None for t in one_call)  # the stored value is the answer: no convert
+    with pytest.raises(ValueError, match=r"unknown question kinds \['moon'\]; data.task_args.kinds takes .*moons"):
+        make_mcp_kb_tasks(1, kinds=["moon"])
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ Per step the action (from `ToolAgent`) holds parsed tool calls, the text outside
   the step gets `malformed_reward` (default 0.0; a small negative value teaches well-formed calls).
 - no calls and no errors: the reply is the final answer, scored by `reward_fn(task, answer)`; the episode ends.
 Rewards: the final answer's reward (plus any `malformed_reward`s), so the trajectory reward is what the answer earned.
-`info["success"]` on the last step says whether the answer was correct.
+`info["success"]` on the last step says whether the answer was correct; `info["tool_calls"]` counts, per tool of
+the registry, the calls so far and those that returned without an error (`rllm.metrics`: `tool/<name>/...`).
 
 `MCPEnvironment` starts the task's MCP server at `reset` (`MCPConnection`: stdio or streamable HTTP, an allow-listed
 environment), exposes its discovered tools, re-checks them after every step (a tool whose description or schema
@@ -54,6 +55,7 @@ class ToolEnvironment(BaseEnv):
         self.registry: Any = None
         self.errors: Counter[str] = Counter()
         self.results: dict[str, str] = {}  # call (name + arguments) -> its result, to answer a repeated call
+        self.calls: dict[str, dict[str, int]] = {}  # tool -> {"calls", "ok"}: what info["tool_calls"] reports
 
     @classmethod
     def from_dict(cls, task: dict) -> ToolEnvironment:
@@ -67,7 +69,7 @@ class ToolEnvironment(BaseEnv):
     def reset(self) -> tuple[Any, dict]:
         from rllm.tools.base import ToolRegistry
 
-        self.registry, self.errors, self.results = ToolRegistry(self.make_tools()), Counter(), {}
+        self.registry, self.errors, self.results, self.calls = ToolRegistry(self.make_tools()), Counter(), {}, {}
         return str(self.task["question"]), {"tools": [*self.registry.schemas(), FINISH_TOOL]}
 
     def step(self, action: Any) -> tuple[Any, float, bool, dict]:
@@ -98,6 +100,7 @@ class ToolEnvironment(BaseEnv):
         key = json.dumps([name, call.get("arguments")], sort_keys=True, default=str)
         if key in self.results:  # small models loop on one call: say so instead of running it again
             self.errors["repeated_call"] += 1
+            self._count_call(name, ok=False)
             content = f"{self.results[key]}\n(You already made this exact call. Use the result: answer now.)"
             return {"role": "tool", "name": name, "content": content, "is_error": True, **_call_id(call)}
         result = run_coroutine(self.registry.call(name, call.get("arguments") or {}, timeout_s=self.tool_timeout_s,
@@ -108,7 +111,17 @@ class ToolEnvironment(BaseEnv):
             self.errors[result.error_kind or "exception"] += 1
         if not result.is_error:
             self.results[key] = result.content
+        self._count_call(name, ok=not result.is_error)
         return {"role": "tool", "name": name, "content": result.content, "is_error": result.is_error, **_call_id(call)}
+
+    def _count_call(self, name: str, *, ok: bool) -> None:
+        """Per-tool counts for `info["tool_calls"]`; a name the registry does not know (a hallucinated tool) is
+        counted in `tool_error_kinds` only, so metric names stay the tools' own."""
+        if name not in self.registry:
+            return
+        counts = self.calls.setdefault(name, {"calls": 0, "ok": 0})
+        counts["calls"] += 1
+        counts["ok"] += int(ok)
 
     def _final(self, answer: str) -> tuple[Any, float, bool, dict]:
         reward_fn = type(self).reward_fn
@@ -116,7 +129,8 @@ class ToolEnvironment(BaseEnv):
         return "done", result.reward, True, {**self._info(), "success": result.correct, "answer": answer}
 
     def _info(self) -> dict:
-        return {"tool_errors": sum(self.errors.values()), "tool_error_kinds": dict(self.errors)}
+        return {"tool_errors": sum(self.errors.values()), "tool_error_kinds": dict(self.errors),
+                "tool_calls": {name: dict(counts) for name, counts in self.calls.items()}}  # fmt: skip
 
 
 def _call_id(call: dict) -> dict:

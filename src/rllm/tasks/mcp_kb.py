@@ -35,7 +35,9 @@ from rllm.tasks import Task
 
 __all__ = [
     "ATTRIBUTES",
+    "ONE_CALL_KINDS",
     "PLANETS",
+    "QUESTION_KINDS",
     "MCPKnowledgeBaseEnv",
     "build_server",
     "convert_units",
@@ -168,34 +170,44 @@ def convert_units(value: float, from_unit: str, to_unit: str) -> float:
 
 # --------------------------------------------------------------------------- tasks
 
-_QUESTIONS = [  # (template, attribute, unit asked for or None when the stored value is the answer)
-    ("How many moons does {p} have?", "moons", None),
-    ("Who discovered the planet {p}?", "discoverer", None),
-    ("What is the orbital period of {p} in days?", "orbit_period", None),
-    ("What is the orbital period of {p} in hours?", "orbit_period", "hour"),
-    ("What is the orbital period of {p} in weeks?", "orbit_period", "week"),
-    ("What is the radius of {p} in miles?", "radius", "mi"),
-    ("What is the radius of {p} in meters?", "radius", "m"),
-    ("How far is {p} from its star, in miles?", "star_distance", "mi"),
-    ("What is the mass of {p} in kilograms?", "mass", "kg"),
-]
+# kind -> (template, attribute, unit asked for or None when the stored value is the answer); the first three need
+# one lookup, the others a lookup and a conversion
+QUESTION_KINDS: dict[str, tuple[str, str, str | None]] = {
+    "moons": ("How many moons does {p} have?", "moons", None),
+    "discoverer": ("Who discovered the planet {p}?", "discoverer", None),
+    "orbit_days": ("What is the orbital period of {p} in days?", "orbit_period", None),
+    "orbit_hours": ("What is the orbital period of {p} in hours?", "orbit_period", "hour"),
+    "orbit_weeks": ("What is the orbital period of {p} in weeks?", "orbit_period", "week"),
+    "radius_miles": ("What is the radius of {p} in miles?", "radius", "mi"),
+    "radius_meters": ("What is the radius of {p} in meters?", "radius", "m"),
+    "distance_miles": ("How far is {p} from its star, in miles?", "star_distance", "mi"),
+    "mass_kg": ("What is the mass of {p} in kilograms?", "mass", "kg"),
+}
+ONE_CALL_KINDS = ("moons", "discoverer", "orbit_days")
 
 
-def make_mcp_kb_tasks(n: int, *, seed: int = 0) -> list[dict[str, Any]]:
-    """`n` rows `{"id", "question", "answer", "server": "kb"}`; the same seed gives the same rows."""
+def make_mcp_kb_tasks(n: int, *, seed: int = 0, kinds: list[str] | None = None) -> list[dict[str, Any]]:
+    """`n` rows `{"id", "question", "answer", "server": "kb", "kind"}`; the same seed gives the same rows. `kinds`
+    (default: all of `QUESTION_KINDS`) picks the question kinds, e.g. `ONE_CALL_KINDS` for a first curriculum stage
+    whose questions need one lookup."""
+    chosen = list(QUESTION_KINDS) if kinds is None else list(kinds)
+    unknown = [k for k in chosen if k not in QUESTION_KINDS]
+    if unknown or not chosen:
+        problem = f"unknown question kinds {unknown}" if unknown else "no question kinds"
+        raise ValueError(f"mcp_kb: {problem}; data.task_args.kinds takes one or more of {', '.join(QUESTION_KINDS)}")
     rng = random.Random(seed)
     names = sorted(PLANETS)
     rows = []
     for i in range(n):
-        template, attribute, unit = rng.choice(_QUESTIONS)
+        kind = rng.choice(chosen)
+        template, attribute, unit = QUESTION_KINDS[kind]
         planet = rng.choice(names)
         value = PLANETS[planet][attribute]
         if unit is not None:
             value = convert_units(value, ATTRIBUTES[attribute], unit)
         answer: Any = value if isinstance(value, str) else float(f"{value:.6g}")
-        rows.append(
-            {"id": f"mcp_kb-{seed}-{i}", "question": template.format(p=planet), "answer": answer, "server": "kb"}
-        )
+        question = template.format(p=planet)
+        rows.append({"id": f"mcp_kb-{seed}-{i}", "question": question, "answer": answer, "server": "kb", "kind": kind})
     return rows
 
 

@@ -67,6 +67,7 @@ class SWEEnv(BaseEnv):
         self.session = None
         self.result = None  # the GradeResult, once graded
         self.tool_errors: dict[str, int] = {}
+        self.tool_calls: dict[str, dict[str, int]] = {}  # tool -> {"calls", "ok"} (rllm.metrics: tool/<name>/...)
 
     @classmethod
     def from_dict(cls, task: dict) -> SWEEnv:
@@ -81,7 +82,7 @@ class SWEEnv(BaseEnv):
         from rllm.rewards.sandbox import RepoMount, SandboxLimits, _python, default_sandbox
 
         self.close()
-        self.result, self.tool_errors = None, {}
+        self.result, self.tool_errors, self.tool_calls = None, {}, {}
         if self.backend == "docker":  # the task's own image: rllm.envs.swe.docker
             from rllm.envs.swe.docker import open_session
 
@@ -148,6 +149,9 @@ class SWEEnv(BaseEnv):
         reply = self.session.request(request, timeout_s=self.step_timeout + 30)
         if reply.get("is_error"):
             self._count(str(reply.get("error_kind") or "tool_error"))
+        counts = self.tool_calls.setdefault(name, {"calls": 0, "ok": 0})  # a tool of the scaffold (server_call)
+        counts["calls"] += 1
+        counts["ok"] += int(not reply.get("is_error"))
         return _tool_message(call, name, str(reply.get("output", "")))
 
     def _grade(self, detail: str = "") -> None:
@@ -183,7 +187,8 @@ class SWEEnv(BaseEnv):
         self.tool_errors[kind] = self.tool_errors.get(kind, 0) + 1
 
     def _info(self) -> dict:
-        return {"tool_errors": sum(self.tool_errors.values()), "tool_error_kinds": dict(self.tool_errors)}
+        return {"tool_errors": sum(self.tool_errors.values()), "tool_error_kinds": dict(self.tool_errors),
+                "tool_calls": {name: dict(counts) for name, counts in self.tool_calls.items()}}  # fmt: skip
 
 
 def _tool_message(call: dict, name: str, content: str) -> dict:
