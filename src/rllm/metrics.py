@@ -17,7 +17,7 @@
     role/<r>/count           trajectories of role r (`Trajectory.name`)
     role/<r>/reward_mean     mean final reward of role r's trajectories
     role/<r>/success_rate    fraction of role r's trajectories that succeeded (`Trajectory.succeeded`)
-    tool/<t>/calls_mean      calls of tool t per episode (tool envs: `info["tool_calls"]` of a trajectory's last
+    tool/<t>/calls_mean      calls of tool t per episode (tool envs: `info["tool_call_counts"]` of a trajectory's last
                              step, the env's counts for the whole trajectory; only tools called at least once)
     tool/<t>/success_rate    fraction of tool t's calls that returned without an error
 
@@ -84,8 +84,10 @@ def tool_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     calls: Counter[str] = Counter()
     ok: Counter[str] = Counter()
     for trajectory in (t for episode in episodes for t in episode.trajectories):
-        counts = trajectory.steps[-1].info.get("tool_calls") if trajectory.steps else None
-        for tool, count in (counts or {}).items():
+        counts = trajectory.steps[-1].info.get("tool_call_counts") if trajectory.steps else None
+        if not isinstance(counts, dict):  # no tool env, or a user's env that uses the key otherwise
+            continue
+        for tool, count in counts.items():
             calls[tool] += int(count.get("calls", 0))
             ok[tool] += int(count.get("ok", 0))
     out: dict[str, float] = {}

@@ -411,3 +411,13 @@ def test_generated_tasks_are_deterministic_and_their_solutions_pass(sandbox):
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda t: _run(sandbox, t["solution"], t["tests"]), tasks))
     assert [t["id"] for t, r in zip(tasks, results, strict=True) if not r.passed] == []
+
+
+def test_families_pick_the_templates_and_unknown_ones_are_named():
+    from rllm.tasks.code import CODE_FAMILIES
+
+    tasks = make_code_tasks(40, seed=2, families=["caesar", "run_lengths"])
+    assert {t["fn_name"] for t in tasks} == {"caesar", "run_lengths"}
+    assert make_code_tasks(12, seed=2, families=list(CODE_FAMILIES)) == make_code_tasks(12, seed=2)
+    with pytest.raises(ValueError, match=r"unknown code families \['ceasar'\]; data.task_args.families takes"):
+        make_code_tasks(1, families=["ceasar"])

@@ -83,7 +83,7 @@ def test_paths_outside_the_repository_are_refused(env, path):
     out, info = run(env, "file_editor", command="view", path=path)
     assert out.startswith("Error: ") and ("outside the repository" in out or "'..'" in out)
     assert info["tool_error_kinds"] == {"bad_arguments": 1}
-    assert info["tool_calls"] == {"execute_bash": {"calls": 1, "ok": 1}, "file_editor": {"calls": 1, "ok": 0}}
+    assert info["tool_call_counts"] == {"execute_bash": {"calls": 1, "ok": 1}, "file_editor": {"calls": 1, "ok": 0}}
 
 
 def test_hanging_flooding_and_lingering_commands(env):

@@ -77,7 +77,7 @@ def test_malformed_calls_become_error_observations_and_are_counted():
     assert steps[-1].info["tool_errors"] == 3
     assert set(steps[-1].info["tool_error_kinds"]) == {"truncated", "unknown_tool", "bad_arguments"}
     # per tool: the bad-argument call to add failed; the unknown tool is no tool of the registry, so not listed
-    assert steps[-1].info["tool_calls"] == {"add": {"calls": 1, "ok": 0}}
+    assert steps[-1].info["tool_call_counts"] == {"add": {"calls": 1, "ok": 0}}
     summary = summarize_episodes([episode])
     assert summary["tool/add/calls_mean"] == 1 and summary["tool/add/success_rate"] == 0
     assert not any(key.startswith("tool/nope") for key in summary)
@@ -163,6 +163,6 @@ def test_a_repeated_call_is_answered_from_the_first_result_and_counted():
     repeated_note = steps[2].chat_completions[-1]["content"]
     assert repeated_note.startswith("42\n") and "already made this exact call" in repeated_note
     assert episode.is_correct and steps[-1].info["tool_error_kinds"] == {"repeated_call": 1}
-    assert steps[-1].info["tool_calls"] == {"add": {"calls": 2, "ok": 1}}
+    assert steps[-1].info["tool_call_counts"] == {"add": {"calls": 2, "ok": 1}}
     two = summarize_episodes([episode, run([call("add", a=2, b=40), "42"])])  # 3 calls over 2 episodes, 2 ran
     assert two["tool/add/calls_mean"] == 1.5 and two["tool/add/success_rate"] == 2 / 3

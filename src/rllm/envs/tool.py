@@ -11,7 +11,7 @@ Per step the action (from `ToolAgent`) holds parsed tool calls, the text outside
   the step gets `malformed_reward` (default 0.0; a small negative value teaches well-formed calls).
 - no calls and no errors: the reply is the final answer, scored by `reward_fn(task, answer)`; the episode ends.
 Rewards: the final answer's reward (plus any `malformed_reward`s), so the trajectory reward is what the answer earned.
-`info["success"]` on the last step says whether the answer was correct; `info["tool_calls"]` counts, per tool of
+`info["success"]` on the last step says whether the answer was correct; `info["tool_call_counts"]` counts, per tool of
 the registry, the calls so far and those that returned without an error (`rllm.metrics`: `tool/<name>/...`).
 
 `MCPEnvironment` starts the task's MCP server at `reset` (`MCPConnection`: stdio or streamable HTTP, an allow-listed
@@ -55,7 +55,7 @@ class ToolEnvironment(BaseEnv):
         self.registry: Any = None
         self.errors: Counter[str] = Counter()
         self.results: dict[str, str] = {}  # call (name + arguments) -> its result, to answer a repeated call
-        self.calls: dict[str, dict[str, int]] = {}  # tool -> {"calls", "ok"}: what info["tool_calls"] reports
+        self.calls: dict[str, dict[str, int]] = {}  # tool -> {"calls", "ok"}: what info["tool_call_counts"] reports
 
     @classmethod
     def from_dict(cls, task: dict) -> ToolEnvironment:
@@ -115,7 +115,7 @@ class ToolEnvironment(BaseEnv):
         return {"role": "tool", "name": name, "content": result.content, "is_error": result.is_error, **_call_id(call)}
 
     def _count_call(self, name: str, *, ok: bool) -> None:
-        """Per-tool counts for `info["tool_calls"]`; a name the registry does not know (a hallucinated tool) is
+        """Per-tool counts for `info["tool_call_counts"]`; a name the registry does not know (a hallucinated tool) is
         counted in `tool_error_kinds` only, so metric names stay the tools' own."""
         if name not in self.registry:
             return
@@ -130,7 +130,7 @@ class ToolEnvironment(BaseEnv):
 
     def _info(self) -> dict:
         return {"tool_errors": sum(self.errors.values()), "tool_error_kinds": dict(self.errors),
-                "tool_calls": {name: dict(counts) for name, counts in self.calls.items()}}  # fmt: skip
+                "tool_call_counts": {name: dict(counts) for name, counts in self.calls.items()}}  # fmt: skip
 
 
 def _call_id(call: dict) -> dict:

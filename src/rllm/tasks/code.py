@@ -44,6 +44,7 @@ from rllm.rewards.code import code_reward, normalise_tests
 from rllm.tasks import Task
 
 __all__ = [
+    "CODE_FAMILIES",
     "CODE_SYSTEM_PROMPT",
     "CodeAgent",
     "CodeEnv",
@@ -293,17 +294,27 @@ _TEMPLATES = [
 ]  # fmt: skip
 
 
-def make_code_tasks(n: int, *, seed: int = 0) -> list[dict]:
-    """`n` generated function-writing rows `{"id", "question", "tests", "solution"}` with five call tests each,
-    deterministic in `seed`."""
+CODE_FAMILIES = tuple(t.name for t in _TEMPLATES)
+
+
+def make_code_tasks(n: int, *, seed: int = 0, families: list[str] | None = None) -> list[dict]:
+    """`n` generated function-writing rows `{"id", "question", "fn_name", "tests", "solution"}` with five call tests
+    each, deterministic in `seed`; `families` (default: all of `CODE_FAMILIES`) picks the function templates, e.g.
+    those a model solves sometimes (`benchmarks/calibrate_code.py` measures each family's pass rate)."""
     if n < 0:
         raise ValueError(f"n must be 0 or more, got {n}")
+    chosen = list(CODE_FAMILIES) if families is None else list(families)
+    unknown = [f for f in chosen if f not in CODE_FAMILIES]
+    if unknown or not chosen:
+        problem = f"unknown code families {unknown}" if unknown else "no code families"
+        raise ValueError(f"code: {problem}; data.task_args.families takes one or more of {', '.join(CODE_FAMILIES)}")
+    templates = [t for t in _TEMPLATES if t.name in chosen]
     rng = random.Random(seed)
-    return [_make_task(rng, f"code-{seed}-{i}") for i in range(n)]
+    return [_make_task(rng, f"code-{seed}-{i}", templates) for i in range(n)]
 
 
-def _make_task(rng: random.Random, task_id: str) -> dict:
-    name, params, returns, body, make_args = rng.choice(_TEMPLATES)
+def _make_task(rng: random.Random, task_id: str, templates: list[_Template]) -> dict:
+    name, params, returns, body, make_args = rng.choice(templates)
     solution = f"def {name}({params}):\n    {body}\n"
     namespace: dict = {}
     exec(solution, namespace)

@@ -188,7 +188,7 @@ class SWEEnv(BaseEnv):
 
     def _info(self) -> dict:
         return {"tool_errors": sum(self.tool_errors.values()), "tool_error_kinds": dict(self.tool_errors),
-                "tool_calls": {name: dict(counts) for name, counts in self.tool_calls.items()}}  # fmt: skip
+                "tool_call_counts": {name: dict(counts) for name, counts in self.tool_calls.items()}}  # fmt: skip
 
 
 def _tool_message(call: dict, name: str, content: str) -> dict:
