@@ -166,3 +166,11 @@ def test_a_repeated_call_is_answered_from_the_first_result_and_counted():
     assert steps[-1].info["tool_call_counts"] == {"add": {"calls": 2, "ok": 1}}
     two = summarize_episodes([episode, run([call("add", a=2, b=40), "42"])])  # 3 calls over 2 episodes, 2 ran
     assert two["tool/add/calls_mean"] == 1.5 and two["tool/add/success_rate"] == 2 / 3
+
+
+def test_a_result_hint_follows_each_successful_result_only():
+    episode = run([call("add", a="two", b=40), call("add", a=2, b=40), "42"], result_hint="Now give the answer.")
+    steps = episode.trajectories[0].steps
+    assert "Now give the answer." not in steps[1].chat_completions[-1]["content"]  # an error result: no hint
+    assert steps[2].chat_completions[-1]["content"] == "42\nNow give the answer."
+    assert episode.is_correct

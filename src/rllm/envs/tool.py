@@ -11,6 +11,9 @@ Per step the action (from `ToolAgent`) holds parsed tool calls, the text outside
   the step gets `malformed_reward` (default 0.0; a small negative value teaches well-formed calls).
 - no calls and no errors: the reply is the final answer, scored by `reward_fn(task, answer)`; the episode ends.
 Rewards: the final answer's reward (plus any `malformed_reward`s), so the trajectory reward is what the answer earned.
+`result_hint` (env arg; default none) is appended to every successful tool result, e.g. "If this answers the question,
+reply with the answer": small models otherwise call the same tool again instead of answering (the embedded 0.5B
+model: 24 of 24 samples after a lookup that answered the question; with the hint they answer).
 `info["success"]` on the last step says whether the answer was correct; `info["tool_call_counts"]` counts, per tool of
 the registry, the calls so far and those that returned without an error (`rllm.metrics`: `tool/<name>/...`).
 
@@ -49,9 +52,9 @@ class ToolEnvironment(BaseEnv):
     reward_fn: Callable[..., Any]
 
     def __init__(self, task: dict, *, tool_timeout_s: float = 10.0, malformed_reward: float = 0.0,
-                 max_result_chars: int = 2000) -> None:  # fmt: skip
+                 max_result_chars: int = 2000, result_hint: str | None = None) -> None:  # fmt: skip
         self.task, self.tool_timeout_s, self.malformed_reward = task, tool_timeout_s, malformed_reward
-        self.max_result_chars = max_result_chars
+        self.max_result_chars, self.result_hint = max_result_chars, result_hint
         self.registry: Any = None
         self.errors: Counter[str] = Counter()
         self.results: dict[str, str] = {}  # call (name + arguments) -> its result, to answer a repeated call
@@ -60,7 +63,8 @@ class ToolEnvironment(BaseEnv):
     @classmethod
     def from_dict(cls, task: dict) -> ToolEnvironment:
         task = dict(task)
-        options = {k: task.pop(k) for k in ("tool_timeout_s", "malformed_reward", "max_result_chars") if k in task}
+        options = {k: task.pop(k) for k in ("tool_timeout_s", "malformed_reward", "max_result_chars", "result_hint")
+                   if k in task}  # fmt: skip
         return cls(task, **options)
 
     def make_tools(self) -> list:
@@ -109,10 +113,12 @@ class ToolEnvironment(BaseEnv):
             raise InfraError(f"tool {name!r}: {result.content}")
         if result.is_error:
             self.errors[result.error_kind or "exception"] += 1
+        content = result.content
         if not result.is_error:
-            self.results[key] = result.content
+            self.results[key] = content
+            content = f"{content}\n{self.result_hint}" if self.result_hint else content
         self._count_call(name, ok=not result.is_error)
-        return {"role": "tool", "name": name, "content": result.content, "is_error": result.is_error, **_call_id(call)}
+        return {"role": "tool", "name": name, "content": content, "is_error": result.is_error, **_call_id(call)}
 
     def _count_call(self, name: str, *, ok: bool) -> None:
         """Per-tool counts for `info["tool_call_counts"]`; a name the registry does not know (a hallucinated tool) is
