@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-__all__ = ["InfraError", "ModelNotAvailableError", "PolicyError", "RllmError", "SandboxUnavailableError"]
+__all__ = ["ImageError", "InfraError", "ModelNotAvailableError", "PolicyError", "RllmError", "SandboxUnavailableError"]
 
 
 class RllmError(Exception):
@@ -29,6 +29,11 @@ class PolicyError(RllmError):
 
 class ModelNotAvailableError(RllmError):
     """A model's weights are not on this machine; the message names the command or package that fetches them."""
+
+
+class ImageError(RllmError, ValueError):
+    """An image that cannot be used: a file that cannot be read (the message names it), bytes that are not an image,
+    a stored image missing from its run, or an image sent to a text-only model (the message names the model)."""
 
 
 class SandboxUnavailableError(RllmError):

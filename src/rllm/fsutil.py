@@ -8,7 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
-__all__ = ["fsync_path", "install_dir_atomically", "sha256_of_file", "write_text_atomically"]
+__all__ = ["fsync_path", "install_dir_atomically", "sha256_of_file", "write_bytes_atomically", "write_text_atomically"]
 
 
 def sha256_of_file(path: str | os.PathLike, chunk_bytes: int = 1 << 20) -> str:
@@ -43,8 +43,17 @@ def install_dir_atomically(staging: Path, target: Path) -> None:
 
 
 def write_text_atomically(path: Path, text: str) -> None:
+    write_bytes_atomically(path, text.encode("utf-8"))
+
+
+def write_bytes_atomically(path: Path, data: bytes) -> None:
+    """`path` appears with all of `data` or not at all; a failure before the rename removes the temporary file."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    fsync_path(tmp)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        fsync_path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_path(path.parent)

@@ -11,6 +11,7 @@
       result.json       train: validation before/after and the last step's metrics
       checkpoints/      train: atomic checkpoints (`rllm.training.checkpoint`)
       tensorboard/      train, when enabled
+      images/           the images of the episodes, once each, named by their content's hash (`rllm.images`)
 
 Choices:
 - A run directory is `<root>/<name>`; without a name it is `<kind>-<task>[-<estimator>]-<YYYYmmdd-HHMMSS>`, with
@@ -20,6 +21,11 @@ Choices:
 - `read_episodes` reads every kind of run: this format, and bare episodes (eval runs before this format). A torn
   last line (a crash mid-write) is skipped with a warning; any other line that is not a record is an error naming
   the file and the line. On resume, `RunLog` drops what a crashed run wrote after its checkpoint (torn line too).
+- Images (data URLs in an episode's messages or observations) are written to `images/` and the record holds
+  `rllm-image:<sha256>.<ext>` instead (`rllm.images.store_images`), so a screenshot repeated in every later prompt
+  is stored once; reading puts the data URLs back. An image is written before the line that refers to it, so a
+  kill leaves at most an image no line refers to. A record without images is written exactly as before: the
+  serialised line is searched for a data URL, and only a line with one is rewritten.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from rllm.errors import RllmError
+from rllm.images import load_images, store_images
 from rllm.types import Episode
 
 __all__ = [
@@ -54,9 +61,10 @@ __all__ = [
 
 SPLITS = ("train", "val", "eval")
 TRAINING_KINDS = ("train", "sft", "dpo")  # manifest kinds of runs that train (and so resume)
+_IMAGES = "images"  # the run's folder of episode images
 # what a training run writes before its first checkpoint (rllm sft and dpo: their data counts too)
 _FIRST_FILES = {"manifest.json", "config.yaml", "metrics.jsonl", "episodes.jsonl", "tensorboard", "checkpoints",
-                "sft_data.json", "dpo_data.json"}  # fmt: skip
+                "sft_data.json", "dpo_data.json", _IMAGES}  # fmt: skip
 
 
 class RunFormatError(RllmError, ValueError):
@@ -139,6 +147,7 @@ class RunLog:
     def __init__(self, run_dir: Path, *, tensorboard: bool = False, resume_step: int | None = None) -> None:
         self.metrics_path = run_dir / "metrics.jsonl"
         self.episodes_path = run_dir / "episodes.jsonl"
+        self.images_dir = run_dir / _IMAGES
         if resume_step is not None:
             for path in (self.metrics_path, self.episodes_path):
                 _truncate_after(path, resume_step)
@@ -160,7 +169,13 @@ class RunLog:
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         with open(self.episodes_path, "a", encoding="utf-8") as f:
-            f.writelines(json.dumps(_episode_record(step, split, episode, trained)) + "\n" for episode in episodes)
+            f.writelines(self._line(_episode_record(step, split, episode, trained)) for episode in episodes)
+
+    def _line(self, record: dict[str, Any]) -> str:
+        line = json.dumps(record)
+        if "data:image/" in line:  # a text-only record (the common case) is not walked
+            line = json.dumps(store_images(record, self.images_dir))
+        return line + "\n"
 
     def close(self) -> None:
         if self._tb is not None:
@@ -185,6 +200,8 @@ def read_episode_records(path: str | os.PathLike, split: str | None = None) -> l
     """`{"step", "split", "episode": Episode}` for every episode of a run directory (or its `episodes.jsonl`), in
     file order; `split` keeps one split. Bare episodes (older eval runs) read as step 0 of split "eval"."""
     file = Path(path) / "episodes.jsonl" if Path(path).is_dir() else Path(path)
+    images = file.parent / _IMAGES
+    images = images if images.is_dir() else None  # a run without images is not walked
     records = []
     for number, data in _json_lines(file):
         where = f"{file}, line {number}"
@@ -199,6 +216,8 @@ def read_episode_records(path: str | os.PathLike, split: str | None = None) -> l
                                  f"episode; it has keys {sorted(data)[:8]}")  # fmt: skip
         if record["split"] not in SPLITS or not isinstance(record["step"], int):
             raise RunFormatError(f"{where}: step must be an int and split one of {SPLITS}")
+        if images is not None:
+            record["episode"] = load_images(record["episode"], images)
         try:
             record["episode"] = Episode.model_validate(record["episode"])
         except ValidationError as exc:

@@ -155,3 +155,18 @@ def test_render_text_equals_apply_chat_template(shipped_tokenizer, tools, add_ge
     if hasattr(chat_utils, "_normalize_chat_messages"):  # transformers >= 5.11 (not the verl venv's 5.10)
         assert _fast_template(shipped_tokenizer, tools) is not None  # the fast path was taken for plain inputs
     copy.deepcopy(shipped_tokenizer)  # rendering left nothing on the tokenizer that cannot be copied
+
+
+def test_an_image_for_a_text_only_model_is_refused_naming_the_model(shipped_tokenizer):
+    import re
+
+    from rllm.errors import ImageError
+
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    messages = [{"role": "system", "content": "Look."}, {"role": "user", "content": [image]}]
+    name = re.escape(shipped_tokenizer.name_or_path)
+    with pytest.raises(ImageError, match=rf"messages\[1\] holds an image, but the model '{name}' is a text-only model"
+                                         ".*images need a vision-language model"):  # fmt: skip
+        render_text(shipped_tokenizer, messages)
+    with pytest.raises(ImageError, match="text-only"):
+        ChatRenderer(shipped_tokenizer).render([{"role": "user", "content": [{"type": "image", "path": "x.png"}]}])

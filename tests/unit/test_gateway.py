@@ -282,8 +282,11 @@ def test_unknown_session_is_404_when_sessions_are_supplied():
 
 
 def test_bad_requests_name_the_fix():
-    with pytest.raises(RequestError, match="text-only"):
+    with pytest.raises(RequestError, match="text-only.*images need a vision-language model"):  # as local rendering
         parse_request({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})
+    with pytest.raises(RequestError, match="'input_audio' is not supported; the gateway serves text-only models, "
+                                           "send text parts$"):  # fmt: skip
+        parse_request({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]})
     with pytest.raises(RequestError, match="non-empty list"):
         parse_request({"messages": []})
     with pytest.raises(RequestError, match="temperature"):

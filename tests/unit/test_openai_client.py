@@ -87,6 +87,24 @@ def test_token_ids_round_trip(server):
     assert "top_k" not in body and "seed" not in body and "stop" not in body
 
 
+def test_image_parts_reach_a_chat_server_unchanged(server):
+    """A vision-language server (vLLM, OpenAI) reads OpenAI image parts itself: the client sends them as they are."""
+    messages = [{"role": "user", "content": [
+        {"type": "text", "text": "What colour?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+    ]}]  # fmt: skip
+
+    async def go():
+        async with make_client(server) as client:
+            with pytest.warns(TokenIdsUnavailableWarning):
+                return await client.generate(messages)
+
+    assert asyncio.run(go()).text == DEFAULT_REPLY_TEXT
+    path, body = server.requests[-1]
+    assert path == "/v1/chat/completions" and body["messages"] == messages
+
+
 def test_sampling_params_are_sent(server):
     sampling = SamplingParams(temperature=0.7, top_p=0.9, top_k=20, max_tokens=64, stop=["\n"], seed=7)
     out = run(make_client(server, extra_body={"min_p": 0.1}), [1, 2], sampling)

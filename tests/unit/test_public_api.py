@@ -47,7 +47,7 @@ def test_every_public_name_resolves():
 
 
 def test_import_rllm_is_light():
-    heavy = ["torch", "transformers", "vllm", "ray", "verl", "openai", "peft"]
+    heavy = ["torch", "transformers", "vllm", "ray", "verl", "openai", "peft", "PIL"]
     code = (
         "import sys, rllm, rllm.engine, rllm.envs, rllm.agents, rllm.models, rllm.tasks, rllm.data, rllm.cli.main\n"
         "import rllm.config, rllm.runs, rllm.metrics, rllm.evaluation\n"

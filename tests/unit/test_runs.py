@@ -128,6 +128,8 @@ def test_a_run_stopped_before_its_first_checkpoint_is_recognised(tmp_path):
     RunLog(run).log(0, {"val/reward_mean": 0.0})
     (run / "checkpoints" / ".step_000001.tmp-7").mkdir(parents=True)
     assert is_unstarted_train_run(run)
+    (run / "images").mkdir()  # the images of its first episodes
+    assert is_unstarted_train_run(run)
     (run / "manifest.json").write_text('{"kind": "tr')  # torn by the kill
     assert is_unstarted_train_run(run)
     (run / "checkpoints" / "step_000001").mkdir()
@@ -137,3 +139,48 @@ def test_a_run_stopped_before_its_first_checkpoint_is_recognised(tmp_path):
     assert not is_unstarted_train_run(evaluation)
     assert not is_unstarted_train_run(tmp_path)  # a folder of runs
     assert not is_unstarted_train_run(tmp_path / "missing")
+
+
+# ---- images: stored once per run, by hash ----------------------------------------------------------------------
+
+
+def _image_episode(url: str) -> Episode:
+    """Two steps whose prompts both show the image (the second prompt repeats the first turn), as an agent's do."""
+    first = [{"role": "user", "content": [{"type": "text", "text": "What is shown?"},
+                                          {"type": "image_url", "image_url": {"url": url}}]}]  # fmt: skip
+    second = [*first, {"role": "assistant", "content": "a square"}, {"role": "user", "content": "Sure?"}]
+    steps = [Step(chat_completions=first, observation={"type": "image_url", "image_url": {"url": url}}),
+             Step(chat_completions=second, reward=1.0)]  # fmt: skip
+    return Episode(id="img:0", task={"id": "img"}, trajectories=[Trajectory(steps=steps)])
+
+
+def test_an_episode_with_images_reads_back_equal_with_each_image_stored_once(tmp_path):
+    from rllm.images import image_part
+
+    pytest.importorskip("PIL")
+    from PIL import Image
+
+    url = image_part(Image.new("RGB", (6, 6), (9, 99, 199)))["image_url"]["url"]
+    episode = _image_episode(url)
+    log = RunLog(tmp_path)
+    log.log_episodes(0, [episode], "eval")
+    log.log_episodes(1, [episode], "train")
+    (image,) = (tmp_path / "images").iterdir()  # three mentions a record, two records: one file
+    line = (tmp_path / "episodes.jsonl").read_text().splitlines()[0]
+    assert "data:image" not in line and line.count(f"rllm-image:{image.name}") == 3
+    assert len(line) < len(json.dumps({"step": 0, "split": "eval", "episode": episode.model_dump(mode="json")}))
+    assert read_episodes(tmp_path) == [episode, episode]
+    assert [r["episode"] for r in read_episode_records(tmp_path / "episodes.jsonl", "train")] == [episode]
+    image.unlink()
+    with pytest.raises(ValueError, match=f"{image}"):
+        read_episodes(tmp_path)
+
+
+def test_a_text_only_episode_is_written_exactly_as_before(tmp_path):
+    episode = _image_episode("https://example.com/cat.png")  # a remote image is a URL, not stored
+    episode.trajectories[0].steps[1].info["note"] = "mentions data:image/png;base64,AAAA in passing"
+    RunLog(tmp_path).log_episodes(3, [episode, _episode(1)], "val")
+    before = [json.dumps({"step": 3, "split": "val", "episode": e.model_dump(mode="json")}) + "\n"
+              for e in (episode, _episode(1))]  # what runs.py wrote before images were stored  # fmt: skip
+    assert (tmp_path / "episodes.jsonl").read_text() == "".join(before)
+    assert not (tmp_path / "images").exists() and read_episodes(tmp_path) == [episode, _episode(1)]

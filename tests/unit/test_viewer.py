@@ -3,6 +3,7 @@ on a real training run is tests/smoke/test_viewer_browser.py."""
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import subprocess
@@ -283,3 +284,41 @@ def test_rllm_view_prints_its_url_and_serves(lake_run, tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+# ---- images ------------------------------------------------------------------------------------------------------
+
+
+def test_images_are_served_by_their_stored_name_and_linked_from_the_conversation(tmp_path):
+    import http.client
+
+    from rllm.images import image_part
+    from tests.unit.test_images import _picture, picture_run
+
+    run = picture_run(tmp_path)
+    names = sorted(p.name for p in (run / "images").iterdir())
+    assert len(names) == 2  # the first screen and the second, each once
+    server = start_server([run], cache_dir=tmp_path / "cache")
+    try:
+        _, view = _get(server.url + "api/run/pics/episode/1")
+        turns = view["trajectories"][0]["turns"]
+        first = turns[0]["messages"][0]["content"][0]
+        url = first["image_url"]["url"]
+        assert url.startswith("/api/run/pics/images/") and url.rsplit("/", 1)[1] in names
+        assert turns[0]["observation"] is None  # the second screen is shown once, in the next prompt
+        assert turns[1]["messages"][0]["content"][0]["type"] == "image_url"
+        with urllib.request.urlopen(server.url + url[1:], timeout=30) as response:
+            assert response.headers["Content-Type"] == "image/png"
+            assert response.read() == base64.b64decode(image_part(_picture())["image_url"]["url"].split(",")[1])
+
+        host, port = server.server_address[:2]
+        for path in ("/api/run/pics/images/../manifest.json", "/api/run/pics/images/..%2Fmanifest.json",
+                     "/api/run/pics/images/%2E%2E%2F%2E%2E%2Fpics%2Fmanifest.json", "/api/run/pics/images/" + "0" * 64
+                     + ".png", "/api/run/nope/images/" + names[0]):  # fmt: skip
+            connection = http.client.HTTPConnection(host, port, timeout=30)  # sends the path as written
+            connection.request("GET", path)
+            response = connection.getresponse()
+            assert response.status == 404 and b"kind" not in response.read(), path
+            connection.close()
+    finally:
+        server.shutdown()

@@ -6,14 +6,16 @@ repeatedly: the engine sends `chat_completions` to the model, `update_from_model
 step and returns the action for the env, and `update_from_env(obs, reward, done, info)` records what came back.
 
 The default methods here keep the message history and the trajectory, so a custom agent usually overrides only
-`update_from_env` (how an observation reads as a user message) and `update_from_model` (how a reply becomes an
-action).
+`format_observation` or `update_from_env` (how an observation reads as a user message) and `update_from_model` (how
+a reply becomes an action). A message may hold images as OpenAI content parts (`rllm.images`): `Workflow.generate`
+turns them into data URLs in place before the model call, so the history and the steps hold JSON.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rllm.images import is_image
 from rllm.types import Action, ModelOutput, Step, Trajectory
 
 __all__ = ["BaseAgent"]
@@ -40,8 +42,11 @@ class BaseAgent:
     def trajectory(self) -> Trajectory:
         return self._trajectory
 
-    def format_observation(self, observation: Any) -> str:
-        """How an observation reads as a user message."""
+    def format_observation(self, observation: Any) -> str | list[dict[str, Any]]:
+        """How an observation reads as a user message: its text, or a list of content parts (`rllm.images`). An
+        image (PIL) becomes an image part; the engine turns every image part into a data URL before the model call."""
+        if is_image(observation):
+            return [{"type": "image", "image": observation}]
         return str(observation)
 
     def update_from_env(self, observation: Any, reward: float, done: bool, info: dict) -> None:

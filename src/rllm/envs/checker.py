@@ -15,7 +15,8 @@ Design choices:
   episodes must be equal (reset is deterministic for a task, so a group of samples sees the same task and a
   rollout can be reproduced). When an instance is passed without a task, episodes reuse it and determinism is
   checked across its resets.
-- Non-JSON values are reported with their path (`info["pos"]`) and type, because episodes are written to disk.
+- Non-JSON values are reported with their path (`info["pos"]`) and type, because episodes are written to disk;
+  PIL images in an observation are not one: the engine records them as image parts (`rllm.images`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from rllm.errors import RllmError
+from rllm.images import encode_pil_images
 
 __all__ = ["EnvCheckError", "EnvCheckReport", "EnvCheckWarning", "check_env"]
 
@@ -126,6 +128,8 @@ def _json_problems(value: Any, path: str, found: list[str]) -> None:
 
 
 def _check_json(value: Any, path: str, where: str, findings: _Findings) -> None:
+    if path == "observation":  # PIL images in observations are recorded as image parts (rllm.images)
+        value = encode_pil_images(value)
     found: list[str] = []
     _json_problems(value, path, found)
     for description in found:
@@ -390,7 +394,7 @@ def _takes_an_argument(method: Callable) -> bool:
 def _first_observations_differ(observations: list[Any]) -> tuple[Any, Any] | None:
     def canonical(value: Any) -> str:
         try:
-            return json.dumps(value, sort_keys=True)
+            return json.dumps(encode_pil_images(value), sort_keys=True)  # images compare by their PNG encoding
         except (TypeError, ValueError):
             return repr(value)
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rllm.errors import RllmError
+from rllm.images import VLM_NEEDED
 from rllm.models.base import SamplingParams
 from rllm.types import ToolCall
 
@@ -192,8 +193,9 @@ def _content(content: Any, index: int) -> str | None:
                 texts.append(str(part.get("refusal", "")))
             else:
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                hint = f": {VLM_NEEDED}" if kind in ("image_url", "image", "input_image") else ""
                 raise RequestError(f"messages[{index}]: content part of type {kind!r} is not supported; the gateway "
-                                   "serves text-only models, send text parts", param="messages")  # fmt: skip
+                                   f"serves text-only models, send text parts{hint}", param="messages")  # fmt: skip
         return "\n".join(texts)
     raise RequestError(f"messages[{index}].content must be a string, a list of text parts or null", param="messages")
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rllm.errors import ImageError
+from rllm.images import VLM_NEEDED, has_images
 from rllm.types import ModelOutput
 
 __all__ = ["ChatRenderer", "encode_text", "render_messages", "render_text"]
@@ -34,7 +36,12 @@ def render_text(
     compiled template (the same sandboxed Jinja environment, cached by transformers) renders them directly with the
     same variables (`messages` without None-valued keys, `tools`, `add_generation_prompt`, the special tokens).
     Measured on SmolLM2's template: about half the per-call cost. Anything else takes `apply_chat_template`; a
-    test checks both give the same text on the shipped tokenizers, with tools and tool calls."""
+    test checks both give the same text on the shipped tokenizers, with tools and tool calls.
+
+    A tokenizer renders text only: messages with an image are refused (`ImageError`, naming the model), not printed
+    into the prompt as the template would print a list (a text-only model would then train on base64 noise)."""
+    if has_images(messages):
+        raise _text_only_error(tokenizer, messages)
     template = _fast_template(tokenizer, tools)
     if template is not None and _plain_messages(messages):
         plain = [{key: value for key, value in message.items() if value is not None} for message in messages]
@@ -44,6 +51,14 @@ def render_text(
     return tokenizer.apply_chat_template(
         messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
     )
+
+
+def _text_only_error(tokenizer: Any, messages: list[dict]) -> ImageError:
+    name = getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__
+    index = next(i for i, m in enumerate(messages) if has_images([m]))
+    return ImageError(f"messages[{index}] holds an image, but the model {name!r} is a text-only model (its prompts are "
+                      f"rendered by a tokenizer's chat template): {VLM_NEEDED} (to evaluate one, serve it behind an "
+                      "OpenAI-compatible server and give rllm's client no tokenizer)")  # fmt: skip
 
 
 _REASONING_KEYS = frozenset({"reasoning_content", "thinking", "reasoning"})  # transformers aliases these: slow path

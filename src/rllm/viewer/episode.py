@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from rllm.images import replace_image_refs
 from rllm.training.batch import RowBuildError, build_rows
 from rllm.types import Episode
 
@@ -24,8 +25,10 @@ __all__ = ["conversation", "episode_view", "overlay"]
 DEFAULT_LIMIT = 10**9  # eval runs have no length limits: every token is kept
 
 
-def episode_view(record: dict[str, Any], config: dict[str, Any], tokenizer: Any, note: str | None) -> dict[str, Any]:
-    """The episode, its conversation per trajectory and its overlay per trajectory."""
+def episode_view(record: dict[str, Any], config: dict[str, Any], tokenizer: Any, note: str | None, *,
+                 image_base: str = "") -> dict[str, Any]:  # fmt: skip
+    """The episode, its conversation per trajectory and its overlay per trajectory. In the conversation a stored
+    image (`rllm-image:<name>`, `rllm.images`) becomes the URL `image_base + name` the page shows it from."""
     episode = Episode.model_validate(record["episode"])
     trained = record.get("trained") or [None] * len(episode.trajectories)
     source = record.get("trained_source", "recorded") if record.get("trained") else None
@@ -38,7 +41,7 @@ def episode_view(record: dict[str, Any], config: dict[str, Any], tokenizer: Any,
                 "name": t.name,
                 "reward": t.final_reward(),
                 "is_correct": t.succeeded(),
-                "turns": conversation(t),
+                "turns": replace_image_refs(conversation(t), lambda name: image_base + name),
                 "overlay": {
                     **overlay(episode, i, trained[i] if i < len(trained) else None, config, tokenizer, note),
                     "advantages": source if i < len(trained) and trained[i] is not None else None,
@@ -80,14 +83,24 @@ def conversation(trajectory: Any) -> list[dict[str, Any]]:
         })  # fmt: skip
         seen = messages + [{"role": "assistant", "content": turns[-1]["reply"]["content"]}] if output else messages
     for turn, following in itertools.pairwise(turns):  # an observation the next prompt shows is shown there, once
-        if any(message.get("content") == turn["observation"] for message in following["messages"]):
+        shown = (turn["observation"], [turn["observation"]])  # an image observation is a one-part message
+        if any(message.get("content") in shown for message in following["messages"]):
             turn["observation"] = None
     return turns
 
 
 def _plain(value: Any) -> Any:
-    """A step's action or observation as JSON shows it: scalars as they are, anything else as its text."""
-    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+    """A step's action or observation as JSON shows it: scalars as they are, image parts (`rllm.images`) as parts,
+    for the page to show the image, anything else as its text."""
+    if isinstance(value, (str, int, float, bool, type(None))) or _is_image_part(value):
+        return value
+    if isinstance(value, list) and value and all(isinstance(p, dict) and "type" in p for p in value):
+        return value if any(map(_is_image_part, value)) else str(value)
+    return str(value)
+
+
+def _is_image_part(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("type") == "image_url"
 
 
 def overlay(episode: Episode, index: int, trained: list[Any] | None, config: dict[str, Any], tokenizer: Any,

@@ -6,6 +6,7 @@ page and its assets from the package (`rllm/viewer/static`: no CDN, no internet)
     GET /api/run/<id>/metrics              every numeric metric as [[step, value], ...]
     GET /api/run/<id>/episodes?<query>     a page of the episode table (`rllm.viewer.data.query_episodes`)
     GET /api/run/<id>/episode/<line>       one episode: conversation and token overlay
+    GET /api/run/<id>/images/<sha256>.<ext>  an image of the run's episodes (`rllm.images`), by its stored name
 
 Links are stable: the page keeps its whole state (run, step, filters, episode, comparison) in the URL's fragment.
 """
@@ -22,8 +23,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+from rllm.images import IMAGE_FILE
 from rllm.viewer.data import NotARunError, ViewerRun, discover_runs, facets, query_episodes
 from rllm.viewer.episode import episode_view
 
@@ -94,10 +96,23 @@ class Viewer:
                     record["trained"] = [recomputed.get((episode.get("id"), i))
                                          for i in range(len(episode.get("trajectories") or []))]  # fmt: skip
                     record["trained_source"] = "recomputed"
-            view = episode_view(record, run.config(), tokenizer, note)
+            view = episode_view(record, run.config(), tokenizer, note,
+                                image_base=f"/api/run/{quote(run.id, safe='')}/images/")  # fmt: skip
             view["line"] = int(rest[1])
             return view
         raise LookupError(f"no API /api/{'/'.join(parts)}")
+
+    def image(self, run_id: str, name: str) -> tuple[bytes, str]:
+        """(bytes, content type) of the stored image `name` of a run. Only names of the stored form (a hash and an
+        extension) are looked up: a name with a path in it (`../config.yaml`) is not one, so nothing outside the
+        run's images/ folder can be read through this."""
+        if not IMAGE_FILE.fullmatch(name):
+            raise LookupError(f"no image {name!r}: image names are <sha256>.<png|jpeg|webp|gif>")
+        path = self.run(run_id).path / "images" / name
+        try:
+            return path.read_bytes(), f"image/{name.rsplit('.', 1)[1]}"
+        except OSError:
+            raise LookupError(f"run {run_id!r} has no image {name}") from None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -109,6 +124,9 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith("/api/"):
             params = dict(parse_qsl(url.query, keep_blank_values=True))
             parts = [unquote(p) for p in url.path[len("/api/") :].split("/") if p]
+            if len(parts) == 4 and parts[0] == "run" and parts[2] == "images":
+                self._send_image(parts[1], parts[3])
+                return
             try:
                 self._send_json(HTTPStatus.OK, self.server.viewer.api(parts, params))
             except LookupError as exc:
@@ -123,13 +141,22 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._send(HTTPStatus.OK, asset.read_bytes(), mimetypes.guess_type(name)[0] or "application/octet-stream")
 
+    def _send_image(self, run_id: str, name: str) -> None:
+        try:
+            body, content_type = self.server.viewer.image(run_id, name)
+        except LookupError as exc:
+            self._send_json(HTTPStatus.NOT_FOUND, {"error": str(exc).strip("'\"")})
+            return
+        self._send(HTTPStatus.OK, body, content_type)
+
     def _send_json(self, status: HTTPStatus, data: Any) -> None:
         body = json.dumps(_json_safe(data), allow_nan=False, default=str)
         self._send(status, body.encode("utf-8"), "application/json")
 
     def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", f"{content_type}; charset=utf-8")
+        charset = "" if content_type.startswith("image/") else "; charset=utf-8"
+        self.send_header("Content-Type", content_type + charset)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.end_headers()

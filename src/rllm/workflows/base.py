@@ -42,7 +42,8 @@ from typing import Any
 
 from rllm._deprecation import warn_renamed
 from rllm.agents.agent import speaks_text
-from rllm.errors import RllmError
+from rllm.errors import ImageError, RllmError
+from rllm.images import encode_pil_images, normalize_images
 from rllm.metrics import role_metrics
 from rllm.models.base import ModelClient, SamplingParams
 from rllm.types import Episode, ModelOutput, TerminationReason, Trajectory
@@ -137,7 +138,9 @@ class Workflow:
     ) -> ModelOutput:
         """One model call in the conversation named `conversation`; keyword arguments override sampling fields
         (max_tokens, ...). `tools` (OpenAI function schemas) are rendered into the conversation's prompts by the chat
-        template, or sent to a chat-mode server; give them from the conversation's first call on."""
+        template, or sent to a chat-mode server; give them from the conversation's first call on. Images in
+        `messages` (PIL images, files, HF-style parts: `rllm.images`) are first turned into data-URL parts in place,
+        in the message dicts themselves, so the steps that hold them record what the model saw."""
         if "thread" in sampling:
             warn_renamed("Workflow.generate(thread=...)", "conversation=")
             conversation = sampling.pop("thread")
@@ -145,6 +148,7 @@ class Workflow:
         if tools:
             sampling["tools"] = tools
         try:
+            normalize_images(messages, in_place=True)  # rllm.images: what the model sees is what the steps record
             prompt, remaining = conversation.prompt(messages)
         except TerminationEvent:
             raise
@@ -215,6 +219,7 @@ class Workflow:
         self, task: dict, uid: str, reason: TerminationReason, returned: Episode | None, info: dict, time_total: float
     ) -> Episode:
         trajectories = self._trajectories(returned)
+        _record_images(trajectories)
         if self.episode_info.get("invalid_trajectories") and reason not in (_Reason.ERROR, _Reason.INFRA_ERROR):
             reason = _Reason.ERROR  # nothing of it can be trained: an episode missing a trajectory is not done
             info = {"error": self.episode_info["invalid_trajectory_error"], "error_site": "agent", **info}
@@ -277,6 +282,19 @@ class Workflow:
             raise
         finally:
             self._times[site] += perf_counter() - started
+
+
+def _record_images(trajectories: list[Trajectory]) -> None:
+    """Every image of the episode in the one JSON form of `rllm.images`: messages a step recorded without sending
+    them through `generate` (which normalises the ones it sends), and PIL images an environment returned as
+    observations (the episode is written to disk as JSON)."""
+    for trajectory in trajectories:
+        for step in trajectory.steps:
+            try:
+                step.chat_completions = normalize_images(step.chat_completions)
+            except ImageError:  # a path that cannot be read, in messages never sent: kept as given (it is JSON)
+                pass
+            step.observation = encode_pil_images(step.observation)
 
 
 @dataclass

@@ -236,14 +236,27 @@ async function showEpisode(runId, line, params) {
 }
 
 function message(role, content, extra) {
-  return h("div", { class: "msg " + role }, h("span", { class: "role" }, role + (extra ? " · " + extra : "")), content ?? "");
+  return h("div", { class: "msg " + role }, h("span", { class: "role" }, role + (extra ? " · " + extra : "")), contentView(content));
+}
+
+// A message's content: text as it is; OpenAI content parts as their text and images (a thumbnail that opens the
+// full image); anything else as JSON.
+function contentView(content) {
+  if (content === null || content === undefined || typeof content !== "object") return content ?? "";
+  const parts = Array.isArray(content) ? content : [content];
+  if (!parts.every((p) => p && typeof p === "object" && (p.type === "text" || p.type === "image_url"))) {
+    return JSON.stringify(content, null, 1);
+  }
+  return parts.map((p) => (p.type === "text" ? p.text : imageView(typeof p.image_url === "string" ? p.image_url : p.image_url.url)));
+}
+function imageView(url) {
+  return h("a", { href: url, target: "_blank", rel: "noopener", class: "image" }, h("img", { class: "thumb", src: url, alt: "image", loading: "lazy" }));
 }
 
 function conversationView(turns) {
   return h("div", { "data-testid": "conversation" }, turns.map((turn, i) => h("div", {},
     turn.history_rewritten ? h("div", { class: "rowsplit" }, `step ${i}: the agent rewrote the history (shown whole)`) : null,
-    turn.messages.map((m) => message(m.role, typeof m.content === "string" ? m.content : JSON.stringify(m.content, null, 1),
-      m.tool_calls ? "tool calls: " + JSON.stringify(m.tool_calls) : null)),
+    turn.messages.map((m) => message(m.role, m.content, m.tool_calls ? "tool calls: " + JSON.stringify(m.tool_calls) : null)),
     turn.reply ? [
       turn.reply.reasoning ? message("assistant", turn.reply.reasoning, "reasoning") : null,
       message("assistant", turn.reply.content, `step ${i} · ${turn.reply.tokens} tokens · weights v${turn.reply.weight_version} · ${turn.reply.finish_reason || ""}`),
