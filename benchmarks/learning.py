@@ -38,7 +38,7 @@ ROWS: dict[str, tuple[str, list[str]]] = {
     "countdown_solver_judge": ("countdown_solver_judge", []),
     "frozenlake_grpo": ("frozenlake_grpo", []),
     "math_grpo": ("math_grpo", []),
-    "math_refine": ("math_grpo", _MULTI_TURN),
+    "math_refine": ("math_grpo", [*_MULTI_TURN, "workflow_args={}"]),  # single_turn's system_prompt: the agent's
     "code_grpo": ("code_grpo", []),
     "code_repair": ("code_grpo", _MULTI_TURN),
     "mcp_tool_agent": ("mcp_tool_agent", []),

@@ -20,7 +20,7 @@ from rllm.types import TerminationReason
 from rllm.workflows import get_workflow
 from rllm.workflows.agent_env import AgentEnvWorkflow
 from rllm.workflows.base import Workflow
-from rllm.workflows.resolve import resolve_workflow
+from rllm.workflows.resolve import WorkflowArgsError, resolve_workflow
 from rllm.workflows.single_turn import SingleTurnWorkflow
 from rllm.workflows.solver_judge import SolverJudgeWorkflow, parse_choice
 
@@ -421,3 +421,13 @@ def test_reward_output_correct():
     assert RewardOutput(0.0, is_correct=True).correct is True
     assert countdown_reward(TASK, RIGHT) == RewardOutput(1.0, is_correct=True, info={"answer": "3 * 5 + 7"})
     assert countdown_reward(TASK, WRONG, format_reward=0.1).correct is False
+
+
+def test_resolve_refuses_workflow_args_the_workflow_does_not_take():
+    # math_grpo.yaml's single-turn system_prompt, kept when a user switches to workflow=agent_env
+    with pytest.raises(WorkflowArgsError, match=r"\['system_prompt'\].*AgentEnvWorkflow.*workflow_args=\{\}"):
+        resolve_workflow(get_task("math"), workflow="agent_env", workflow_args={"system_prompt": "Be brief."})
+    with pytest.raises(WorkflowArgsError, match=r"\['n_solution'\].*SolverJudgeWorkflow.*'n_solutions'"):
+        resolve_workflow(get_task("countdown"), workflow="solver_judge", workflow_args={"n_solution": 2})
+    cls, args = resolve_workflow(get_task("math"), workflow="single_turn", workflow_args={"system_prompt": "Be brief."})
+    assert cls is SingleTurnWorkflow and args["system_prompt"] == "Be brief."

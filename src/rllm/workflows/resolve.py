@@ -7,6 +7,9 @@
 - Any other workflow gets the task's `prompt_fn` / `reward_fn` for the parameters its `__init__` declares (so a
   custom workflow that takes `reward_fn` is handed the task's, with `reward_args` bound to it), then the explicit
   `workflow_args`, which win.
+- A `workflow_args` key the workflow's `__init__` does not take is refused here, naming the key, the workflow and
+  what it takes, instead of a TypeError from deep inside the engine at the first rollout (switching a config's
+  `workflow` keeps its `workflow_args`: math's single-turn `system_prompt` is not an argument of `agent_env`).
 """
 
 from __future__ import annotations
@@ -14,11 +17,16 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from rllm.errors import RllmError
 from rllm.workflows import get_workflow
 from rllm.workflows.agent_env import AgentEnvWorkflow
 from rllm.workflows.base import Workflow
 
-__all__ = ["resolve_workflow", "workflow_for_config"]
+__all__ = ["WorkflowArgsError", "resolve_workflow", "workflow_for_config"]
+
+
+class WorkflowArgsError(RllmError, TypeError):
+    """`workflow_args` has a key the workflow does not take."""
 
 
 def resolve_workflow(
@@ -52,10 +60,25 @@ def resolve_workflow(
             "max_steps": max_steps,
             "step_timeout": step_timeout,
         }
+        _check_workflow_args(workflow_class, workflow_args)
         return workflow_class, {**args, **(workflow_args or {})}
     inputs = task_spec.workflow_inputs(reward_args) if task_spec is not None else {}
     accepted = inspect.signature(workflow_class.__init__).parameters
+    _check_workflow_args(workflow_class, workflow_args)
     return workflow_class, {**{k: v for k, v in inputs.items() if k in accepted}, **(workflow_args or {})}
+
+
+def _check_workflow_args(workflow_class: type, workflow_args: dict[str, Any] | None) -> None:
+    parameters = inspect.signature(workflow_class.__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return  # it takes any keyword: its own __init__ decides
+    takes = [name for name in parameters if name != "self"]
+    unknown = sorted(set(workflow_args or {}) - set(takes))
+    if unknown:
+        raise WorkflowArgsError(
+            f"workflow_args {unknown}: {workflow_class.__name__}.__init__ takes no such argument (it takes {takes}); "
+            "remove them (e.g. workflow_args={} on the command line when switching a config's workflow)"
+        )
 
 
 def workflow_for_config(
