@@ -19,6 +19,7 @@ from tests.conftest import run_rllm
 TINY = [
     "rollout.n=2", "rollout.max_tokens=6", "rollout.max_steps=2", "trainer.tasks_per_step=2",
     "data.train_size=6", "data.val_size=2", "optim.micro_batch_size=2", "optim.lr=1e-2",
+    "rollout.val_n=1", "rollout.val_temperature=0",  # greedy validation, one episode a task (the config samples 4)
 ]  # fmt: skip
 
 
