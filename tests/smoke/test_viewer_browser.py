@@ -5,6 +5,7 @@ random-init model, real SmolLM2 tokenizer). Asserts what a user sees; screenshot
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import re
@@ -208,30 +209,29 @@ def test_a_corrupt_line_is_marked_and_the_rest_shown(viewer):
     assert not errors
 
 
-def test_images_in_a_conversation_show_as_thumbnails_that_open_the_full_image(tmp_path, chromium):
+def test_images_in_a_conversation_show_as_thumbnails_that_open_the_full_image(tmp_path, viewer):
     """Its own small eval run (an env that shows pictures), no training: the page shows each image, never its JSON."""
-    from playwright.sync_api import sync_playwright
-
     from tests.unit.test_images import picture_run
 
-    server = start_server([picture_run(tmp_path)], cache_dir=tmp_path / "index")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    _, _, browser = viewer
+    # The module's browser runs Playwright's event loop in this thread: the engine's own loop runs in another.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        run = pool.submit(picture_run, tmp_path).result()
+    server = start_server([run], cache_dir=tmp_path / "index")
     try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=chromium)
-            page, errors = _open(browser, f"{server.url}#/run/pics/episode/1")
-            thumbs = page.locator(".msg img.thumb")
-            assert thumbs.count() == 3  # the first screen, the second (in the next prompt), the last observation
-            page.wait_for_function("[...document.querySelectorAll('img.thumb')].every((i) => i.complete)")
-            for i in range(3):
-                thumb = thumbs.nth(i)
-                assert thumb.evaluate("(img) => img.naturalWidth") == 5  # the picture itself, loaded
-                assert thumb.evaluate("(img) => img.closest('a').href") == thumb.evaluate("(img) => img.src")
-                assert "/api/run/pics/images/" in thumb.evaluate("(img) => img.src")
-            conversation = page.get_by_test_id("conversation").inner_text()
-            assert "image_url" not in conversation and "rllm-image" not in conversation
-            page.screenshot(path=str(ARTIFACTS / "images.png"), full_page=True)
-            browser.close()
+        page, errors = _open(browser, f"{server.url}#/run/pics/episode/1")
+        thumbs = page.locator(".msg img.thumb")
+        assert thumbs.count() == 3  # the first screen, the second (in the next prompt), the last observation
+        page.wait_for_function("[...document.querySelectorAll('img.thumb')].every((i) => i.complete)")
+        for i in range(3):
+            thumb = thumbs.nth(i)
+            assert thumb.evaluate("(img) => img.naturalWidth") == 5  # the picture itself, loaded
+            assert thumb.evaluate("(img) => img.closest('a').href") == thumb.evaluate("(img) => img.src")
+            assert "/api/run/pics/images/" in thumb.evaluate("(img) => img.src")
+        conversation = page.get_by_test_id("conversation").inner_text()
+        assert "image_url" not in conversation and "rllm-image" not in conversation
+        page.screenshot(path=str(ARTIFACTS / "images.png"), full_page=True)
+        page.close()
         assert not errors
     finally:
         server.shutdown()
