@@ -60,11 +60,16 @@ def sharp_tiny_model(tokenizer, seed: int = 0, **shape):
     """A tiny model with wider random weights. build_tiny_model's init gives near-uniform logits and a degenerate
     greedy output (one token repeated); these give peaked, prompt-dependent ones, so comparisons between batch
     compositions, log-prob checks and update directions mean something."""
-    import torch
 
     from rllm.models.registry import build_tiny_model
 
-    model = build_tiny_model(tokenizer, seed=seed, **shape)
+    return sharpen(build_tiny_model(tokenizer, seed=seed, **shape), seed)
+
+
+def sharpen(model, seed: int = 0):
+    """`model` with its matrices redrawn wider (seeded): peaked, input-dependent logits (see sharp_tiny_model)."""
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():

@@ -98,6 +98,11 @@ class ModelConfig(_Section):
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
     device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="Where the torch backend trains and the "
                         "local rollout model samples: cpu, or one GPU (cuda, cuda:N).")  # fmt: skip
+    vision_tower: Literal["frozen", "trainable"] = Field(
+        "frozen",
+        description="A vision-language model's image side (vision encoder and connector): frozen, or "
+        "trained whole (beside LoRA adapters of the language model).",
+    )
     init_from: str | None = Field(None, description="Start from the weights another run trained (its directory or "
                                   "a checkpoint; LoRA merged in), e.g. GRPO after rllm sft; null: the base "
                                   "model.")  # fmt: skip

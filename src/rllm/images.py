@@ -42,11 +42,13 @@ __all__ = [
     "IMAGE_FILE",
     "IMAGE_REF_PREFIX",
     "VLM_NEEDED",
+    "decode_image",
     "encode_pil_images",
     "has_images",
     "image_part",
     "is_image",
     "load_images",
+    "message_image_urls",
     "message_images",
     "normalize_images",
     "replace_image_refs",
@@ -237,21 +239,34 @@ def has_images(messages: list[dict[str, Any]]) -> bool:
 def message_images(messages: list[dict[str, Any]]) -> list[Any]:
     """The images of `messages` as PIL images, in order (what a vision-language model's processor takes). An http(s)
     image cannot be decoded here (rllm downloads nothing): `ImageError`."""
-    from PIL import Image
+    return [decode_image(url) for url in message_image_urls(messages)]
 
-    images = []
+
+def message_image_urls(messages: list[dict[str, Any]]) -> list[str]:
+    """The URLs of `messages`' images (canonical: data URLs, or http(s) as given), in the order they appear."""
+    urls = []
     for message in normalize_images(messages):
         content = message.get("content") if isinstance(message, dict) else None
         for part in content if type(content) is list else ():
             if isinstance(part, dict) and part.get("type") == "image_url":
-                url = part["image_url"]["url"]
-                if url.startswith(_REMOTE_PREFIXES):
-                    raise ImageError(f"the image {url} is remote; rllm does not download images: give a data URL, "
-                                     "a file or a PIL image")  # fmt: skip
-                image = Image.open(io.BytesIO(_data_url_bytes(url)))
-                image.load()
-                images.append(image)
-    return images
+                urls.append(part["image_url"]["url"])
+    return urls
+
+
+def decode_image(url: str) -> Any:
+    """The PIL image of a data URL (loaded, so the bytes are decoded now). An http(s) URL: `ImageError` (rllm
+    downloads nothing)."""
+    from PIL import Image, UnidentifiedImageError
+
+    if url.startswith(_REMOTE_PREFIXES):
+        raise ImageError(f"the image {url} is remote; rllm does not download images: give a data URL, "
+                         "a file or a PIL image")  # fmt: skip
+    try:
+        image = Image.open(io.BytesIO(_data_url_bytes(url)))
+        image.load()
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise ImageError(f"the data URL {url[:40]}... is not an image PIL can read ({exc})") from None
+    return image
 
 
 # ---- storage: data URLs <-> references to files ------------------------------------------------------------------

@@ -95,6 +95,9 @@ class ModelOutput(_Strict):
     logprobs: list[float] | None = None
     finish_reason: str | None = None  # "stop" (EOS or a stop string), "length" (max tokens), or the server's word
     weight_version: int = 0
+    # A vision-language model's prompt: its images (data URLs) in the order of their placeholder tokens in
+    # `prompt_ids`, so training rebuilds exactly the inputs that were sampled from (`rllm.models.vision`).
+    prompt_images: list[str] | None = None
     info: dict[str, Any] = Field(default_factory=dict)
 
     @property

@@ -260,10 +260,10 @@ def test_bad_requests_fail_alone(make_model, prompts, monkeypatch):
     scheduler = model._scheduler
     original = scheduler._prefill
 
-    def flaky_prefill(slot, prompt_ids, *args):
-        if prompt_ids == prompts[0]:
+    def flaky_prefill(slot, request, *args):
+        if request.prompt_ids == prompts[0]:
             raise RuntimeError("boom")
-        return original(slot, prompt_ids, *args)
+        return original(slot, request, *args)
 
     monkeypatch.setattr(scheduler, "_prefill", flaky_prefill)
     outs = run(gather_each(model, [(p, GREEDY) for p in prompts], return_exceptions=True))

@@ -7,16 +7,31 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rllm.types import ModelOutput
 
-__all__ = ["ModelClient", "Prompt", "SamplingParams", "close_model"]
+__all__ = ["ImagePrompt", "ModelClient", "Prompt", "SamplingParams", "close_model"]
 
-# Token ids, or OpenAI-style chat messages.
-Prompt = list[int] | list[dict[str, Any]]
+
+@dataclass(frozen=True)
+class ImagePrompt:
+    """Token ids whose image placeholder tokens stand for `images` (data URLs, in the order of their placeholder
+    runs): what a vision-language model's conversation renders (`rllm.models.vision`). Only a client with a vision
+    processor (`LocalModel` of a VLM) takes it."""
+
+    ids: list[int]
+    images: list[str]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+# Token ids, OpenAI-style chat messages, or token ids with images.
+Prompt = list[int] | list[dict[str, Any]] | ImagePrompt
 
 
 class SamplingParams(BaseModel):

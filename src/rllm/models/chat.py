@@ -130,24 +130,35 @@ class ChatRenderer:
     renderer.record(output)
     """
 
-    def __init__(self, tokenizer: Any, *, tools: list[dict] | None = None) -> None:
+    def __init__(self, tokenizer: Any, *, tools: list[dict] | None = None, vision: Any = None) -> None:
+        """`vision` (a `rllm.models.vision.VisionProcessor`) renders every prompt with the VLM's processor, images
+        expanded to their placeholder tokens; a prompt then extends the last only if its images do too."""
         self.tokenizer = tokenizer
         self.tools = tools
+        self.vision = vision
         self.mismatches = 0  # prompts that could not extend the previous prompt + completion
         self.extended = False  # whether the last prompt extended the previous prompt + completion
+        self.images: list[str] = []  # the last prompt's images (data URLs), in the order of their placeholders
+        self._context_images: list[str] = []  # the images of the context below
         self._text: str | None = None  # the last prompt as text
         self._pending_ids: list[int] | None = None  # the last prompt, until its output is recorded
         self._context_ids: list[int] | None = None  # last prompt + its sampled completion
         self._context_text: str | None = None  # the same as text: the last prompt's text + the reply as sampled
 
     def render(self, messages: list[dict]) -> list[int]:
-        text = render_text(self.tokenizer, messages, tools=self.tools)
+        if self.vision is not None:
+            text, images = self.vision.render_text(messages, tools=self.tools)
+        else:
+            text, images = render_text(self.tokenizer, messages, tools=self.tools), []
         context = self._context_ids
-        if context is not None and text.startswith(self._context_text):
+        # The same placeholder ids with other images behind them are another prompt.
+        same_images = images[: len(self._context_images)] == self._context_images
+        if context is not None and same_images and text.startswith(self._context_text):
             ids = context + encode_text(self.tokenizer, text[len(self._context_text) :])
         else:
             ids = encode_text(self.tokenizer, text)
-        self.extended = context is not None and ids[: len(context)] == context
+        self.extended = context is not None and same_images and ids[: len(context)] == context
+        self.images = images
         if context is not None and not self.extended:
             self.mismatches += 1
         self._text = text
@@ -162,6 +173,7 @@ class ChatRenderer:
             raise ValueError("ChatRenderer needs completion ids; this model client returned none")
         prompt = output.prompt_ids if output.prompt_ids is not None else self._pending_ids
         self._context_ids = list(prompt) + list(output.completion_ids)
+        self._context_images = self.images
         # Decoded with special tokens, so a sampled end-of-turn token must be the one the template prints.
         self._context_text = self._text + self.tokenizer.decode(output.completion_ids, skip_special_tokens=False)
         self._pending_ids = None

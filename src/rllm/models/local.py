@@ -46,8 +46,10 @@ from typing import Any, Self
 
 import torch
 
-from rllm.errors import InfraError
-from rllm.models.base import Prompt, SamplingParams
+from rllm.errors import ImageError, InfraError
+from rllm.images import VLM_NEEDED
+from rllm.models.base import ImagePrompt, Prompt, SamplingParams
+from rllm.models.chat import encode_text
 from rllm.models.local_sampling import RowSampler, draw_uniforms
 from rllm.models.local_scheduler import BatchScheduler, GenerationRequest
 from rllm.types import ModelOutput
@@ -85,6 +87,7 @@ class LocalModel:
         eos_token_ids: Iterable[int] | None = None,
         num_threads: int | None = None,
         prefix_cache_tokens: int = 65536,
+        vision: Any = None,
     ) -> None:
         """`dtype` (e.g. "bfloat16") runs inference in that dtype: when it differs from the model's, LocalModel
         keeps its OWN converted copy and leaves the passed model (the trainer's fp32 weights) alone; logprobs then
@@ -95,7 +98,8 @@ class LocalModel:
         multi-turn rollout, the same task sampled again) prefills only the rest; 0 disables it (running prompts
         still share their common prefixes, see `rllm.models.local_scheduler`). The store is kept while the model
         is idle (turns are separated by environment steps), evicted LRU past the bound and cleared by
-        `update_weights`."""
+        `update_weights`. `vision` (a `rllm.models.vision.VisionProcessor`) makes a vision-language model take
+        prompts with images: chat messages with image parts, or an `ImagePrompt` of ids and images."""
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
         if dtype is not None and _as_dtype(dtype) != model.dtype:
@@ -104,6 +108,11 @@ class LocalModel:
             model = model.to(device)
         self.model = model.eval()
         self.tokenizer = tokenizer
+        self.vision = vision
+        if vision is not None:
+            from rllm.models.vision import check_supported
+
+            check_supported(model)
         self.weight_version = 0
         self.max_batch_size = max_batch_size
         self.seed = seed
@@ -119,6 +128,7 @@ class LocalModel:
             context_length=self.context_length,
             decode=self._decode,
             prefix_cache_tokens=prefix_cache_tokens,
+            image_token_id=vision.image_token_id if vision is not None else None,
         )
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._requests_submitted = 0
@@ -139,14 +149,18 @@ class LocalModel:
         name = registry.DEFAULT_MODEL if name_or_path == "default" else name_or_path
         tokenizer = registry.load_tokenizer(name)
         model = registry.load_causal_lm(name, dtype=dtype, device=device or "cpu")
+        kwargs.setdefault("vision", registry.load_vision(name))
         return cls(model, tokenizer, **kwargs)
 
     # ------------------------------------------------------------ generate
 
     async def generate(self, prompt: Prompt, sampling: SamplingParams | None = None) -> ModelOutput:
         sampling = sampling or SamplingParams()
-        prompt_ids = self._prompt_ids(prompt, sampling.tools)
+        prompt_ids, images = self._prompt_ids(prompt, sampling.tools)
         request = self._new_request(prompt_ids, sampling)
+        if images:
+            request.images = self.vision.images(images)
+            request.prefix_key = self.vision.prefix_key(prompt_ids, images)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[ModelOutput] = loop.create_future()
         request.deliver = lambda req, error: self._deliver(loop, future, req, error)
@@ -157,15 +171,28 @@ class LocalModel:
             request.cancelled = True  # the worker drops it at the next step boundary
             raise
 
-    def _prompt_ids(self, prompt: Prompt, tools: list[dict] | None = None) -> list[int]:
+    def _prompt_ids(self, prompt: Prompt, tools: list[dict] | None = None) -> tuple[list[int], list[str]]:
+        """(the prompt's token ids, its images' URLs in placeholder order)."""
+        images: list[str] = []
+        if isinstance(prompt, ImagePrompt):
+            if self.vision is None:
+                raise ImageError(f"this prompt holds {len(prompt.images)} images, but the model is text-only: "
+                                 f"{VLM_NEEDED}")  # fmt: skip
+            prompt, images = prompt.ids, list(prompt.images)
         if not isinstance(prompt, list) or not prompt:
             raise ValueError("prompt must be a non-empty list of token ids or of chat messages")
         if isinstance(prompt[0], dict):
-            ids = _render_messages(self.tokenizer, prompt, tools)
+            if self.vision is not None:
+                text, images = self.vision.render_text(prompt, tools=tools)
+                ids = encode_text(self.tokenizer, text)
+            else:
+                ids = _render_messages(self.tokenizer, prompt, tools)
         elif all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             ids = list(prompt)
         else:
             raise ValueError("prompt must be a list of ints (token ids) or a list of dicts (chat messages)")
+        if self.vision is not None:
+            self._check_image_tokens(ids, images)
         if not ids:
             raise ValueError("prompt rendered to no tokens")
         bad = [t for t in ids if not 0 <= t < self.vocab_size]
@@ -176,7 +203,14 @@ class LocalModel:
                 f"prompt has {len(ids)} tokens; the model's context is {self.context_length}, "
                 "which leaves no room for a completion"
             )
-        return ids
+        return ids, images
+
+    def _check_image_tokens(self, ids: list[int], images: list[str]) -> None:
+        count = sum(1 for t in ids if t == self.vision.image_token_id)
+        expected = sum(image.num_image_tokens for image in self.vision.images(images))
+        if count != expected:
+            raise ImageError(f"the prompt has {count} image tokens but its {len(images)} images stand for {expected}; "
+                             "give token ids and images together as rendered (rllm.models.vision)")  # fmt: skip
 
     def _new_request(self, prompt_ids: list[int], sampling: SamplingParams) -> GenerationRequest:
         with self._lock:
@@ -243,6 +277,7 @@ class LocalModel:
             logprobs=request.logprobs,
             finish_reason=request.finish_reason,
             weight_version=request.weight_version,
+            prompt_images=[image.url for image in request.images] or None,
             info=info,
         )
 

@@ -19,6 +19,7 @@ on the CPU, bitwise the same logits).
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ import torch
 from rllm.models.lm_head import backbone_and_head, output_logits
 from rllm.models.local_cache import PrefixStore, SlotKVCache, common_prefix_length
 from rllm.models.local_sampling import RowSampler, sample_next_tokens
+from rllm.models.vision import ProcessedImage, image_spans, inputs_embeds
 
 __all__ = ["MIN_SHARED_PREFIX", "BatchScheduler", "GenerationRequest"]
 
@@ -51,8 +53,15 @@ class GenerationRequest:
     token_versions: list[int] = field(default_factory=list)  # the version that produced each completion token
     cancelled: bool = False  # set by the caller's task when it is cancelled
     prompt_logits: torch.Tensor | None = None  # last prompt position; kept so a same-prompt request can skip prefill
+    images: list[ProcessedImage] = field(default_factory=list)  # a VLM prompt's images, in placeholder order
+    prefix_key: list[int] | None = None  # the ids with each image's tokens keyed by its content (vision.prefix_key)
     submitted_at: float = field(default_factory=time.perf_counter)
     kv_epoch: int = 0  # the scheduler's `kv_epoch` at admission: K/V from an older epoch is never stored
+
+    @property
+    def key(self) -> list[int]:
+        """What prefix sharing compares: the prompt ids, where image tokens also say which image they stand for."""
+        return self.prompt_ids if self.prefix_key is None else self.prefix_key
 
 
 @dataclass
@@ -78,8 +87,12 @@ class BatchScheduler:
         context_length: int,
         decode: Callable[[list[int]], str],
         prefix_cache_tokens: int = 0,
+        image_token_id: int | None = None,
     ) -> None:
+        """`image_token_id`: a vision-language model's image token, whose embeddings a prompt's image features
+        replace at prefill (`rllm.models.vision`)."""
         self.model = model
+        self.image_token_id = image_token_id
         self.eos_ids = eos_ids
         self.max_batch_size = max_batch_size
         self.context_length = context_length
@@ -91,6 +104,9 @@ class BatchScheduler:
         self.prefixes = PrefixStore(prefix_cache_tokens)
         self.kv_epoch = 0  # bumped when the weights change: K/V computed before are stale
         self._parts = backbone_and_head(model)  # None: the model's own forward computes the logits
+        # transformers renames `past_key_values` to `cache` (5.24 warns, 5.40 drops the old name)
+        forward = self._parts[0].forward if self._parts is not None else model.forward
+        self._cache_kwarg = "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.cache = SlotKVCache(
@@ -122,7 +138,7 @@ class BatchScheduler:
                 request.prompt_logits = self.active[donor].prompt_logits
                 self.stats.prefills_shared += 1
             else:
-                request.prompt_logits = self._prefill(slot, request.prompt_ids, self._reuse_prefix(slot, request))
+                request.prompt_logits = self._prefill(slot, request, self._reuse_prefix(slot, request))
         except BaseException:
             self._remove_row(slot)
             raise
@@ -137,7 +153,7 @@ class BatchScheduler:
         for row, other in enumerate(self.active):
             if other is request or other.prompt_logits is None:
                 continue
-            shared = common_prefix_length(other.prompt_ids, request.prompt_ids)
+            shared = common_prefix_length(other.key, request.key)
             if shared > length:
                 best, length = row, shared
         return best, length
@@ -145,7 +161,7 @@ class BatchScheduler:
     def _reuse_prefix(self, slot: int, request: GenerationRequest) -> int:
         """Copy the longest common prefix of the prompt held by a running row or the prefix store into `slot`
         (at most all prompt tokens but the last, whose logits are needed); returns its length (0: none)."""
-        prompt = request.prompt_ids
+        prompt = request.key
         donor, shared = self._longest_running_prefix(request)
         shared = min(shared, len(prompt) - 1)
         stored = self.prefixes.lookup(prompt, min_tokens=max(shared + 1, MIN_SHARED_PREFIX)) \
@@ -160,8 +176,9 @@ class BatchScheduler:
         self.stats.shared_prefix_tokens += shared
         return shared
 
-    def _prefill(self, slot: int, prompt_ids: list[int], start: int = 0) -> torch.Tensor:
-        """Prefill `prompt_ids[start:]` into `slot`, whose first `start` positions already hold the prefix."""
+    def _prefill(self, slot: int, request: GenerationRequest, start: int = 0) -> torch.Tensor:
+        """Prefill the prompt from `start` on into `slot`, whose first `start` positions already hold the prefix."""
+        prompt_ids = request.prompt_ids
         length = len(prompt_ids)
         input_ids = torch.tensor([prompt_ids[start:]], dtype=torch.long, device=self.device)
         positions = torch.arange(start, length, device=self.device)[None, :]
@@ -172,16 +189,27 @@ class BatchScheduler:
             mask = mask[None, None]
         self.cache.begin_prefill(slot, start)
         try:
-            logits = self._last_logits(input_ids, positions, mask)
+            logits = self._last_logits(self._embed(request, input_ids, start), positions, mask)
         finally:
             self.cache.end_prefill(length)
         self.stats.prefill_tokens += length - start
         return logits[0].float()
 
-    def _last_logits(self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None):
-        """Logits `[rows, vocab]` at each row's last position, the K/V going to `self.cache`."""
-        inputs = {"input_ids": input_ids, "position_ids": positions, "attention_mask": mask,
-                  "past_key_values": self.cache, "use_cache": True}  # fmt: skip
+    def _embed(self, request: GenerationRequest, input_ids: torch.Tensor, start: int) -> dict[str, torch.Tensor]:
+        """The model input of a prefill: the ids, or for a prompt with images their embeddings with the image
+        features in place (the first `start` positions' K/V are already in the slot)."""
+        if not request.images:
+            return {"input_ids": input_ids}
+        ids = request.prompt_ids
+        before = sum(1 for t in ids[:start] if t == self.image_token_id)
+        spans = image_spans(request.images, int((input_ids == self.image_token_id).sum()), skip=before)
+        return {"inputs_embeds": inputs_embeds(self.model, input_ids, spans, image_token_id=self.image_token_id)}
+
+    def _last_logits(self, tokens: dict[str, torch.Tensor], positions: torch.Tensor, mask: torch.Tensor | None):
+        """Logits `[rows, vocab]` at each row's last position, the K/V going to `self.cache`. `tokens` holds
+        `input_ids` or `inputs_embeds`."""
+        inputs = {**tokens, "position_ids": positions, "attention_mask": mask,
+                  self._cache_kwarg: self.cache, "use_cache": True}  # fmt: skip
         if self._parts is None:
             return self.model(**inputs, logits_to_keep=1).logits[:, -1]
         backbone, head = self._parts
@@ -198,7 +226,7 @@ class BatchScheduler:
         input_ids = torch.tensor([[r.completion_ids[-1]] for r in rows], dtype=torch.long, device=self.device)
         position_ids, mask = self.cache.begin_decode()
         try:
-            logits = self._last_logits(input_ids, position_ids, mask)
+            logits = self._last_logits({"input_ids": input_ids}, position_ids, mask)
         finally:
             self.cache.end_decode()
         steps = [len(r.completion_ids) for r in rows]
@@ -254,7 +282,7 @@ class BatchScheduler:
         if not self.prefixes.max_tokens or request.kv_epoch != self.kv_epoch:
             return
         length = self.cache.lengths[row]
-        ids = (request.prompt_ids + request.completion_ids)[:length]
+        ids = (request.key + request.completion_ids)[:length]
         self.prefixes.put(ids, self.cache.read_prefix(row, length))
 
     def invalidate_prefixes(self) -> None:

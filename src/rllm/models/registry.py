@@ -46,7 +46,8 @@ from rllm.fsutil import install_dir_atomically, sha256_of_file
 
 __all__ = [
     "DEFAULT_MODEL", "MODEL_SPECS", "ModelChecksumError", "ModelSpec", "WheelMember", "build_tiny_model",
-    "fetch_model", "get_spec", "is_fetched", "list_models", "load_causal_lm", "load_tokenizer", "main",
+    "fetch_model", "get_spec", "is_fetched", "is_vision_folder", "list_models", "load_causal_lm", "load_tokenizer",
+    "load_vision", "main",
     "model_cache_dir", "resolve_model_path", "rllm_home", "sha256_of_file", "verify_sha256",
 ]  # fmt: skip
 
@@ -375,10 +376,40 @@ def load_causal_lm(name_or_path: str | os.PathLike[str], *, dtype: Any = "float3
 
     transformers maps the safetensors file copy-on-write, so in-place updates (an optimizer step) never reach the
     cache; the weights show up as file-backed RSS until they are written."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name_or_path), dtype=_torch_dtype(dtype))
+    path = resolve_model_path(name_or_path)
+    loader = AutoModelForImageTextToText if is_vision_folder(path) else AutoModelForCausalLM
+    model = loader.from_pretrained(path, dtype=_torch_dtype(dtype))
     return model.to(device).eval()
+
+
+def is_vision_folder(path: str | os.PathLike[str]) -> bool:
+    """Whether a transformers folder holds a vision-language model (its config has a vision tower)."""
+    config = Path(path) / "config.json"
+    return config.is_file() and "vision_config" in json.loads(config.read_text())
+
+
+def load_vision(name_or_path: str | os.PathLike[str]) -> Any:
+    """The `rllm.models.vision.VisionProcessor` of a vision-language model folder, or None for a text-only model."""
+    path = resolve_model_path(name_or_path)
+    if not is_vision_folder(path):
+        return None
+    import logging
+
+    from transformers import AutoProcessor
+
+    from rllm.models.vision import VisionProcessor
+
+    # Without torchvision transformers falls back to the PIL image processor (the one we want) with a warning.
+    quiet = logging.getLogger("transformers.utils.import_utils")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        processor = AutoProcessor.from_pretrained(path)
+    finally:
+        quiet.setLevel(level)
+    return VisionProcessor(processor)
 
 
 def build_tiny_model(

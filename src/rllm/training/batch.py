@@ -93,6 +93,7 @@ class TrainingRow:
     completion_starts: list[int] = field(default_factory=list)  # where each step in step_indices' completion starts
     truncated: bool = False  # tokens past max_response_length were dropped
     prox_logprobs: list[float] | None = None  # off_policy.mode=decoupled: the trainer's log-probs before the update
+    images: list[str] = field(default_factory=list)  # a VLM row's images, in the order of their image tokens
 
     @property
     def num_loss_tokens(self) -> int:
@@ -186,8 +187,9 @@ def _merge_steps(episode: Episode, trajectory: Trajectory, advantages: Sequence[
     current: _OpenRow | None = None
     for index, (step, advantage, reward) in enumerate(zip(trajectory.steps, advantages, rewards, strict=True)):
         output = _token_output(episode, trajectory, index, step)
-        prompt = output.prompt_ids
-        if current is not None and _extends(prompt, current.row.input_ids):
+        prompt, images = output.prompt_ids, output.prompt_images or []
+        # The same image placeholder ids with other images behind them do not extend the row.
+        if current is not None and _extends(prompt, current.row.input_ids) and _extends(images, current.row.images):
             current.append(prompt[len(current.row.input_ids) :])  # observation / template delta: context only
         else:
             if current is not None:
@@ -195,6 +197,7 @@ def _merge_steps(episode: Episode, trajectory: Trajectory, advantages: Sequence[
             current = _OpenRow(_new_row(episode, trajectory, prompt))
             current.append(prompt)
             rows.append(current)
+        current.row.images = list(images)
         current.row.completion_starts.append(len(current.row.input_ids))
         current.append(output.completion_ids, logprobs=output.logprobs, advantage=advantage, reward=reward)
         current.row.step_indices.append(index)
@@ -202,7 +205,7 @@ def _merge_steps(episode: Episode, trajectory: Trajectory, advantages: Sequence[
     return rows
 
 
-def _extends(prompt: Sequence[int], context: Sequence[int]) -> bool:
+def _extends(prompt: Sequence[Any], context: Sequence[Any]) -> bool:
     return len(prompt) >= len(context) and list(prompt[: len(context)]) == list(context)
 
 

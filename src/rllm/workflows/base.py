@@ -125,7 +125,8 @@ class Workflow:
         if conversation is None:
             services = self._services
             tokenizer = getattr(services.model, "tokenizer", None)
-            conversation = Conversation(tokenizer, services.max_prompt_length, services.max_response_length, tools)
+            conversation = Conversation(tokenizer, services.max_prompt_length, services.max_response_length, tools,
+                                        vision=getattr(services.model, "vision", None))  # fmt: skip
             self._conversations[name] = conversation
         return conversation
 
@@ -152,6 +153,10 @@ class Workflow:
             prompt, remaining = conversation.prompt(messages)
         except TerminationEvent:
             raise
+        except ImageError as exc:  # say which model call of the episode met the image
+            error = ImageError(f"step {conversation.calls} of conversation {name!r}: {exc}")
+            tag_site(error, "render")
+            raise error from exc
         except Exception as exc:
             tag_site(exc, "render")
             raise

@@ -29,6 +29,7 @@ from typing import Any
 
 from rllm._deprecation import moved_attribute
 from rllm.errors import InfraError, PolicyError
+from rllm.models.base import ImagePrompt
 from rllm.models.chat import ChatRenderer
 from rllm.types import ModelOutput, TerminationReason
 
@@ -103,9 +104,10 @@ class Conversation:
     length budget is kept (module docstring). A workflow has one per independent conversation, by name."""
 
     def __init__(
-        self, tokenizer: Any, max_prompt_length: int, max_response_length: int, tools: list[dict] | None = None
-    ) -> None:
-        self.renderer = ChatRenderer(tokenizer, tools=tools) if tokenizer is not None else None
+        self, tokenizer: Any, max_prompt_length: int, max_response_length: int, tools: list[dict] | None = None,
+        vision: Any = None,
+    ) -> None:  # fmt: skip
+        self.renderer = ChatRenderer(tokenizer, tools=tools, vision=vision) if tokenizer is not None else None
         self.max_prompt_length = max_prompt_length
         self.max_response_length = max_response_length
         self.calls = 0
@@ -124,7 +126,7 @@ class Conversation:
         have, None for no limit). Raises TerminationEvent when the budget is spent."""
         if self.renderer is None:
             return messages, None
-        ids = self.renderer.render(messages)
+        ids = self.renderer.render(messages)  # image tokens count toward the limits like any other
         if self._row_prompt_length is None or not self.renderer.extended:
             self._row_prompt_length = len(ids)  # a new training row starts with this prompt
             if not self.first_prompt_length:
@@ -134,7 +136,7 @@ class Conversation:
         remaining = self.max_response_length - (len(ids) - self._row_prompt_length)
         if remaining <= 0:
             raise TerminationEvent(_Reason.MAX_RESPONSE_LENGTH)
-        return ids, remaining
+        return (ImagePrompt(ids, self.renderer.images) if self.renderer.images else ids), remaining
 
     def record(self, prompt: Any, output: ModelOutput) -> None:
         """Count the reply's tokens (the next prompt extends it)."""

@@ -59,7 +59,9 @@ from rllm.config import AlgorithmConfig, ModelConfig, OptimConfig
 from rllm.training.backends.base import UpdateLog, mini_batch_order, push_weights_to
 from rllm.training.backends.torch_model import (
     apply_lora,
+    attach_images,
     forward_targets,
+    freeze_vision_tower,
     lr_factor,
     merged_lora_state,
     plain_state_name,
@@ -89,10 +91,11 @@ class TorchBackend:
 
     def __init__(self, model_config: ModelConfig, algorithm: AlgorithmConfig, optim: OptimConfig, *,
                  total_steps: int, seed: int = 0, device: str = "cpu", model: Any = None, tokenizer: Any = None,
-                 gather_logits: bool = True) -> None:  # fmt: skip
+                 vision: Any = None, gather_logits: bool = True) -> None:  # fmt: skip
         """Loads the model/tokenizer from `model_config.name` through the registry unless given (a given model is
         trained in place, and takes `model_config.init_from`'s weights in place). `gather_logits` False computes
-        full `[B, L, V]` logits (for measurements and as a cross-check)."""
+        full `[B, L, V]` logits (for measurements and as a cross-check). `vision` is a vision-language model's
+        `VisionProcessor` (loaded with the model when not given; None for a text-only model)."""
         from rllm.models import registry
 
         self.model_config, self.algorithm, self.optim = model_config, algorithm, optim
@@ -105,6 +108,8 @@ class TorchBackend:
         self.tokenizer = tokenizer if tokenizer is not None else registry.load_tokenizer(model_config.name)
         if model is None:
             model = registry.load_causal_lm(model_config.name, dtype="float32", device=device)
+            vision = registry.load_vision(model_config.name)
+        self.vision = vision
         model = model.to(device=self.device, dtype=torch.float32)  # fp32 master weights, bf16 or not
         if model_config.init_from:  # another run's trained weights become the base (rllm.training.init_from)
             from rllm.training.init_from import apply_init_weights
@@ -116,7 +121,9 @@ class TorchBackend:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.lora = model_config.lora.enabled
         if self.lora:
-            model = apply_lora(model, model_config.lora, seed=seed)
+            model = apply_lora(model, model_config.lora, seed=seed, vision_tower=model_config.vision_tower)
+        elif model_config.vision_tower == "frozen":
+            freeze_vision_tower(model)
         self.model = model.eval()
         self.reference = None
         if algorithm.kl_coef > 0 and not self.lora:
@@ -154,7 +161,8 @@ class TorchBackend:
     # ------------------------------------------------------------ batches
 
     def _collate(self, rows: Sequence[TrainingRow]) -> dict[str, Tensor]:
-        return {k: v.to(self.device) for k, v in collate(rows, pad_id=self.pad_id).items()}
+        batch = {k: v.to(self.device) for k, v in collate(rows, pad_id=self.pad_id).items()}
+        return attach_images(batch, rows, self.vision)
 
     def _mini_batch_tensors(self, rows: Sequence[TrainingRow], indices: Sequence[int],
                             pack_length: int | None) -> list[dict[str, Tensor]]:  # fmt: skip
@@ -167,8 +175,9 @@ class TorchBackend:
                     batches[-1]["row_roles"] = [rows[i].trajectory_name for i in chunk]
             return batches
         subset = [rows[i] for i in indices]
-        return [{k: v.to(self.device) for k, v in collate_packed([subset[i] for i in pack], pad_id=self.pad_id).items()}
-                for pack in pack_rows(subset, pack_length)]  # fmt: skip
+        packs = [[subset[i] for i in pack] for pack in pack_rows(subset, pack_length)]
+        return [attach_images({k: v.to(self.device) for k, v in collate_packed(pack, pad_id=self.pad_id).items()},
+                              pack, self.vision) for pack in packs]  # fmt: skip
 
     def _micro_batches(self, rows: Sequence[TrainingRow], indices: Sequence[int]) -> list[list[int]]:
         return _micro_batch_indices(rows, indices, self.optim.micro_batch_size)
@@ -202,7 +211,7 @@ class TorchBackend:
         with context:
             return score_rows(model, rows, pad_id=self.pad_id, micro_batch_size=self.optim.micro_batch_size,
                               temperature=temperature, all_positions=all_positions, gather=self.gather_logits,
-                              autocast_dtype=self.autocast_dtype)  # fmt: skip
+                              autocast_dtype=self.autocast_dtype, vision=self.vision)  # fmt: skip
 
     @torch.no_grad()
     def compute_values(self, rows: Sequence[TrainingRow]) -> list[list[float]]:
@@ -422,7 +431,7 @@ class TorchBackend:
             raise ValueError(
                 f"make_rollout_model shares the training model on {self.device}; device={device!r} would move it"
             )
-        return LocalModel(self.model, self.tokenizer, **local_model_kwargs)
+        return LocalModel(self.model, self.tokenizer, vision=self.vision, **local_model_kwargs)
 
     def make_rollout_copy(self, **local_model_kwargs: Any) -> Any:
         """A `LocalModel` on its OWN copy of the current weights (LoRA merged in), for rollouts that run while this
@@ -436,7 +445,7 @@ class TorchBackend:
         dtype = local_model_kwargs.pop("dtype", None)
         if dtype is not None:  # converted here, so LocalModel does not copy it a second time
             model = model.to(getattr(torch, str(dtype).removeprefix("torch.")))
-        return LocalModel(model.requires_grad_(False).eval(), self.tokenizer, **local_model_kwargs)
+        return LocalModel(model.requires_grad_(False).eval(), self.tokenizer, vision=self.vision, **local_model_kwargs)
 
     def rollout_state_dict(self) -> dict[str, Tensor]:
         """The weights training changes, named as in the plain base model: LoRA merged into its target weights
@@ -511,7 +520,7 @@ class TorchBackend:
 @torch.no_grad()
 def score_rows(model: Any, rows: Sequence[TrainingRow], *, pad_id: int, micro_batch_size: int,
                temperature: float = 1.0, all_positions: bool = False, gather: bool = True,
-               autocast_dtype: torch.dtype | None = None) -> list[list[float]]:  # fmt: skip
+               autocast_dtype: torch.dtype | None = None, vision: Any = None) -> list[list[float]]:  # fmt: skip
     """Per-row, token-aligned log-probs of the rows' tokens under `model` (entry t: log p(token t | tokens < t);
     0.0 at t = 0 and off the loss mask unless `all_positions`), in micro-batches of similar lengths: the trainer's
     `compute_logprobs`, and a distillation teacher's scores (`rllm.training.distill`)."""
@@ -519,6 +528,7 @@ def score_rows(model: Any, rows: Sequence[TrainingRow], *, pad_id: int, micro_ba
     out: list[list[float]] = [[] for _ in rows]
     for chunk in _micro_batch_indices(rows, range(len(rows)), micro_batch_size):
         batch = {k: v.to(device) for k, v in collate([rows[i] for i in chunk], pad_id=pad_id).items()}
+        batch = attach_images(batch, [rows[i] for i in chunk], vision)
         mask = batch["attention_mask"][:, 1:] > 0 if all_positions else batch["target_mask"] > 0
         logprobs = forward_targets(model, batch, mask, temperature=temperature, gather=gather,
                                    autocast_dtype=autocast_dtype).logprobs  # fmt: skip

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,15 +23,20 @@ import torch
 from torch import Tensor, nn
 
 from rllm.config import LoraConfig
+from rllm.errors import ImageError
+from rllm.images import VLM_NEEDED
 from rllm.models.lm_head import backbone_and_head, output_logits
+from rllm.models.vision import image_spans, inputs_embeds, is_vision_model, vision_modules
 from rllm.training.backends.shared_prefix import plan_shared_prefixes, shared_prefix_states
 from rllm.training.losses import entropy_from_logits, token_logprobs
 
 __all__ = [
     "TargetOutputs",
     "apply_lora",
+    "attach_images",
     "backbone_and_head",
     "forward_targets",
+    "freeze_vision_tower",
     "linear_module_names",
     "lr_factor",
     "merged_lora_state",
@@ -39,7 +45,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# ---- LoRA ------------------------------------------------------------------------------------------------------
+# ---- LoRA and the image tower --------------------------------------------------------------------------------
 
 
 def linear_module_names(model: nn.Module) -> list[str]:
@@ -47,18 +53,21 @@ def linear_module_names(model: nn.Module) -> list[str]:
     return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, nn.Linear)})
 
 
-def apply_lora(model: nn.Module, lora: LoraConfig, *, seed: int) -> nn.Module:
+def apply_lora(model: nn.Module, lora: LoraConfig, *, seed: int, vision_tower: str = "frozen") -> nn.Module:
     """Wrap `model` in peft LoRA adapters on the configured target modules that exist in it.
 
     Target names the model lacks are dropped with a warning (a config written for Llama still works on a model
     that names its projections differently, as long as some match); none matching is an error that lists the
-    names that exist. The adapters' random init (lora_A; lora_B starts at 0, so the wrapped model computes the same
-    function) is seeded and leaves the global RNG untouched.
+    names that exist. A vision-language model gets adapters in its language model only; its image tower is frozen,
+    or trained whole with `vision_tower="trainable"`. The adapters' random init (lora_A; lora_B starts at 0, so the
+    wrapped model computes the same function) is seeded and leaves the global RNG untouched.
     """
     from peft import LoraConfig as PeftLoraConfig
     from peft import get_peft_model
 
     available = linear_module_names(model)
+    if is_vision_model(model):  # a VLM: only the language model gets adapters (see `configure_vision_tower`)
+        available = linear_module_names(model.get_decoder())
     targets = [name for name in lora.target_modules if name in available]
     missing = [name for name in lora.target_modules if name not in available]
     if not targets:
@@ -68,11 +77,27 @@ def apply_lora(model: nn.Module, lora: LoraConfig, *, seed: int) -> nn.Module:
         )
     if missing:
         logger.warning("LoRA: this model has no modules named %s; adapting %s", missing, targets)
+    modules_to_save = None
+    if is_vision_model(model):
+        decoder = model.get_decoder()
+        prefix = next(name for name, module in model.named_modules() if module is decoder)
+        targets = sorted({f"{prefix}.{name}" for name, module in decoder.named_modules()
+                          if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in targets})  # fmt: skip
+        # a trainable tower is trained whole beside the adapters (peft keeps a trained copy of it)
+        modules_to_save = list(vision_modules(model)) if vision_tower == "trainable" else None
     config = PeftLoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                            target_modules=targets, bias="none", task_type="CAUSAL_LM")  # fmt: skip
+                            target_modules=targets, bias="none", task_type="CAUSAL_LM",
+                            modules_to_save=modules_to_save)  # fmt: skip
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return get_peft_model(model, config)
+
+
+def freeze_vision_tower(model: nn.Module) -> None:
+    """Full fine-tuning of a VLM with `model.vision_tower=frozen`: its image side gets no gradient."""
+    if is_vision_model(model):
+        for module in vision_modules(model).values():
+            module.requires_grad_(False)
 
 
 def _lora_layers(model: nn.Module) -> list[tuple[str, Any]]:
@@ -150,6 +175,11 @@ def forward_targets(
     """
     device = batch["input_ids"].device
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
+    images = batch.get("image_spans")
+    if images:  # a VLM's rows: the image features replace the image tokens' embeddings (rllm.models.vision)
+        with _autocast(device, autocast_dtype):
+            inputs["inputs_embeds"] = inputs_embeds(model, inputs.pop("input_ids"), images,
+                                                    image_token_id=batch["image_token_id"])  # fmt: skip
     parts = backbone_and_head(model) if gather else None
     targets = batch["target_ids"][positions]
     if parts is None:
@@ -160,7 +190,9 @@ def forward_targets(
     else:
         backbone, head = parts
         # gradient checkpointing turns the cache off, which the shared-prefix forward needs
-        plan = plan_shared_prefixes(batch, positions) if share_prefix and not _checkpointing(backbone) else None
+        # (rows with the same prompt ids but other images do not share a prompt: no sharing with images)
+        share = share_prefix and not images and not _checkpointing(backbone)
+        plan = plan_shared_prefixes(batch, positions) if share else None
         with _autocast(device, autocast_dtype):
             if plan is None:
                 states = backbone(**inputs, use_cache=False).last_hidden_state[:, :-1][positions]
@@ -177,6 +209,21 @@ def forward_targets(
             ent = entropy_from_logits(logits)
     # token_logprobs on [N, V] logits and [N] ids: the same numbers as on the [B, T, V] view.
     return TargetOutputs(logprobs=token_logprobs(logits, targets), entropy=ent, hidden=states if hidden else None)
+
+
+def attach_images(batch: dict[str, Any], rows: Sequence[Any], vision: Any) -> dict[str, Any]:
+    """`batch` (of `rows`, in order: padded or packed) with the image spans `forward_targets` needs when the rows
+    hold images: each row's images, up to the image tokens it kept (a cut row keeps a prefix of them)."""
+    if vision is None:
+        if any(row.images for row in rows):
+            raise ImageError("training rows hold images but the model is text-only (it has no vision processor): "
+                             f"{VLM_NEEDED}")  # fmt: skip
+        return batch
+    spans = []  # (a row with image tokens but no images is refused here, not trained on placeholder embeddings)
+    for row in rows:
+        count = sum(1 for t in row.input_ids if t == vision.image_token_id)
+        spans += image_spans(vision.images(row.images), count)
+    return {**batch, "image_spans": spans, "image_token_id": vision.image_token_id}
 
 
 # ---- learning-rate schedule ------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from rllm.config import ConfigError, TrainConfig
-from rllm.errors import RllmError
+from rllm.errors import ImageError, RllmError
 from rllm.training.backends.base import UpdateLog, mini_batch_order, push_weights_to
 from rllm.training.batch import TrainingRow, nonfinite_tokens
 from rllm.training.off_policy import MISMATCH_SUM_KEYS, mismatch_metrics
@@ -272,6 +272,9 @@ class VerlBackend:
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import left_right_2_no_padding
 
+        if any(row.images for row in rows):
+            raise ImageError("rows with images (a vision-language model's rollouts) train with the torch backend "
+                             "only: set trainer.backend=torch")  # fmt: skip
         real = len(rows)
         rows = list(rows) + [_without_loss(rows[0])] * (-real % multiple)
         starts = [_response_start(row) for row in rows]

@@ -1,0 +1,249 @@
+"""Vision-language models: prompts with images render to ids + images, the local engine samples from them, and the
+training forward sees exactly the rollout's inputs (rllm.models.vision). A tiny random-init Idefics3 (SmolVLM's
+architecture) with its real processor and the real SmolLM2 tokenizer."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+from PIL import Image
+
+from rllm.agents.base import BaseAgent
+from rllm.config import AlgorithmConfig, LoraConfig, ModelConfig, OptimConfig
+from rllm.engine import AgentExecutionEngine
+from rllm.errors import ImageError
+from rllm.images import image_part
+from rllm.models.base import ImagePrompt, SamplingParams
+from rllm.models.chat import ChatRenderer
+from rllm.models.local import LocalModel
+from rllm.models.vision import VisionProcessor
+from rllm.models.vlm import build_tiny_vlm
+from rllm.training.backends.torch import TorchBackend
+from rllm.training.batch import build_rows, episode_trajectories
+from rllm.types import TerminationReason
+from tests.conftest import sharpen
+from tests.unit.test_images import PictureEnv
+
+
+@pytest.fixture(scope="module")
+def vlm(smollm2_tokenizer):
+    model, processor = build_tiny_vlm(smollm2_tokenizer, seed=0)
+    return sharpen(model), VisionProcessor(processor)
+
+
+def _picture(colour=(255, 0, 0), size=(20, 30)):
+    return Image.new("RGB", size, colour)
+
+
+def _ask(colour, text="What colour is it?"):
+    return [{"role": "system", "content": "You look at pictures and name what you see, in one word."},
+            {"role": "user", "content": [image_part(_picture(colour)), {"type": "text", "text": text}]}]  # fmt: skip
+
+
+def _generate(model, prompts, **sampling):
+    async def go():
+        return await asyncio.gather(*[model.generate(p, SamplingParams(max_tokens=6, **sampling)) for p in prompts])
+
+    return asyncio.run(go())
+
+
+# ---- rendering ---------------------------------------------------------------------------------------------------
+
+
+def test_an_image_renders_as_its_placeholder_tokens_and_is_listed(vlm):
+    _, vision = vlm
+    text, urls = vision.render_text(_ask((0, 255, 0)))
+    assert urls == [image_part(_picture((0, 255, 0)))["image_url"]["url"]]
+    expansion = "<fake_token_around_image><global-img>" + "<image>" * 4 + "<fake_token_around_image>"
+    assert f"<|im_start|>user\n{expansion}What colour is it?<|im_end|>\n<|im_start|>assistant\n" in text
+    assert vision.image(urls[0]).num_image_tokens == 4
+
+
+def test_a_turn_whose_history_shows_another_image_does_not_extend(vlm):
+    _, vision = vlm
+    renderer = ChatRenderer(vision.tokenizer, vision=vision)
+    first = _ask((255, 0, 0))
+    ids = renderer.render(first)
+    renderer.record(_fake_output(ids, vision.tokenizer.encode("red<|im_end|>", add_special_tokens=False)))
+    follow = [{"role": "assistant", "content": "red"}, {"role": "user", "content": "Sure?"}]
+    renderer.render(first + follow)
+    assert renderer.extended and renderer.mismatches == 0
+    swapped = _ask((0, 0, 255)) + follow  # same ids for the placeholders, another image behind them
+    renderer.render(swapped)
+    assert not renderer.extended and renderer.mismatches == 1
+
+
+def _fake_output(prompt_ids, completion_ids):
+    from rllm.types import ModelOutput
+
+    return ModelOutput(prompt_ids=list(prompt_ids), completion_ids=list(completion_ids),
+                       logprobs=[0.0] * len(completion_ids))  # fmt: skip
+
+
+# ---- the local engine --------------------------------------------------------------------------------------------
+
+
+def test_the_local_engine_samples_from_the_image_and_records_it(vlm):
+    model, vision = vlm
+    with LocalModel(model, vision.tokenizer, vision=vision) as local:
+        red, green, red_again = _generate(local, [_ask((255, 0, 0)), _ask((0, 255, 0)), _ask((255, 0, 0))], seed=3)
+    assert red.completion_ids == red_again.completion_ids
+    assert red.completion_ids != green.completion_ids  # the picture changes what the model says
+    assert red.prompt_images == [image_part(_picture())["image_url"]["url"]]
+    assert red.prompt_ids.count(vision.image_token_id) == 4
+
+
+def test_image_prompts_never_share_kv_across_different_images(vlm):
+    """A warm model (prefix store and running prefixes from a red picture) answers for a green one exactly as a
+    cold model does: the placeholder ids are equal, so only the image-aware prefix key keeps them apart."""
+    model, vision = vlm
+    with LocalModel(model, vision.tokenizer, vision=vision) as cold:
+        (expected,) = _generate(cold, [_ask((0, 255, 0))], temperature=0)
+    with LocalModel(model, vision.tokenizer, vision=vision) as warm:
+        _generate(warm, [_ask((255, 0, 0))] * 2, temperature=0)
+        (green,) = _generate(warm, [_ask((0, 255, 0))], temperature=0)
+        stats = warm.stats
+    assert green.completion_ids == expected.completion_ids
+    assert green.logprobs == pytest.approx(expected.logprobs, abs=1e-5)
+    assert stats["prefix_hit_tokens"] > 0  # the shared system prompt did come from the store
+
+
+def test_ids_and_images_that_disagree_are_refused(vlm):
+    model, vision = vlm
+    text, urls = vision.render_text(_ask((255, 0, 0)))
+    ids = vision.tokenizer.encode(text, add_special_tokens=False)
+    with LocalModel(model, vision.tokenizer, vision=vision) as local:
+        (ok,) = _generate(local, [ImagePrompt(ids, urls)], seed=1)
+        with pytest.raises(ImageError, match="4 image tokens but its 0 images stand for 0"):
+            _generate(local, [ids])
+    assert ok.prompt_ids == ids and ok.prompt_images == urls
+
+
+def test_a_text_only_local_model_refuses_an_image_prompt(smollm2_tokenizer):
+    from rllm.models.registry import build_tiny_model
+
+    with LocalModel(build_tiny_model(smollm2_tokenizer), smollm2_tokenizer) as local:
+        with pytest.raises(ImageError, match="the model is text-only: images need a vision-language model"):
+            _generate(local, [ImagePrompt([1, 2, 3], ["data:image/png;base64,AAAA"])])
+
+
+# ---- rollouts to training rows: the trainer sees what the sampler saw ------------------------------------------
+
+
+def _backend(model, vision, *, lora=True, vision_tower="frozen"):
+    import copy
+
+    config = ModelConfig(name="unused", lora=LoraConfig(enabled=lora, rank=4, alpha=8.0), vision_tower=vision_tower)
+    return TorchBackend(config, AlgorithmConfig(), OptimConfig(lr=1e-2, micro_batch_size=4, grad_clip=None),
+                        total_steps=4, model=copy.deepcopy(model), tokenizer=vision.tokenizer,
+                        vision=vision)  # fmt: skip
+
+
+def _picture_episodes(backend, n=3, **engine):
+    rollout = backend.make_rollout_model(max_batch_size=8)
+    engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=PictureEnv, model=rollout, max_steps=3,
+                                  env_workers=0, sampling=SamplingParams(max_tokens=5), **engine)  # fmt: skip
+    try:
+        return engine.execute_tasks([{"id": f"pic{i}"} for i in range(n)])
+    finally:
+        rollout.close()
+
+
+def test_multi_turn_image_rollouts_train_with_the_sampler_log_probs(vlm):
+    """Two turns, each observation a picture: one row per trajectory holding both images, and the training
+    forward's log-probs of the sampled tokens equal the sampler's."""
+    model, vision = vlm
+    backend = _backend(model, vision)
+    episodes = _picture_episodes(backend)
+    assert all(e.termination_reason is TerminationReason.ENV_DONE for e in episodes)
+    pairs = episode_trajectories(episodes)
+    rows, stats = build_rows(pairs, step_advantages=[[1.0] * len(t.steps) for _, t in pairs],
+                             max_prompt_length=512, max_response_length=512)  # fmt: skip
+    assert stats["rows_split"] == 0 and len(rows) == 3
+    assert all(len(row.images) == 2 and row.input_ids.count(vision.image_token_id) == 8 for row in rows)
+    recomputed = backend.compute_logprobs(rows, temperature=1.0)
+    worst = max(abs(a - b) for row, lps in zip(rows, recomputed, strict=True)
+                for a, b, m in zip(lps, row.old_logprobs, row.loss_mask, strict=True) if m)  # fmt: skip
+    assert worst < 1e-4, worst
+    # and without the images the same ids score differently: the images really are in the forward
+    blind = [type(row)(**{**vars(row), "images": []}) for row in rows]
+    with pytest.raises(ImageError, match="image inputs do not match"):
+        backend.compute_logprobs(blind, temperature=1.0)
+
+
+@pytest.mark.parametrize("tower", ["frozen", "trainable"])
+def test_an_update_trains_the_language_model_and_the_tower_only_when_asked(vlm, tower):
+    from rllm.models.vision import vision_modules
+
+    model, vision = vlm
+    backend = _backend(model, vision, vision_tower=tower)
+    episodes = _picture_episodes(backend, n=2)
+    pairs = episode_trajectories(episodes)
+    rows, _ = build_rows(pairs, step_advantages=[[1.0, -1.0][i % 2:][:1] * len(t.steps) for i, (_, t) in
+                                                 enumerate(pairs)], max_prompt_length=512,
+                         max_response_length=512)  # fmt: skip
+    tower_names = tuple(vision_modules(backend.model))
+    before = {n: p.detach().clone() for n, p in backend.model.named_parameters()}
+    metrics = backend.update(rows, temperature=1.0)
+    assert metrics["off_policy/nonfinite_tokens"] == 0
+    changed = {n for n, p in backend.model.named_parameters() if not torch.equal(p, before[n])}
+    assert any("lora_" in n and "text_model" in n for n in changed)
+    assert not any("lora_" in n and any(t in n for t in tower_names) for n, _ in backend.model.named_parameters())
+    tower_changed = any(any(t in n for t in tower_names) for n in changed)
+    assert tower_changed == (tower == "trainable")
+
+
+def test_full_fine_tuning_freezes_the_tower_by_default(vlm):
+    from rllm.models.vision import vision_modules
+
+    model, vision = vlm
+    backend = _backend(model, vision, lora=False)
+    tower = tuple(vision_modules(backend.model))
+    trainable = [n for n, p in backend.model.named_parameters() if p.requires_grad]
+    assert trainable and not any(n.startswith(tower) for n in trainable)
+
+
+def test_image_tokens_count_toward_the_prompt_limit(vlm):
+    """A prompt that only the image tokens push over `max_prompt_length` ends the episode as a truncation."""
+    model, vision = vlm
+    backend = _backend(model, vision)
+    text, _ = vision.render_text([{"role": "user", "content": [image_part(_picture())]}])
+    limit = len(vision.tokenizer.encode(text, add_special_tokens=False)) - 1
+    (episode,) = _picture_episodes(backend, n=1, max_prompt_length=limit)
+    assert episode.termination_reason is TerminationReason.MAX_PROMPT_LENGTH
+
+
+def test_a_text_only_model_meeting_an_image_names_the_step(smollm2_tokenizer):
+    from rllm.models.registry import build_tiny_model
+
+    class LateImageEnv(PictureEnv):
+        def reset(self):
+            self.turn = 0
+            return "Say something.", {}
+
+    with LocalModel(build_tiny_model(smollm2_tokenizer), smollm2_tokenizer) as local:
+        engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=LateImageEnv, model=local, max_steps=3,
+                                      env_workers=0, retry_limit=1, sampling=SamplingParams(max_tokens=3))  # fmt: skip
+        (episode,) = engine.execute_tasks([{"id": "late"}])
+    assert episode.termination_reason is TerminationReason.ERROR
+    assert "step 1 of conversation 'main'" in episode.info["error"]
+    assert "text-only model" in episode.info["error"]
+
+
+# ---- a saved VLM folder loads as a model name -------------------------------------------------------------------
+
+
+def test_a_saved_vlm_folder_loads_for_rollouts_and_training(tmp_path, smollm2_tokenizer):
+    model, processor = build_tiny_vlm(smollm2_tokenizer, seed=1)
+    model.save_pretrained(tmp_path)
+    processor.save_pretrained(tmp_path)
+    with LocalModel.from_pretrained(str(tmp_path)) as local:
+        assert local.vision is not None
+        (out,) = _generate(local, [_ask((255, 0, 0))], temperature=0)
+    backend = TorchBackend(ModelConfig(name=str(tmp_path)), AlgorithmConfig(), OptimConfig(), total_steps=1)
+    assert backend.vision is not None and backend.vision.image_token_id == processor.tokenizer.convert_tokens_to_ids(
+        "<image>"
+    )
+    assert out.prompt_images and out.completion_ids
