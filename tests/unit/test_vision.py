@@ -247,3 +247,65 @@ def test_a_saved_vlm_folder_loads_for_rollouts_and_training(tmp_path, smollm2_to
         "<image>"
     )
     assert out.prompt_images and out.completion_ids
+
+
+def test_samples_of_one_picture_share_their_prompt_in_the_training_forward(vlm):
+    """GRPO's samples of one picture: the shared-prefix forward runs each (ids, image) prompt once, and gives the
+    plain forward's log-probs and gradients; two pictures with equal placeholder ids are never merged."""
+    from rllm.tasks.shapes import ShapesAgent, ShapesEnv, make_shapes_tasks
+    from rllm.training.backends.torch_model import attach_images, forward_targets
+    from rllm.training.batch import collate
+
+    model, vision = vlm
+    backend = _backend(model, vision)
+    rollout = backend.make_rollout_model(max_batch_size=8)
+    engine = AgentExecutionEngine(agent_class=ShapesAgent, env_class=ShapesEnv, model=rollout, max_steps=1,
+                                  env_workers=0, sampling=SamplingParams(max_tokens=4))  # fmt: skip
+    tasks = make_shapes_tasks(2, seed=0)
+    try:
+        episodes = engine.execute_tasks([t for t in tasks for _ in range(3)])
+    finally:
+        rollout.close()
+    pairs = episode_trajectories(episodes)
+    rows, _ = build_rows(pairs, step_advantages=[[1.0]] * len(pairs), max_prompt_length=512,
+                         max_response_length=512)  # fmt: skip
+    assert len({tuple(r.input_ids[: r.prompt_length]) for r in rows}) == 1  # same ids: only the image differs
+    batch = attach_images(collate(rows, pad_id=backend.pad_id), rows, vision)
+    positions = batch["target_mask"] > 0
+    results = []
+    for share in (True, False):
+        backend.model.zero_grad()
+        out = forward_targets(backend.model, batch, positions, temperature=1.0, share_prefix=share)
+        out.logprobs.sum().backward()
+        grads = [p.grad.clone() for p in backend.model.parameters() if p.grad is not None]
+        results.append((out.logprobs.detach(), grads))
+    (shared, shared_grads), (plain, plain_grads) = results
+    assert torch.allclose(shared, plain, atol=1e-5)
+    # (sharp weights: gradients up to ~70, so float rounding shows at 1e-4 absolute; relative to each tensor's scale)
+    assert all(
+        (a - b).abs().max() <= 1e-4 * b.abs().max() + 1e-6 for a, b in zip(shared_grads, plain_grads, strict=True)
+    )
+    sampled = torch.tensor([lp for r in rows for lp, m in zip(r.old_logprobs[1:], r.loss_mask[1:], strict=True) if m])
+    assert (shared - sampled).abs().max() < 1e-4
+
+
+def test_the_plan_groups_rows_by_their_images(vlm):
+    from rllm.training.backends.shared_prefix import plan_shared_prefixes
+    from rllm.training.backends.torch_model import attach_images
+    from rllm.training.batch import TrainingRow, collate
+
+    _, vision = vlm
+    red, blue = (image_part(_picture(c))["image_url"]["url"] for c in ((255, 0, 0), (0, 0, 255)))
+    text, _ = vision.render_text(_ask((255, 0, 0)))
+    prompt = vision.tokenizer.encode(text, add_special_tokens=False)
+
+    def row(url):
+        ids = prompt + [42, 43]
+        return TrainingRow(input_ids=ids, prompt_length=len(prompt), loss_mask=[0] * len(prompt) + [1, 1],
+                           old_logprobs=[0.0] * len(ids), advantages=[0.0] * len(ids), group_key="g",
+                           episode_id="e", trajectory_name="t", images=[url])  # fmt: skip
+
+    rows = [row(red), row(red), row(blue)]
+    batch = attach_images(collate(rows, pad_id=0), rows, vision)
+    plan = plan_shared_prefixes(batch, batch["target_mask"] > 0)
+    assert plan is not None and plan.group.tolist() == [0, 0, 1]

@@ -45,10 +45,10 @@ from rllm.errors import ModelNotAvailableError
 from rllm.fsutil import install_dir_atomically, sha256_of_file
 
 __all__ = [
-    "DEFAULT_MODEL", "MODEL_SPECS", "ModelChecksumError", "ModelSpec", "WheelMember", "build_tiny_model",
-    "fetch_model", "get_spec", "is_fetched", "is_vision_folder", "list_models", "load_causal_lm", "load_tokenizer",
-    "load_vision", "main",
-    "model_cache_dir", "resolve_model_path", "rllm_home", "sha256_of_file", "verify_sha256",
+    "DEFAULT_MODEL", "DERIVED_SPECS", "MODEL_SPECS", "DerivedSpec", "ModelChecksumError", "ModelSpec", "WheelMember",
+    "build_tiny_model", "fetch_model", "get_spec", "is_fetched", "is_vision_folder", "list_models", "load_causal_lm",
+    "load_tokenizer", "load_vision", "main", "model_cache_dir", "resolve_model_path", "rllm_home", "sha256_of_file",
+    "verify_sha256",
 ]  # fmt: skip
 
 MANIFEST_NAME = "manifest.json"
@@ -129,6 +129,28 @@ MODEL_SPECS: dict[str, ModelSpec] = {
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 
+
+@dataclass(frozen=True)
+class DerivedSpec:
+    """A model rllm builds from an embedded one (no weights to download beyond the base's)."""
+
+    name: str
+    base: str
+    description: str
+    builder_version: int  # bump when the builder changes what it writes: older folders then count as not fetched
+
+
+DERIVED_SPECS: dict[str, DerivedSpec] = {
+    "smolvlm-smollm2-135m": DerivedSpec(
+        name="smolvlm-smollm2-135m",
+        base="smollm2-135m-instruct",
+        description="SmolVLM's architecture (Idefics3) around the real SmolLM2-135M-Instruct, with a RANDOM-init "
+        "vision tower (0.6 M params, 64x64 images, 16 image tokens): no pretrained vision encoder ships on PyPI, so it "
+        "sees nothing until trained (rllm.models.vlm)",
+        builder_version=1,
+    )
+}
+
 Log = Callable[[str], Any]
 
 
@@ -141,13 +163,13 @@ def model_cache_dir(name: str) -> Path:
     return rllm_home() / "models" / name
 
 
-def get_spec(name: str) -> ModelSpec:
+def get_spec(name: str) -> ModelSpec | DerivedSpec:
     try:
-        return MODEL_SPECS[name]
+        return MODEL_SPECS.get(name) or DERIVED_SPECS[name]
     except KeyError:
         raise ModelNotAvailableError(
             f"unknown model {name!r}: not a local folder and not an embedded model. "
-            f"Embedded models: {', '.join(MODEL_SPECS)} (default {DEFAULT_MODEL}); "
+            f"Embedded models: {', '.join([*MODEL_SPECS, *DERIVED_SPECS])} (default {DEFAULT_MODEL}); "
             "or pass the path of a folder holding a transformers model (config.json + weights)."
         ) from None
 
@@ -165,8 +187,10 @@ def _read_manifest(folder: Path) -> dict[str, Any] | None:
 
 def is_fetched(name: str) -> bool:
     """True when the cache holds a complete conversion of exactly the pinned weights."""
-    manifest = _read_manifest(model_cache_dir(name))
-    return manifest is not None and manifest.get("sha256") == get_spec(name).sha256
+    manifest, spec = _read_manifest(model_cache_dir(name)), get_spec(name)
+    if isinstance(spec, DerivedSpec):
+        return manifest is not None and manifest.get("builder_version") == spec.builder_version
+    return manifest is not None and manifest.get("sha256") == spec.sha256
 
 
 def resolve_model_path(name_or_path: str | os.PathLike[str]) -> Path:
@@ -181,8 +205,10 @@ def resolve_model_path(name_or_path: str | os.PathLike[str]) -> Path:
     name = str(name_or_path)
     spec = get_spec(name)
     if not is_fetched(name):
+        hint = f"run `rllm fetch {name}` (built from {spec.base})" if isinstance(spec, DerivedSpec) \
+            else spec.fetch_hint()  # fmt: skip
         raise ModelNotAvailableError(
-            f"model {name!r} is not on this machine (looked in {model_cache_dir(name)}): {spec.fetch_hint()}"
+            f"model {name!r} is not on this machine (looked in {model_cache_dir(name)}): {hint}"
         )
     return model_cache_dir(name)
 
@@ -200,6 +226,8 @@ def fetch_model(name: str, *, force: bool = False, log: Log | None = print) -> P
     """Download, verify and convert an embedded model into its cache folder; return the folder. Idempotent."""
     log = log or (lambda _msg: None)
     spec = get_spec(name)
+    if isinstance(spec, DerivedSpec):
+        return _build_derived(spec, force=force, log=log)
     target = model_cache_dir(name)
     target.parent.mkdir(parents=True, exist_ok=True)
     with _exclusive_lock(target.parent / f".{name}.lock"):
@@ -225,6 +253,37 @@ def fetch_model(name: str, *, force: bool = False, log: Log | None = print) -> P
             _write_manifest(spec, staging, check)
             install_dir_atomically(staging, target)
         log(f"{name}: ready at {target} ({time.perf_counter() - started:.1f}s total; logits max |diff| {check:.2e})")
+        return target
+
+
+def _build_derived(spec: DerivedSpec, *, force: bool, log: Log) -> Path:
+    """Fetch the base model, then build the derived one from it into its cache folder (atomically, with a
+    manifest naming the base and the builder version)."""
+    from rllm.models.vlm import build_vlm_around
+
+    base = fetch_model(spec.base, log=log)
+    target = model_cache_dir(spec.name)
+    with _exclusive_lock(target.parent / f".{spec.name}.lock"):
+        if is_fetched(spec.name) and not force:
+            log(f"{spec.name}: already built at {target}")
+            return target
+        log(f"{spec.name}: building {spec.description}")
+        started = time.perf_counter()
+        model, processor, diff = build_vlm_around(base)
+        if diff > _LOGITS_TOLERANCE:
+            raise ModelNotAvailableError(f"{spec.name}: without images the built model's logits differ from "
+                                         f"{spec.base}'s by {diff:.2e}; the build is wrong, nothing was "
+                                         "cached")  # fmt: skip
+        with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{spec.name}.build-") as work:
+            staging = Path(work) / "staging"
+            model.save_pretrained(staging)
+            processor.save_pretrained(staging)
+            manifest = {"format": MANIFEST_FORMAT, "name": spec.name, "base": spec.base,
+                        "builder_version": spec.builder_version, "text_logits_max_abs_diff_vs_base": diff,
+                        "created_utc": datetime.now(UTC).isoformat(timespec="seconds")}  # fmt: skip
+            (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+            install_dir_atomically(staging, target)
+        log(f"{spec.name}: ready at {target} ({time.perf_counter() - started:.1f}s; text logits max |diff| {diff:.1e})")
         return target
 
 
@@ -463,6 +522,9 @@ def _print_list() -> None:
         default = " (default)" if spec.name == DEFAULT_MODEL else ""
         print(f"{spec.name}{default}\n  {spec.description}\n  source: PyPI {' '.join(spec.requirements)}")
         print(f"  provenance: {spec.provenance}\n  licence: {spec.licence}\n  {state}")
+    for derived in DERIVED_SPECS.values():
+        state = f"built: {model_cache_dir(derived.name)}" if is_fetched(derived.name) else "not built"
+        print(f"{derived.name}\n  {derived.description}\n  built from: {derived.base}\n  {state}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -470,7 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rllm.models.registry", description="Embedded small models.")
     sub = parser.add_subparsers(dest="command", required=True)
     fetch = sub.add_parser("fetch", help="download, verify and convert an embedded model")
-    fetch.add_argument("name", help=f"one of: {', '.join(MODEL_SPECS)}")
+    fetch.add_argument("name", help=f"one of: {', '.join([*MODEL_SPECS, *DERIVED_SPECS])}")
     fetch.add_argument("--force", action="store_true", help="fetch again even when already cached")
     sub.add_parser("list", help="list the embedded models and whether they are fetched")
     args = parser.parse_args(argv)

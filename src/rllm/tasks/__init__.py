@@ -33,6 +33,7 @@ REGISTRY: dict[str, str] = {
     "humaneval": "rllm.tasks.humaneval",
     "math": "rllm.tasks.math",
     "mcp_kb": "rllm.tasks.mcp_kb",
+    "shapes": "rllm.tasks.shapes",
     "swe": "rllm.tasks.swe",
     "web": "rllm.tasks.web",
 }

@@ -44,8 +44,8 @@ class DPOTrainer(OfflineTrainer):
         super().__init__(config=config, examples=pairs, model=model, tokenizer=tokenizer, progress=progress,
                          **workflow)  # fmt: skip
 
-    def _load_examples(self, config: TrainConfig, tokenizer: Any) -> tuple[list, dict[str, int]]:
-        return load_dpo_pairs(config, tokenizer)
+    def _load_examples(self, config: TrainConfig, tokenizer: Any, vision: Any) -> tuple[list, dict[str, int]]:
+        return load_dpo_pairs(config, tokenizer)  # (preference messages with images are not rendered for a VLM yet)
 
     def _update_examples(self, examples: list) -> dict[str, float]:
         dpo = self.config.dpo

@@ -46,13 +46,14 @@ class OfflineTrainer(AgentTrainer):
                  progress: bool = True, **workflow: Any) -> None:  # fmt: skip
         if config.trainer.backend != "torch":
             raise ConfigError(f"rllm {self.section} trains on the torch backend only: set trainer.backend=torch")
+        vision = None
         if tokenizer is None:
-            from rllm.models.registry import load_tokenizer
+            from rllm.models.registry import load_tokenizer, load_vision
 
-            tokenizer = load_tokenizer(config.model.name)
+            tokenizer, vision = load_tokenizer(config.model.name), load_vision(config.model.name)
         self.data_stats: dict[str, int] = {}
         if examples is None:
-            examples, self.data_stats = self._load_examples(config, tokenizer)
+            examples, self.data_stats = self._load_examples(config, tokenizer, vision)
         if not examples:
             raise ConfigError(f"{type(self).__name__} got nothing to train on")
         section = getattr(config, self.section)
@@ -63,7 +64,8 @@ class OfflineTrainer(AgentTrainer):
         super().__init__(config=working, train_dataset=examples, model=model, tokenizer=tokenizer, progress=progress,
                          **workflow)  # fmt: skip
 
-    def _load_examples(self, config: TrainConfig, tokenizer: Any) -> tuple[list, dict[str, int]]:
+    def _load_examples(self, config: TrainConfig, tokenizer: Any, vision: Any) -> tuple[list, dict[str, int]]:
+        """`vision`: a vision-language model's `VisionProcessor` (None for a text-only model)."""
         raise NotImplementedError
 
     def _update_examples(self, examples: list) -> dict[str, float]:
@@ -119,8 +121,8 @@ class SFTTrainer(OfflineTrainer):
         super().__init__(config=config, examples=rows, model=model, tokenizer=tokenizer, progress=progress,
                          **workflow)  # fmt: skip
 
-    def _load_examples(self, config: TrainConfig, tokenizer: Any) -> tuple[list, dict[str, int]]:
-        return load_sft_rows(config, tokenizer)
+    def _load_examples(self, config: TrainConfig, tokenizer: Any, vision: Any) -> tuple[list, dict[str, int]]:
+        return load_sft_rows(config, tokenizer, vision=vision)
 
     def _update_examples(self, examples: list) -> dict[str, float]:
         sft = self.config.sft
@@ -128,8 +130,10 @@ class SFTTrainer(OfflineTrainer):
                                    pack_length=sft.max_length if sft.packing else None)  # fmt: skip
 
 
-def load_sft_rows(config: TrainConfig, tokenizer: Any) -> tuple[list[TrainingRow], dict[str, int]]:
-    """The rows `config.sft` names (exactly one of `episodes` and `messages`), filtered and length-checked."""
+def load_sft_rows(config: TrainConfig, tokenizer: Any, *,
+                  vision: Any = None) -> tuple[list[TrainingRow], dict[str, int]]:  # fmt: skip
+    """The rows `config.sft` names (exactly one of `episodes` and `messages`), filtered and length-checked.
+    `vision` renders messages with images for a vision-language model (`rllm.models.vision`)."""
     from rllm.runs import read_episode_records
 
     sft = config.sft
@@ -138,7 +142,7 @@ def load_sft_rows(config: TrainConfig, tokenizer: Any) -> tuple[list[TrainingRow
                           "episodes.jsonl) or sft.messages (a JSONL of conversations)")  # fmt: skip
     if sft.messages is not None:
         return rows_from_messages(read_jsonl(sft.messages), tokenizer, max_length=sft.max_length,
-                                  overlong=sft.overlong)  # fmt: skip
+                                  overlong=sft.overlong, vision=vision)  # fmt: skip
     pairs, stats = select_trajectories(
         read_episode_records(sft.episodes), split=sft.split, roles=sft.roles, correct_only=sft.correct_only,
         min_reward=sft.min_reward, task_pass_rate=sft.task_pass_rate, max_per_task=sft.max_per_task,

@@ -169,14 +169,18 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     return records
 
 
-def rows_from_messages(records: Sequence[dict[str, Any]], tokenizer: Any, *, max_length: int | None,
-                       overlong: Overlong = "error") -> tuple[list[TrainingRow], dict[str, int]]:  # fmt: skip
+def rows_from_messages(
+    records: Sequence[dict[str, Any]], tokenizer: Any, *, max_length: int | None, overlong: Overlong = "error",
+    vision: Any = None,
+) -> tuple[list[TrainingRow], dict[str, int]]:  # fmt: skip
     """Rows from TRL-style conversational records (module docstring), then `fit_length`. A record without a
-    trained assistant turn, or in neither format, is an error naming how many records and which ones."""
+    trained assistant turn, or in neither format, is an error naming how many records and which ones. With
+    `vision` (a VLM's `VisionProcessor`) messages may hold images: they render as the VLM's rollouts do, and each
+    row carries its images."""
     pairs, empty = [], []
     for number, record in enumerate(records, 1):
         messages, first_trained = _conversation(record, number)
-        steps = _assistant_steps(tokenizer, messages, first_trained, record.get("tools"), number)
+        steps = _assistant_steps(tokenizer, messages, first_trained, record.get("tools"), number, vision)
         if not steps:
             empty.append(number)
             continue
@@ -207,25 +211,30 @@ def _conversation(record: dict[str, Any], number: int) -> tuple[list[dict], int]
     return messages, first
 
 
-def _assistant_steps(tokenizer: Any, messages: list[dict], first_trained: int, tools: Any,
-                     number: int) -> list[Step]:  # fmt: skip
+def _assistant_steps(tokenizer: Any, messages: list[dict], first_trained: int, tools: Any, number: int,
+                     vision: Any = None) -> list[Step]:  # fmt: skip
     """One step per trained assistant message: prompt = the messages before it with the generation prompt, completion
     = the text the template adds for it, cut after the first EOS (the rest opens the next prompt)."""
     from rllm.models.chat import encode_text, render_text
+
+    def render(upto: int, generation: bool) -> tuple[str, list[str]]:
+        if vision is not None:
+            return vision.render_text(messages[:upto], tools=tools, add_generation_prompt=generation)
+        return render_text(tokenizer, messages[:upto], tools=tools, add_generation_prompt=generation), []
 
     steps = []
     for index in range(first_trained, len(messages)):
         if messages[index]["role"] != "assistant":
             continue
-        prompt = render_text(tokenizer, messages[:index], tools=tools, add_generation_prompt=True)
-        full = render_text(tokenizer, messages[: index + 1], tools=tools, add_generation_prompt=False)
+        prompt, images = render(index, True)
+        full, _ = render(index + 1, False)
         if not full.startswith(prompt):
             raise TrainingDataError(f"record {number}, message {index}: the chat template does not render the turn "
                                     "as an extension of the conversation before it (with the generation prompt), so "
                                     "the assistant's tokens cannot be told apart")  # fmt: skip
         completion = _cut_after_eos(encode_text(tokenizer, full[len(prompt) :]), tokenizer.eos_token_id)
         output = ModelOutput(prompt_ids=encode_text(tokenizer, prompt), completion_ids=completion,
-                             logprobs=[0.0] * len(completion))  # fmt: skip
+                             logprobs=[0.0] * len(completion), prompt_images=images or None)  # fmt: skip
         steps.append(Step(model_output=output))
     return steps
 
@@ -277,6 +286,9 @@ def truncate_row(row: TrainingRow, length: int) -> None:
 def export_trl(rows: Sequence[TrainingRow], path: str | os.PathLike) -> int:
     """Write `rows` as TRL's pre-tokenized SFT format, one `{"input_ids", "completion_mask"}` object a line; returns
     the number of rows written."""
+    if any(row.images for row in rows):
+        raise TrainingDataError("these rows hold images, which TRL's pre-tokenized format cannot carry; train them "
+                                "with rllm sft")  # fmt: skip
     with open(path, "w", encoding="utf-8") as handle:
         for row in rows:
             handle.write(json.dumps({"input_ids": row.input_ids, "completion_mask": row.loss_mask}) + "\n")

@@ -45,7 +45,8 @@ def plan_shared_prefixes(batch: dict[str, Tensor], positions: Tensor) -> PrefixP
     if rows.numel() < 2:
         return None
     starts = positions[rows].int().argmax(dim=1)  # the first True of each row
-    ids = batch["input_ids"][rows].tolist()
+    # A VLM's rows: image tokens keyed by their image, so equal ids over other images are another prefix.
+    ids = batch.get("image_key_ids", batch["input_ids"])[rows].tolist()
     index: dict[tuple[int, ...], int] = {}
     group = [index.setdefault(tuple(row[:start]), len(index)) for row, start in zip(ids, starts.tolist(), strict=True)]
     if len(index) == rows.numel() or min(starts.tolist()) == 0:
@@ -54,8 +55,11 @@ def plan_shared_prefixes(batch: dict[str, Tensor], positions: Tensor) -> PrefixP
                       prefix_ids=[list(prefix) for prefix in index])  # fmt: skip
 
 
-def shared_prefix_states(backbone: nn.Module, batch: dict[str, Tensor], positions: Tensor, plan: PrefixPlan) -> Tensor:
-    """The trunk's last hidden states at `positions` (`[N, H]`, row-major like `hidden[:, :-1][positions]`)."""
+def shared_prefix_states(backbone: nn.Module, batch: dict[str, Tensor], positions: Tensor, plan: PrefixPlan,
+                         embeds: Tensor | None = None) -> Tensor:  # fmt: skip
+    """The trunk's last hidden states at `positions` (`[N, H]`, row-major like `hidden[:, :-1][positions]`).
+    `embeds` (`[B, L, H]`, a VLM's input embeddings with the image features in place) replace the ids: each prefix
+    takes the embeddings of the first row of its group, each suffix its own row's."""
     device = batch["input_ids"].device
     cache = _PrefixCache()
     prefix_lengths = torch.tensor([len(p) for p in plan.prefix_ids], device=device)
@@ -67,7 +71,13 @@ def shared_prefix_states(backbone: nn.Module, batch: dict[str, Tensor], position
     causal = steps[None, :] <= steps[:, None]
     real = steps[None, :] < prefix_lengths[:, None]
     mask = causal[None] & (real[:, None, :] | ~real[:, :, None])
-    backbone(input_ids=prefix_ids, position_ids=steps.expand(len(plan.prefix_ids), width),
+    if embeds is None:
+        prefix_inputs = {"input_ids": prefix_ids}
+    else:
+        first = torch.zeros(len(plan.prefix_ids), dtype=torch.long, device=device)
+        first.scatter_reduce_(0, plan.group, plan.rows, reduce="amin", include_self=False)
+        prefix_inputs = {"inputs_embeds": embeds[first, :width]}  # past a prefix's end: padding, never attended to
+    backbone(**prefix_inputs, position_ids=steps.expand(len(plan.prefix_ids), width),
              attention_mask=mask[:, None], past_key_values=cache, use_cache=True)  # fmt: skip
 
     lengths = batch["attention_mask"][plan.rows].sum(dim=1)
@@ -75,13 +85,17 @@ def shared_prefix_states(backbone: nn.Module, batch: dict[str, Tensor], position
     span = int(suffix_lengths.max())
     offsets = torch.arange(span, device=device)
     take = (plan.starts[:, None] + offsets).clamp(max=batch["input_ids"].shape[1] - 1)
-    suffix_ids = batch["input_ids"][plan.rows].gather(1, take)
+    if embeds is None:
+        suffix_inputs = {"input_ids": batch["input_ids"][plan.rows].gather(1, take)}
+    else:
+        rows = embeds[plan.rows]
+        suffix_inputs = {"inputs_embeds": rows.gather(1, take[..., None].expand(-1, -1, rows.shape[-1]))}
     # A suffix query sees its group's real prefix keys and its own earlier suffix keys.
     sees_prefix = steps[None, :] < prefix_lengths[plan.group][:, None]  # [R, width]
     causal = offsets[None, :] <= offsets[:, None]  # [span, span]
     mask = torch.cat([sees_prefix[:, None, :].expand(-1, span, -1), causal[None].expand(len(plan.rows), -1, -1)], 2)
     cache.start_suffix(plan.group, width)
-    hidden = backbone(input_ids=suffix_ids, position_ids=plan.starts[:, None] + offsets, attention_mask=mask[:, None],
+    hidden = backbone(**suffix_inputs, position_ids=plan.starts[:, None] + offsets, attention_mask=mask[:, None],
                       past_key_values=cache, use_cache=True).last_hidden_state  # fmt: skip
 
     # Suffix index i of row r is shifted position starts[r] + i; keep the requested ones, row-major.

@@ -190,14 +190,12 @@ def forward_targets(
     else:
         backbone, head = parts
         # gradient checkpointing turns the cache off, which the shared-prefix forward needs
-        # (rows with the same prompt ids but other images do not share a prompt: no sharing with images)
-        share = share_prefix and not images and not _checkpointing(backbone)
-        plan = plan_shared_prefixes(batch, positions) if share else None
+        plan = plan_shared_prefixes(batch, positions) if share_prefix and not _checkpointing(backbone) else None
         with _autocast(device, autocast_dtype):
             if plan is None:
                 states = backbone(**inputs, use_cache=False).last_hidden_state[:, :-1][positions]
             else:
-                states = shared_prefix_states(backbone, batch, positions, plan)
+                states = shared_prefix_states(backbone, batch, positions, plan, embeds=inputs.get("inputs_embeds"))
         with torch.autocast(device.type, enabled=False):
             states = states.float()
             logits = output_logits(head, states).float()
@@ -223,7 +221,14 @@ def attach_images(batch: dict[str, Any], rows: Sequence[Any], vision: Any) -> di
     for row in rows:
         count = sum(1 for t in row.input_ids if t == vision.image_token_id)
         spans += image_spans(vision.images(row.images), count)
-    return {**batch, "image_spans": spans, "image_token_id": vision.image_token_id}
+    if not spans:
+        return batch
+    # the shared-prefix forward groups rows by these: image tokens keyed by their image (vision.prefix_key)
+    keys = batch["input_ids"].clone()
+    for b, row in enumerate(rows) if batch["input_ids"].shape[0] == len(rows) else ():
+        keyed = vision.prefix_key(row.input_ids, row.images)
+        keys[b, : len(keyed)] = torch.tensor(keyed, dtype=keys.dtype)
+    return {**batch, "image_spans": spans, "image_token_id": vision.image_token_id, "image_key_ids": keys}
 
 
 # ---- learning-rate schedule ------------------------------------------------------------------------------------
