@@ -24,7 +24,9 @@ from rllm.envs.base import BaseEnv
 from rllm.images import image_part
 from rllm.tasks import Task
 
-__all__ = ["QUESTIONS", "ShapesAgent", "ShapesEnv", "draw_shapes", "make_shapes_tasks", "parse_answer"]
+__all__ = [
+    "QUESTIONS", "ShapesAgent", "ShapesEnv", "draw_shapes", "make_shapes_tasks", "parse_answer", "sft_records",
+]  # fmt: skip
 
 COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 70, 220), "yellow": (235, 210, 40)}
 SHAPES = ("circle", "square", "triangle")
@@ -132,6 +134,33 @@ def make_shapes_tasks(n: int, *, seed: int = 0, question: str = "colour", size: 
     return tasks
 
 
+def sft_records(tasks: list[dict]) -> list[dict]:
+    """Supervised conversations for `rllm sft` (`sft.messages`): the agent's prompt and the right one-word answer."""
+    agent = ShapesAgent()
+    return [{"messages": [{"role": "system", "content": ShapesAgent.system_prompt},
+                          {"role": "user", "content": agent.format_observation(t)},
+                          {"role": "assistant", "content": t["answer"]}]} for t in tasks]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m rllm.tasks.shapes OUT.jsonl [--n N] [--seed S] [--question colour|shape|count]`: write SFT
+    conversations (seeds other than the config's data seeds keep them apart from the RL and validation pictures)."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m rllm.tasks.shapes", description=main.__doc__)
+    parser.add_argument("out")
+    parser.add_argument("--n", type=int, default=512)
+    parser.add_argument("--seed", type=int, default=100)
+    parser.add_argument("--question", choices=sorted(QUESTIONS), default="colour")
+    args = parser.parse_args(argv)
+    records = sft_records(make_shapes_tasks(args.n, seed=args.seed, question=args.question))
+    with open(args.out, "w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(record) + "\n" for record in records)
+    print(f"wrote {len(records)} conversations to {args.out}")
+    return 0
+
+
 TASK = Task(
     name="shapes",
     description="Answer a question about a drawn picture (colour, shape or count) in one word; needs a "
@@ -140,3 +169,7 @@ TASK = Task(
     agent=ShapesAgent,
     env=ShapesEnv,
 )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -450,8 +450,10 @@ class TorchBackend:
     def rollout_state_dict(self) -> dict[str, Tensor]:
         """The weights training changes, named as in the plain base model: LoRA merged into its target weights
         (W + scale * B @ A, the training model untouched), or every trainable weight for full fine-tuning."""
-        if self.lora:
-            return merged_lora_state(self.model)
+        if self.lora:  # + a module peft trains whole (a VLM's trainable image tower), under its plain names
+            whole = {plain_state_name(n): p.detach().clone() for n, p in self.model.named_parameters()
+                     if p.requires_grad and "lora_" not in n}  # fmt: skip
+            return {**merged_lora_state(self.model), **whole}
         return {plain_state_name(n): p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
 
     def push_weights(self, client: Any) -> int:

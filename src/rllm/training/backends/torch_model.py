@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -127,8 +128,10 @@ def merged_lora_state(model: nn.Module) -> dict[str, Tensor]:
 
 
 def plain_state_name(name: str) -> str:
-    """A parameter name of a peft-wrapped model as the plain base model names it."""
-    return name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+    """A parameter name of a peft-wrapped model as the plain base model names it (LoRA's base layers, and the
+    trained copy of a module peft trains whole: a VLM's trainable image tower)."""
+    name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+    return re.sub(r"\.modules_to_save\.[^.]+\.", ".", name)
 
 
 # ---- the forward pass at loss positions -----------------------------------------------------------------------

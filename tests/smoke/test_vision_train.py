@@ -1,0 +1,76 @@
+"""A vision-language agent end to end through the CLI, on a tiny random-init Idefics3 (SmolVLM's architecture, the
+real SmolLM2 tokenizer): `rllm sft` on pictures, then `rllm train` (GRPO) from the SFT weights with the image tower
+trained; the sampler's and the trainer's log-probs agree and the run keeps its images once each."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from rllm.runs import load_metrics, read_episodes
+from tests.conftest import run_rllm
+
+SMALL = ["rollout.n=2", "trainer.tasks_per_step=2", "data.train_size=4", "data.val_size=2", "optim.micro_batch_size=4",
+         "optim.lr=1e-2", "rollout.max_tokens=4"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny_vlm_dir(tmp_path_factory, smollm2_tokenizer):
+    from rllm.models.vlm import build_tiny_vlm
+
+    path = tmp_path_factory.mktemp("tiny-vlm")
+    model, processor = build_tiny_vlm(smollm2_tokenizer, seed=0, image_size=64, patch_size=16)
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    return path
+
+
+def test_sft_then_grpo_on_pictures_with_a_trainable_tower(tmp_path, tiny_vlm_dir):
+    from rllm.tasks.shapes import make_shapes_tasks, sft_records
+
+    messages = tmp_path / "shapes.jsonl"
+    messages.write_text("".join(json.dumps(r) + "\n" for r in sft_records(make_shapes_tasks(8, seed=5))))
+    sft = run_rllm("sft", "configs/shapes_sft.yaml", f"model.name={tiny_vlm_dir}", f"sft.messages={messages}",
+                   "sft.batch_size=4", f"trainer.run_dir={tmp_path}", "trainer.name=sft", *SMALL,
+                   "--no-progress")  # fmt: skip
+    assert sft.returncode == 0, sft.stderr[-3000:]
+    grpo = run_rllm("train", "configs/shapes_grpo.yaml", f"model.name={tiny_vlm_dir}", "trainer.total_steps=1",
+                    f"model.init_from={tmp_path / 'sft'}", f"trainer.run_dir={tmp_path}", "trainer.name=grpo",
+                    *SMALL, "--no-progress")  # fmt: skip
+    assert grpo.returncode == 0, grpo.stderr[-3000:]
+    (step,) = [m for m in load_metrics(tmp_path / "grpo") if "reward_mean" in m]
+    assert step["mismatch/tokens"] > 0 and step["mismatch/abs_diff_max"] < 1e-4  # trainer == sampler
+    episodes = read_episodes(tmp_path / "grpo", split="train")
+    outputs = [s.model_output for e in episodes for t in e.trajectories for s in t.steps]
+    assert len(outputs) == 4 and all(
+        o.prompt_images and o.prompt_images[0].startswith("data:image/png") for o in outputs
+    )
+    stored = list((tmp_path / "grpo" / "images").iterdir())
+    assert len(stored) == len({o.prompt_images[0] for o in outputs} | _val_images(tmp_path / "grpo"))
+
+
+def _val_images(run):
+    return {s.model_output.prompt_images[0] for e in read_episodes(run, split="val") for t in e.trajectories
+            for s in t.steps}  # fmt: skip
+
+
+def test_init_from_carries_the_trained_tower(tmp_path, tiny_vlm_dir):
+    """The SFT run trained the tower whole (peft's saved copy): init_from puts those weights in the plain model."""
+    from rllm.models.registry import load_causal_lm
+    from rllm.tasks.shapes import make_shapes_tasks, sft_records
+    from rllm.training.init_from import apply_init_weights
+
+    messages = tmp_path / "shapes.jsonl"
+    messages.write_text("".join(json.dumps(r) + "\n" for r in sft_records(make_shapes_tasks(4, seed=6))))
+    sft = run_rllm("sft", "configs/shapes_sft.yaml", *SMALL, f"model.name={tiny_vlm_dir}",
+                   f"sft.messages={messages}", "sft.batch_size=4", "data.val_size=0", f"trainer.run_dir={tmp_path}",
+                   "trainer.name=sft", "--no-progress")  # fmt: skip
+    assert sft.returncode == 0, sft.stderr[-3000:]
+    model = load_causal_lm(tiny_vlm_dir)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    apply_init_weights(model, tmp_path / "sft")
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert any(n.startswith("model.vision_model.") for n in changed)  # the tower
+    assert any(n.startswith("model.text_model.") for n in changed)  # the merged adapters
