@@ -309,3 +309,26 @@ def test_the_plan_groups_rows_by_their_images(vlm):
     batch = attach_images(collate(rows, pad_id=0), rows, vision)
     plan = plan_shared_prefixes(batch, batch["target_mask"] > 0)
     assert plan is not None and plan.group.tolist() == [0, 0, 1]
+
+
+# ---- the embedded VLM: SmolVLM's architecture around a real text model ------------------------------------------
+
+
+def test_a_vlm_built_around_a_text_model_answers_text_exactly_as_it(tiny_model_dir):
+    from rllm.models.vlm import build_vlm_around
+
+    model, processor, diff = build_vlm_around(tiny_model_dir, image_size=32, patch_size=8, vision_hidden=32)
+    assert diff == 0.0  # without an image: the text model's logits, bitwise
+    vision = VisionProcessor(processor)
+    with LocalModel(model, vision.tokenizer, vision=vision) as local:
+        (out,) = _generate(local, [_ask((255, 0, 0))], temperature=0)
+    assert out.prompt_images and out.prompt_ids.count(vision.image_token_id) == 4
+
+
+def test_the_embedded_vlm_not_yet_built_names_the_command(tmp_path, monkeypatch):
+    from rllm.errors import ModelNotAvailableError
+    from rllm.models import registry
+
+    monkeypatch.setenv("RLLM_HOME", str(tmp_path))
+    with pytest.raises(ModelNotAvailableError, match="run `rllm fetch smolvlm-smollm2-135m` \\(built from smollm2"):
+        registry.resolve_model_path("smolvlm-smollm2-135m")
