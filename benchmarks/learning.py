@@ -45,6 +45,7 @@ ROWS: dict[str, tuple[str, list[str]]] = {
     "openai_agent_grpo": ("openai_agent_grpo", []),
     "web_grpo": ("web_grpo", []),
     "swe_grpo": ("swe_grpo", []),
+    "shapes_grpo": ("shapes_grpo", []),  # the vision-language agent, from the base model (no SFT warm start)
     "arithmetic_rloo": ("arithmetic_grpo", ["algorithm.advantage=rloo"]),
     "arithmetic_dr_grpo": ("arithmetic_grpo", ["algorithm.advantage=dr_grpo",
                                                "algorithm.loss_agg=seq-mean-token-sum-norm"]),

@@ -41,6 +41,8 @@ RUNS = [
      ["benchmarks/sft_vs_trl.py", "--method", "dpo"], r"^ratio|^median"),
     ("engine", "Rollout engine concurrency (512 episodes x 5 turns, 50 ms per call)",
      ["benchmarks/engine_concurrency.py"], r"^\s+\d+ |^framework"),
+    ("vlm", "The embedded VLM vs its text model (SmolLM2-135M): rollout and update time, exactness",
+     ["benchmarks/vlm_step.py"], r"^ratio|^exactness"),
 ]  # fmt: skip
 
 
