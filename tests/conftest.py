@@ -56,6 +56,19 @@ def tiny_model_dir(tmp_path_factory, smollm2_tokenizer):
     return path
 
 
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(tmp_path_factory, smollm2_tokenizer):
+    """A saved tiny random-init Idefics3 (SmolVLM's architecture) with its processor and the SmolLM2 tokenizer; 64 px
+    images cost 16 image tokens (for CLI tests of vision agents)."""
+    from rllm.models.vlm import build_tiny_vlm
+
+    path = tmp_path_factory.mktemp("tiny-vlm")
+    model, processor = build_tiny_vlm(smollm2_tokenizer, seed=0, image_size=64, patch_size=16)
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    return path
+
+
 def sharp_tiny_model(tokenizer, seed: int = 0, **shape):
     """A tiny model with wider random weights. build_tiny_model's init gives near-uniform logits and a degenerate
     greedy output (one token repeated); these give peaked, prompt-dependent ones, so comparisons between batch

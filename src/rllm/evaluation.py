@@ -98,7 +98,8 @@ def make_eval_model(config: TrainConfig, run_dir: Path) -> Any:
         server, owns = VLLMServer.from_config(rollout.vllm, lambda: registry.resolve_model_path(config.model.name),
                                               log_path=run_dir / "vllm" / "server.log")  # fmt: skip
         return VLLMRolloutClient(server, registry.load_tokenizer(config.model.name), workdir=run_dir / "vllm",
-                                 owns_server=owns, max_connections=max(rollout.n_parallel, 8))  # fmt: skip
+                                 owns_server=owns, max_connections=max(rollout.n_parallel, 8),
+                                 vision=registry.load_vision(config.model.name))  # fmt: skip
     from rllm.models.local import LocalModel
 
     if config.model.init_from:  # another run's trained weights (rllm.training.init_from)

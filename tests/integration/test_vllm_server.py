@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import warnings
 
 import pytest
 import torch
@@ -223,3 +224,37 @@ def test_a_served_teacher_scores_the_tokens_it_sampled(server, smollm2_tokenizer
     assert len(scores) == len(ids) and scores[0] == 0.0
     completion = scores[len(output.prompt_ids) :]
     assert max(abs(a - b) for a, b in zip(completion, output.logprobs, strict=True)) < 1e-3
+
+
+def test_a_vision_agent_trains_on_vllm_rollouts_one_row_per_episode(smollm2_tokenizer, tmp_path):
+    """A VLM served by vLLM (`rollout.server: vllm`): FrozenLake with a picture of the board each turn, sampled
+    token-in/token-out with images (/inference/v1/generate, which the server gets for a VLM folder), so each
+    multi-turn episode is one row; the trainer's log-probs equal vLLM's with the images in the forward."""
+    from rllm.models.vlm import build_tiny_vlm
+    from rllm.runs import load_metrics, read_episodes
+    from rllm.training.trainer import AgentTrainer
+
+    _require_vllm()
+    folder = tmp_path / "tiny-vlm"  # hidden 256 / 4 heads: head size 64, which the CPU build's kernels take
+    model, processor = build_tiny_vlm(smollm2_tokenizer, seed=0, hidden_size=256, image_size=64, patch_size=16)
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    overrides = [f"model.name={folder}", "rollout.n=2", "rollout.max_tokens=6", "rollout.max_steps=3",
+                 "rollout.val_n=1", "trainer.tasks_per_step=2", "data.train_size=4", "data.val_size=2",
+                 "optim.lr=1e-2", "trainer.total_steps=2", f"trainer.run_dir={tmp_path}", "trainer.name=lake",
+                 "rollout.server=vllm", "rollout.vllm.max_model_len=2048"]  # fmt: skip
+    config = load_config("configs/frozenlake_image_grpo.yaml", overrides)
+    trainer = AgentTrainer(config=config, progress=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    assert not [w for w in caught if "enable-scale-out" in str(w.message)]  # token-in, not the chat fallback
+    steps = [m for m in load_metrics(tmp_path / "lake") if "reward_mean" in m]
+    assert [m["weight_version"] for m in steps] == [1, 2]
+    for m in steps:
+        assert m["batch/rows_split"] == 0 and m["batch/rows"] == 4 and m["turns_mean"] > 1
+        assert m["mismatch/tokens"] > 0 and m["mismatch/abs_diff_max"] < 1e-3  # sampler (vLLM) == trainer
+        assert m["weight_sync_logprob_max_diff"] < 1e-3
+    outputs = [s.model_output for e in read_episodes(tmp_path / "lake", split="train") for t in e.trajectories
+               for s in t.steps]  # fmt: skip
+    assert all(o.prompt_images and o.logprobs and len(o.logprobs) == len(o.completion_ids) for o in outputs)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import torch
 
 from rllm.runs import load_metrics, read_episodes
@@ -14,17 +13,6 @@ from tests.conftest import run_rllm
 
 SMALL = ["rollout.n=2", "trainer.tasks_per_step=2", "data.train_size=4", "data.val_size=2", "optim.micro_batch_size=4",
          "optim.lr=1e-2", "rollout.max_tokens=4"]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def tiny_vlm_dir(tmp_path_factory, smollm2_tokenizer):
-    from rllm.models.vlm import build_tiny_vlm
-
-    path = tmp_path_factory.mktemp("tiny-vlm")
-    model, processor = build_tiny_vlm(smollm2_tokenizer, seed=0, image_size=64, patch_size=16)
-    model.save_pretrained(path)
-    processor.save_pretrained(path)
-    return path
 
 
 def test_sft_then_grpo_on_pictures_with_a_trainable_tower(tmp_path, tiny_vlm_dir):
@@ -74,3 +62,20 @@ def test_init_from_carries_the_trained_tower(tmp_path, tiny_vlm_dir):
     changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     assert any(n.startswith("model.vision_model.") for n in changed)  # the tower
     assert any(n.startswith("model.text_model.") for n in changed)  # the merged adapters
+
+
+def test_frozenlake_with_pictures_of_the_board_trains_one_row_per_episode(tmp_path, tiny_vlm_dir):
+    """configs/frozenlake_image_grpo.yaml: multi-turn, one picture per observation, trained exactly as sampled."""
+    grpo = run_rllm("train", "configs/frozenlake_image_grpo.yaml", f"model.name={tiny_vlm_dir}",
+                    "trainer.total_steps=1", "rollout.max_steps=3", "rollout.val_n=1", f"trainer.run_dir={tmp_path}",
+                    "trainer.name=lake", *SMALL, "--no-progress")  # fmt: skip
+    assert grpo.returncode == 0, grpo.stderr[-3000:]
+    (step,) = [m for m in load_metrics(tmp_path / "lake") if "reward_mean" in m]
+    assert step["mismatch/tokens"] > 0 and step["mismatch/abs_diff_max"] < 1e-4
+    assert step["batch/rows_split"] == 0, step
+    trajectories = [t for e in read_episodes(tmp_path / "lake", split="train") for t in e.trajectories]
+    for trajectory in trajectories:  # each turn's prompt holds every board so far
+        assert [len(s.model_output.prompt_images) for s in trajectory.steps] == list(
+            range(1, len(trajectory.steps) + 1)
+        )
+    assert max(len(t.steps) for t in trajectories) > 1

@@ -45,3 +45,20 @@ def test_rllm_eval_runs_the_web_config_on_the_validation_tasks(tmp_path, tiny_mo
     episodes = read_episodes(run_dir, split="eval")
     assert len(episodes) == 3
     assert {e.trajectories[0].steps[-1].info["task"] for e in episodes} <= set(split_tasks()["validation"])
+
+
+def test_a_vision_model_sees_screenshots_of_the_pages(tmp_path, tiny_vlm_dir):
+    """`env_args.screenshot=true` with a VLM: each turn shows the page's text and its screenshot; the turns of an
+    episode extend each other (one row each) and train exactly as sampled."""
+    args = ["configs/web_grpo.yaml", f"model.name={tiny_vlm_dir}", "env_args.screenshot=true",
+            "env_args.viewport=[160,210]", "data.train_size=2", "data.val_size=0", "rollout.n=2",
+            "rollout.max_tokens=6", "rollout.max_steps=2", "trainer.tasks_per_step=2", "trainer.total_steps=1",
+            "optim.micro_batch_size=2", f"trainer.run_dir={tmp_path / 'runs'}", "trainer.name=web-vlm",
+            "--no-progress"]  # fmt: skip
+    out = run_rllm("train", *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (step,) = [m for m in load_metrics(tmp_path / "runs" / "web-vlm") if "reward_mean" in m]
+    assert step["batch/rows_split"] == 0 and step["mismatch/abs_diff_max"] < 1e-4
+    for episode in read_episodes(tmp_path / "runs" / "web-vlm", split="train"):
+        steps = episode.trajectories[0].steps
+        assert [len(s.model_output.prompt_images) for s in steps] == list(range(1, len(steps) + 1))

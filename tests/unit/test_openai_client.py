@@ -105,6 +105,69 @@ def test_image_parts_reach_a_chat_server_unchanged(server):
     assert path == "/v1/chat/completions" and body["messages"] == messages
 
 
+PNG = "data:image/png;base64,iVBORw0KGgo="
+PNG_RED = (
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElF"
+    "TkSuQmCC"
+)  # a 1x1 red pixel
+
+
+def test_a_prompt_with_images_is_sampled_through_chat_with_the_servers_token_ids(server):
+    """A VLM behind vLLM: images travel in chat messages only, so a prompt with images goes to /chat/completions with
+    `return_token_ids`; the server's prompt ids (images expanded) and sampled ids are the output's, with its images."""
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG}},
+                                             {"type": "text", "text": "Colour?"}]}]  # fmt: skip
+    out = run(make_client(server, tokenizer=CharTokenizer()), messages, SamplingParams(max_tokens=5, top_k=3))
+    path, body = server.requests[-1]
+    assert path == "/v1/chat/completions" and body["messages"] == messages
+    assert body["return_token_ids"] is True and body["logprobs"] is True and body["top_k"] == 3
+    assert body["include_stop_str_in_output"] is True and body["skip_special_tokens"] is True
+    assert out.prompt_ids[:5] == [ord(c) for c in "user:"]  # the fake server's own rendering of the messages
+    assert out.completion_ids == [ord(c) for c in out.text] and len(out.logprobs) == len(out.completion_ids)
+    assert out.prompt_images == [PNG]
+
+
+def test_an_image_prompt_sends_its_messages_and_the_servers_ids_win(server):
+    from rllm.errors import RllmError
+    from rllm.models.base import ImagePrompt
+
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG}}]}]
+    client = make_client(server, tokenizer=CharTokenizer())
+    with pytest.warns(UserWarning, match="changed the prompt ids"):
+        out = run(client, ImagePrompt([1, 2, 3], [PNG], messages=messages), SamplingParams(max_tokens=3))
+    assert server.requests[-1][1]["messages"] == messages
+    assert out.prompt_ids != [1, 2, 3] and out.prompt_images == [PNG]
+    with pytest.raises(RllmError, match="chat messages only"):
+        run(client, ImagePrompt([1, 2, 3], [PNG]))
+    server.supports_token_ids = False
+    with pytest.raises(TokenIdsUnavailableError, match="return_token_ids"):
+        run(client, messages)
+
+
+def test_without_vllms_token_in_endpoint_an_image_prompt_falls_back_to_chat_once(server, smollm2_tokenizer):
+    """A client that knows the VLM's processor first tries vLLM's /inference/v1/generate (token-in/token-out with
+    images); a server without it (404) is remembered, warned about once, and served through chat."""
+    from rllm.models.base import ImagePrompt
+    from rllm.models.vision import VisionProcessor
+    from rllm.models.vlm import idefics3_processor
+
+    vision = VisionProcessor(idefics3_processor(smollm2_tokenizer, image_size=32, image_seq_len=4))
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG_RED}}]}]
+    text, urls = vision.render_text(messages)
+    prompt = ImagePrompt(vision.tokenizer.encode(text, add_special_tokens=False), urls, messages=messages)
+    client = make_client(server, vision=vision)
+    assert client.tokenizer is vision.tokenizer
+    with pytest.warns(UserWarning, match="--enable-scale-out"):
+        run(client, prompt, SamplingParams(max_tokens=3))
+    assert server.requests[-1][0] == "/v1/chat/completions"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # remembered: no second try, no second warning
+        warnings.filterwarnings("ignore", message=".*changed the prompt ids")
+        count = len(server.requests)
+        run(client, prompt, SamplingParams(max_tokens=3))
+    assert len(server.requests) == count + 1
+
+
 def test_sampling_params_are_sent(server):
     sampling = SamplingParams(temperature=0.7, top_p=0.9, top_k=20, max_tokens=64, stop=["\n"], seed=7)
     out = run(make_client(server, extra_body={"min_p": 0.1}), [1, 2], sampling)

@@ -75,6 +75,32 @@ def test_a_turn_whose_history_shows_another_image_does_not_extend(vlm):
     assert not renderer.extended and renderer.mismatches == 1
 
 
+def test_collapse_puts_each_image_back_to_the_one_token_a_server_expands(vlm):
+    """What vLLM's /inference/v1/generate takes: the chat template's `<image>` per image, not its expansion."""
+    _, vision = vlm
+    messages = _ask((255, 0, 0)) + [{"role": "assistant", "content": "red"},
+                                     {"role": "user", "content": [image_part(_picture((0, 0, 255)))]}]  # fmt: skip
+    text, urls = vision.render_text(messages)
+    ids = vision.tokenizer.encode(text, add_special_tokens=False)
+    collapsed = vision.collapse(ids, urls)
+    assert collapsed.count(vision.image_token_id) == 2 and len(ids) - len(collapsed) == 2 * (
+        len(vision.image(urls[0]).ids) - 1
+    )
+    placeholder_text = vision.processor.apply_chat_template(
+        [
+            {**m, "content": [{"type": "image"} if p.get("type") == "image_url" else p for p in m["content"]]}
+            if isinstance(m["content"], list)
+            else m
+            for m in messages
+        ],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert vision.tokenizer.decode(collapsed) == placeholder_text  # exactly the template's own text
+    with pytest.raises(ImageError, match="disagree"):
+        vision.collapse(ids[:10], urls)
+
+
 def _fake_output(prompt_ids, completion_ids):
     from rllm.types import ModelOutput
 
@@ -171,6 +197,61 @@ def test_multi_turn_image_rollouts_train_with_the_sampler_log_probs(vlm):
     blind = [type(row)(**{**vars(row), "images": []}) for row in rows]
     with pytest.raises(ImageError, match="image inputs do not match"):
         backend.compute_logprobs(blind, temperature=1.0)
+
+
+def test_frozenlake_board_pictures_train_as_one_row_per_episode(vlm):
+    """The built-in FrozenLake with pictures of the board: every turn's prompt extends the last, so each episode is
+    one row holding one picture per turn, scored by the trainer exactly as sampled."""
+    from rllm.tasks.frozenlake import FrozenLakeAgent, FrozenLakeEnv, make_frozenlake_tasks
+
+    model, vision = vlm
+    backend = _backend(model, vision)
+    rollout = backend.make_rollout_model(max_batch_size=8)
+    tasks = make_frozenlake_tasks(3, seed=1, sizes=(3,), hole_prob=0.0, max_steps=3)
+    engine = AgentExecutionEngine(agent_class=FrozenLakeAgent, env_class=FrozenLakeEnv, model=rollout, max_steps=3,
+                                  agent_args={"observation": "image"}, env_args={"observation": "image"},
+                                  env_workers=0, sampling=SamplingParams(max_tokens=4))  # fmt: skip
+    try:
+        episodes = engine.execute_tasks(tasks)
+    finally:
+        rollout.close()
+    pairs = episode_trajectories(episodes)
+    turns = [len(t.steps) for _, t in pairs]
+    assert sum(turns) > len(pairs)  # the random model wanders: episodes of several turns
+    rows, stats = build_rows(pairs, step_advantages=[[1.0] * n for n in turns], max_prompt_length=2048,
+                             max_response_length=512)  # fmt: skip
+    assert stats["rows_split"] == 0 and len(rows) == len(pairs)
+    assert [len(row.images) for row in rows] == turns  # one board per turn
+    recomputed = backend.compute_logprobs(rows, temperature=1.0)
+    worst = max(abs(a - b) for row, lps in zip(rows, recomputed, strict=True)
+                for a, b, m in zip(lps, row.old_logprobs, row.loss_mask, strict=True) if m)  # fmt: skip
+    assert worst < 1e-4, worst
+
+
+def test_the_frozenlake_board_picture_holds_what_the_grid_holds():
+    from rllm.tasks.frozenlake import FrozenLakeAgent, FrozenLakeEnv, render_board
+
+    desc = ["SFH", "FFF", "HFG"]
+    board = render_board(desc, (1, 2), cell=10)
+    assert board.size == (30, 30)
+    assert board.getpixel((25, 5)) == (25, 35, 90) and board.getpixel((25, 25)) == (40, 170, 60)  # hole, goal
+    assert board.getpixel((25, 15)) == (220, 40, 40) and board.getpixel((5, 5)) == (205, 230, 255)  # you, ice
+    env = FrozenLakeEnv(desc=desc, observation="image")
+    first, _ = env.reset()
+    assert first["text"] == "" and first["image"].getpixel((8, 8)) == (220, 40, 40)  # 16 px cells: you, top-left
+    after, *_ = env.step("up")
+    assert after["text"] == "You hit the edge and did not move."
+    agent = FrozenLakeAgent(observation="image")
+    assert "red disc" in agent.messages[0]["content"]
+    parts = agent.format_observation(after)
+    assert parts[0]["type"] == "image_url" and parts[1] == {
+        "type": "text",
+        "text": "You hit the edge and did not move.",
+    }
+    with pytest.raises(TypeError, match="agent_args and env_args"):
+        FrozenLakeAgent().format_observation(after)
+    with pytest.raises(ValueError, match="observation must be one of"):
+        FrozenLakeEnv(desc=desc, observation="pixels")
 
 
 @pytest.mark.parametrize("tower", ["frozen", "trainable"])

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from rllm.agents.web import WebAgent
 from rllm.envs.web.browser import BrowserPool, chromium_pids
 from rllm.envs.web.env import WebEnv
 from rllm.errors import InfraError
@@ -91,6 +92,9 @@ def test_raw_reward_and_screenshots(pool):
     observation, _ = env.reset()
     png = base64.b64decode(observation["screenshot"])
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") == 320
+    text, picture = WebAgent().format_observation(observation)  # the page's text, then the page as an image part
+    assert observation["goal"] in text["text"] and picture["image_url"]["url"].endswith(observation["screenshot"])
+    assert isinstance(WebAgent().format_observation({**observation, "screenshot": None}), str)
     _, reward, done, _ = env.step(click(observation, "button", "Okay"))
     assert (reward, done) == (-1.0, True)
     env.close()

@@ -5,6 +5,10 @@ and replies with calls such as `click('e5')` or `fill('e6', 'Jerald')` inside ``
 (rllm.envs.web.actions), so the agent hands it the reply's text. An action that failed comes back in the next
 observation as `last_action_error`. The whole conversation is kept (each turn's prompt extends the previous one, so
 training rows stay token-exact, DESIGN.md); `max_observation_chars` cuts a long page on arrival.
+
+With `WebEnv(screenshot=True)` (`env_args: {screenshot: true}`) each observation also carries the page as a PNG: the
+agent then shows it after the page's text as an image part, for a vision-language model (`rllm.models.vision`). The
+screenshot is only taken when asked for, so a text-only model never meets an image.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 from rllm.agents.base import BaseAgent
 from rllm.envs.web.actions import describe_actions
 from rllm.envs.web.env import observation_text
+from rllm.images import image_part
 
 __all__ = ["WEB_SYSTEM_PROMPT", "WebAgent"]
 
@@ -37,11 +42,14 @@ class WebAgent(BaseAgent):
         self.max_observation_chars = int(max_observation_chars)
         super().__init__(**kwargs)
 
-    def format_observation(self, observation: Any) -> str:
+    def format_observation(self, observation: Any) -> str | list[dict[str, Any]]:
         if not isinstance(observation, dict) or "axtree" not in observation:
             raise TypeError(f"WebAgent.format_observation: expected WebEnv's observation dict (goal, axtree, ...), "
                             f"got {type(observation).__name__}")  # fmt: skip
         text = observation_text(observation)
         if len(text) > self.max_observation_chars:
             text = text[: self.max_observation_chars] + f"\n[... page cut: {len(text)} characters in all]"
-        return text
+        if not observation.get("screenshot"):
+            return text
+        picture = image_part("data:image/png;base64," + observation["screenshot"])
+        return [{"type": "text", "text": text + "\n\nThe page:"}, picture]

@@ -21,10 +21,13 @@ __all__ = ["ImagePrompt", "ModelClient", "Prompt", "SamplingParams", "close_mode
 class ImagePrompt:
     """Token ids whose image placeholder tokens stand for `images` (data URLs, in the order of their placeholder
     runs): what a vision-language model's conversation renders (`rllm.models.vision`). Only a client with a vision
-    processor (`LocalModel` of a VLM) takes it."""
+    processor takes it: `LocalModel` of a VLM samples from the ids and images; `OpenAIClient` sends `messages` (the
+    chat messages the ids render, which a conversation attaches), since an OpenAI-compatible server takes images in
+    chat messages only, and checks the server's prompt ids against `ids`."""
 
     ids: list[int]
     images: list[str]
+    messages: list[dict[str, Any]] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)

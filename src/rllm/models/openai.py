@@ -14,6 +14,20 @@ Two modes, chosen per call:
   Servers that return them: vLLM >= 0.10.2 and SGLang releases whose OpenAI API has `return_token_ids`.
 - **Chat** (evaluation against any endpoint): messages without a tokenizer go to `POST /chat/completions`. The
   reply's `content`, `reasoning_content` and `tool_calls` are parsed; ids are None (warned once per client).
+- **Images, token-in/token-out** (vision-language models): an `ImagePrompt` (ids with each image expanded to its
+  placeholder tokens, rendered by a conversation with the client's `vision` processor) goes to vLLM's
+  `POST /inference/v1/generate` (a server started with `--enable-scale-out`, which `VLLMServer.launch` adds for a
+  VLM folder) as the ids with each image's expansion collapsed back to its one image token, plus the images as
+  `content_parts`; the server expands them again and answers with its prompt ids, the sampled ids and their
+  logprobs. So every turn's prompt is the previous prompt + the sampled ids + the new turn, exactly as with text,
+  and a multi-turn episode trains as one row.
+- **Images through chat** (any other server, or messages with images given directly): the messages go to
+  `POST /chat/completions` with `return_token_ids: true` and `logprobs: true`; vLLM answers with the prompt ids it
+  rendered and the sampled ids. The server renders the history from text here, so an earlier reply that does not
+  re-tokenize to its sampled ids makes the next turn a new training row (counted, not silent).
+  Either way the server's prompt ids are the output's (they are what was sampled from; where they differ from the
+  ids sent, a warning says so once) and the image URLs in placeholder order are `prompt_images`, so the output
+  trains like a local VLM's.
 
 Transport: one pooled `aiohttp.ClientSession` per event loop, created on first use. aiohttp was measured against
 httpx on this workload (2000 calls, 64 concurrent, fake server in its own process): about 0.25 ms/call for aiohttp
@@ -41,7 +55,8 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("OpenAIClient needs aiohttp: pip install aiohttp") from exc
 
 from rllm.errors import InfraError, RllmError
-from rllm.models.base import Prompt, SamplingParams
+from rllm.images import has_images, message_image_urls, normalize_images
+from rllm.models.base import ImagePrompt, Prompt, SamplingParams
 from rllm.types import ModelOutput, ToolCall
 
 __all__ = ["ModelRequestError", "OpenAIClient", "TokenIdsUnavailableError", "TokenIdsUnavailableWarning"]
@@ -80,7 +95,9 @@ class OpenAIClient:
     `base_url` includes the API prefix (`http://host:8000/v1`). `tokenizer` is a transformers tokenizer, or a name
     or path loaded on first use with `rllm.models.registry.load_tokenizer`. `dialect` picks the server-specific
     field names of the completions request ("vllm" or "sglang"); fields in `extra_body` are added to every
-    request and win over the client's own.
+    request and win over the client's own. `vision` (a `rllm.models.vision.VisionProcessor`, or a model name or
+    folder loaded on first use with `rllm.models.registry.load_vision`) is the served VLM's processor: with it a
+    conversation renders prompts with images exactly, and its tokenizer is the client's when none is given.
     """
 
     def __init__(
@@ -99,6 +116,7 @@ class OpenAIClient:
         allow_missing_token_ids: bool = False,
         dialect: Literal["vllm", "sglang"] = "vllm",
         chat_logprobs: bool = True,
+        vision: Any = None,
     ) -> None:
         if dialect not in ("vllm", "sglang"):
             raise ValueError(f"dialect must be 'vllm' or 'sglang', not {dialect!r}")
@@ -115,10 +133,13 @@ class OpenAIClient:
         self.chat_logprobs = chat_logprobs  # some endpoints (OpenAI reasoning models) refuse `logprobs`
         self._tokenizer_spec = tokenizer
         self._tokenizer: Any = None if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
+        self._vision_spec = vision
+        self._vision: Any = None if isinstance(vision, (str, os.PathLike)) else vision
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
         self._warned_no_ids = False
         self._warned_prompt_mismatch = False
+        self._tokens_in_images: bool | None = None  # whether the server has /inference/v1/generate (None: not tried)
 
     # ---- the ModelClient protocol ----------------------------------------------------------------------------
 
@@ -128,20 +149,46 @@ class OpenAIClient:
             from rllm.models.registry import load_tokenizer  # heavy (transformers): only when asked for
 
             self._tokenizer = load_tokenizer(str(self._tokenizer_spec))
+        elif self._tokenizer is None and self._vision_spec is not None:
+            self._tokenizer = self.vision.tokenizer
         return self._tokenizer
 
     @tokenizer.setter
     def tokenizer(self, value: Any) -> None:
         self._tokenizer_spec = self._tokenizer = value
 
+    @property
+    def vision(self) -> Any:
+        """The served VLM's `VisionProcessor`, or None (a text-only model, or one this client was not told about)."""
+        if self._vision is None and self._vision_spec is not None:
+            from rllm.models.registry import load_vision
+
+            self._vision = load_vision(str(self._vision_spec))
+            if self._vision is None:
+                raise RllmError(f"OpenAIClient(vision={str(self._vision_spec)!r}): that model is not a "
+                                "vision-language model (its folder has no image processor)")  # fmt: skip
+        return self._vision
+
     async def generate(self, prompt: Prompt, sampling: SamplingParams | None = None) -> ModelOutput:
         sampling = sampling or SamplingParams()
+        if isinstance(prompt, ImagePrompt):
+            if self._tokens_in_images is not False and self.vision is not None and self.dialect == "vllm":
+                output = await self._generate_tokens_with_images(prompt, sampling)
+                if output is not None:
+                    return output
+            if prompt.messages is None:
+                raise RllmError(f"OpenAIClient({self.base_url!r}) got an ImagePrompt without its messages: a server "
+                                "takes images in chat messages only; send the messages (or an ImagePrompt that "
+                                "carries them, as a Workflow's conversation renders)")  # fmt: skip
+            return await self._generate_chat_with_ids(prompt.messages, sampling, prompt.images, sent=prompt.ids)
         is_messages = bool(prompt) and isinstance(prompt[0], dict)
         if not is_messages:
             return await self._generate_from_ids(list(prompt), sampling)
         tokenizer = self.tokenizer
         if tokenizer is None:
             return await self._generate_chat(prompt, sampling)
+        if has_images(prompt):
+            return await self._generate_chat_with_ids(prompt, sampling, message_image_urls(prompt))
         from rllm.models.chat import render_messages
 
         return await self._generate_from_ids(render_messages(tokenizer, prompt, tools=sampling.tools), sampling)
@@ -201,6 +248,40 @@ class OpenAIClient:
             body.update(self.extra_body)
         return body
 
+    async def _generate_tokens_with_images(self, prompt: ImagePrompt, sampling: SamplingParams) -> ModelOutput | None:
+        """vLLM's token-in/token-out endpoint with images (module docstring); None when the server has none."""
+        url = self.base_url.removesuffix("/v1") + "/inference/v1/generate"
+        params = {"max_tokens": sampling.max_tokens, "temperature": sampling.temperature, "top_p": sampling.top_p,
+                  "logprobs": 0, "skip_special_tokens": True, "include_stop_str_in_output": True}  # fmt: skip
+        _add_optional_sampling(params, sampling)
+        body = {"model": self.model, "token_ids": self.vision.collapse(prompt.ids, prompt.images),
+                "content_parts": [{"type": "image_url", "url": image} for image in prompt.images],
+                "sampling_params": params, "output_mode": "text", "return_token_ids": True}  # fmt: skip
+        try:
+            data = await self._post_url(url, body)
+        except ModelRequestError as exc:
+            if exc.status not in (403, 404, 405):
+                raise
+            self._tokens_in_images = False
+            warnings.warn(f"{url} is not served ({exc}); prompts with images go through /chat/completions, where the "
+                          "server renders the history from text, so a multi-turn episode may train as several rows. "
+                          "Start vLLM with --enable-scale-out for token-in/token-out with images.",
+                          stacklevel=3)  # fmt: skip
+            return None
+        self._tokens_in_images = True
+        choice = _first_choice(data, url)
+        completion_ids = choice.get("token_ids")
+        if completion_ids is None:
+            raise TokenIdsUnavailableError(f"{url} answered without `token_ids`")
+        content_logprobs = (choice.get("logprobs") or {}).get("content") or []
+        logprobs = [entry["logprob"] for entry in content_logprobs]
+        text = choice.get("text") or ""
+        return ModelOutput(
+            text=text, content=text, prompt_ids=self._served_prompt_ids(list(prompt.ids), {}, data),
+            completion_ids=completion_ids, prompt_images=list(prompt.images), finish_reason=choice.get("finish_reason"),
+            logprobs=logprobs if completion_ids is not None and len(logprobs) == len(completion_ids) else None,
+        )  # fmt: skip
+
     def _served_prompt_ids(self, sent: list[int], choice: dict[str, Any], data: dict[str, Any]) -> list[int]:
         """The ids the model saw: the server's echo when it gives one (it wins if it differs), else what we sent."""
         served = choice.get("prompt_token_ids") or data.get("prompt_token_ids")
@@ -216,8 +297,36 @@ class OpenAIClient:
 
     # ---- chat ------------------------------------------------------------------------------------------------
 
-    async def _generate_chat(self, messages: list[dict[str, Any]], sampling: SamplingParams) -> ModelOutput:
-        self._warn_no_token_ids()
+    async def _generate_chat_with_ids(
+        self, messages: list[dict[str, Any]], sampling: SamplingParams, images: list[str], *,
+        sent: list[int] | None = None,
+    ) -> ModelOutput:  # fmt: skip
+        """A prompt with images: the server renders the messages and returns the ids (module docstring)."""
+        body = self._chat_request(normalize_images(messages), sampling)
+        body.update({"logprobs": True, "return_token_ids": True, "skip_special_tokens": True})
+        if self.dialect == "vllm":
+            body["include_stop_str_in_output"] = True
+        if self.extra_body:
+            body.update(self.extra_body)
+        url = self.base_url + "/chat/completions"
+        data = await self._post("/chat/completions", body)
+        choice = _first_choice(data, url)
+        completion_ids, served = choice.get("token_ids"), data.get("prompt_token_ids")
+        if completion_ids is None or served is None:
+            raise TokenIdsUnavailableError(
+                f"{url} returned no token ids for a prompt with images. Training a vision-language model on a "
+                "server's samples needs `return_token_ids` on /chat/completions (vLLM >= 0.10.2); to evaluate only, "
+                "give the client no tokenizer (chat mode)."
+            )
+        output = self._chat_output(choice)
+        output.prompt_ids = served if sent is None else self._served_prompt_ids(list(sent), {}, data)
+        output.completion_ids = completion_ids
+        output.prompt_images = list(images)
+        if output.logprobs is not None and len(output.logprobs) != len(completion_ids):
+            output.logprobs = None  # a logprob that cannot be matched to its token is worse than none
+        return output
+
+    def _chat_request(self, messages: list[dict[str, Any]], sampling: SamplingParams) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -225,15 +334,12 @@ class OpenAIClient:
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
         }
-        if self.chat_logprobs:
-            body["logprobs"] = True
         if sampling.tools:
             body["tools"] = sampling.tools  # the server renders them and parses the calls (ModelOutput.tool_calls)
         _add_optional_sampling(body, sampling)
-        if self.extra_body:
-            body.update(self.extra_body)
-        data = await self._post("/chat/completions", body)
-        choice = _first_choice(data, self.base_url + "/chat/completions")
+        return body
+
+    def _chat_output(self, choice: dict[str, Any]) -> ModelOutput:
         message = choice.get("message") or {}
         content = message.get("content")
         content_logprobs = (choice.get("logprobs") or {}).get("content")
@@ -245,6 +351,16 @@ class OpenAIClient:
             logprobs=[entry["logprob"] for entry in content_logprobs] if content_logprobs else None,
             finish_reason=choice.get("finish_reason"),
         )
+
+    async def _generate_chat(self, messages: list[dict[str, Any]], sampling: SamplingParams) -> ModelOutput:
+        self._warn_no_token_ids()
+        body = self._chat_request(messages, sampling)
+        if self.chat_logprobs:
+            body["logprobs"] = True
+        if self.extra_body:
+            body.update(self.extra_body)
+        data = await self._post("/chat/completions", body)
+        return self._chat_output(_first_choice(data, self.base_url + "/chat/completions"))
 
     def _warn_no_token_ids(self) -> None:
         if self._warned_no_ids:
@@ -274,7 +390,9 @@ class OpenAIClient:
         return self._session
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        url = self.base_url + path
+        return await self._post_url(self.base_url + path, body)
+
+    async def _post_url(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
         payload = json.dumps(body).encode()  # serialized once, reused by every attempt
         session = self._session_for_this_loop()
         last: _RetryableFailure | None = None

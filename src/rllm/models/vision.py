@@ -155,6 +155,20 @@ class VisionProcessor:
         count = sum(1 for t in ids if t == self.image_token_id)
         return ProcessedImage(url=url, text=text, ids=ids, num_image_tokens=count, pixel_inputs=pixel)
 
+    def collapse(self, ids: Sequence[int], urls: Sequence[str]) -> list[int]:
+        """`ids` with each image's expansion put back to the one image token the chat template prints: the prompt
+        as a server's own processor takes it with the images (it expands them again, to the same ids)."""
+        out, cursor = [], 0
+        for index, url in enumerate(urls):
+            expansion = list(self.image(url).ids)
+            at = _find(ids, expansion, cursor)
+            if at < 0:
+                raise ImageError(f"the prompt ids do not hold the expansion of image {index} (of {len(urls)}) after "
+                                 f"position {cursor}: the ids and the images disagree")  # fmt: skip
+            out += [*ids[cursor:at], self.image_token_id]
+            cursor = at + len(expansion)
+        return out + list(ids[cursor:])
+
     def images(self, urls: Sequence[str]) -> list[ProcessedImage]:
         return [self.image(url) for url in urls]
 
@@ -169,6 +183,15 @@ class VisionProcessor:
                 key[position] = image_key(url)
             start += count
         return key
+
+
+def _find(ids: Sequence[int], run: list[int], start: int) -> int:
+    """The first index >= start where `run` occurs in `ids`, or -1."""
+    first, n = run[0], len(run)
+    for i in range(start, len(ids) - n + 1):
+        if ids[i] == first and list(ids[i : i + n]) == run:
+            return i
+    return -1
 
 
 def _with_placeholders(message: dict) -> dict:

@@ -16,6 +16,8 @@ vllm (the official `vllm` on a GPU machine). The server is started as `python -m
 - `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` with `enable_lora`, for `/v1/load_lora_adapter`;
 - `--logprobs-mode processed_logprobs`: the logprobs returned are those of the distribution actually sampled from
   (after temperature), which is what the PPO ratio's old logprobs must be. vLLM's default is the raw model's.
+- for a vision-language model folder, `--enable-scale-out`: it serves `/inference/v1/generate`, which takes token
+  ids with images, so multi-turn prompts with images stay token-in/token-out (`rllm.models.openai`).
 
 These dev endpoints have no authentication: the server listens on 127.0.0.1 unless told otherwise.
 Admin calls are synchronous (stdlib HTTP): they happen between rollout phases, never on a rollout's hot path.
@@ -144,6 +146,10 @@ class VLLMServer:
             args += ["--max-model-len", str(max_model_len)]
         if enable_lora:
             args += ["--enable-lora", "--max-lora-rank", str(max_lora_rank)]
+        from rllm.models.registry import is_vision_folder
+
+        if is_vision_folder(model) and "--enable-scale-out" not in (extra_args or []):
+            args.append("--enable-scale-out")
         args += list(extra_args or [])
         log = Path(log_path) if log_path else Path(os.environ.get("TMPDIR", "/tmp")) / f"rllm-vllm-{port}.log"
         log.parent.mkdir(parents=True, exist_ok=True)

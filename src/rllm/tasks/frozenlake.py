@@ -22,6 +22,11 @@ Env choices:
   bounded by `max_steps` whatever the model says.
 - Dataset rows from `make_frozenlake_tasks` carry the map itself (`desc`) besides its seed, so a row stays the same
   map even if a later gymnasium draws random maps differently.
+- `observation="image"` shows the board as a picture instead (`render_board`, for vision-language models): the
+  observation is `{"image": <PIL image>, "text": <the feedback line, or "">}`, and `FrozenLakeAgent(observation=
+  "image")` puts the picture and the line in one user message, with a system prompt that gives the colours. The
+  board is drawn with PIL (gymnasium's own pictures need pygame), one square per cell, so the picture holds exactly
+  what the text grid holds.
 
 The agent's system prompt states the grid legend and the answer format in three lines: small models pay for every
 prompt token once per sample and once per turn. Every observation becomes a user message and every reply an assistant
@@ -51,16 +56,19 @@ from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
 from rllm.agents.base import BaseAgent
 from rllm.envs.base import BaseEnv
+from rllm.images import image_part
 from rllm.tasks import Task
 from rllm.types import ModelOutput
 
 __all__ = [
     "ACTIONS",
+    "FROZENLAKE_IMAGE_SYSTEM_PROMPT",
     "FROZENLAKE_SYSTEM_PROMPT",
     "FrozenLakeAgent",
     "FrozenLakeEnv",
     "make_frozenlake_tasks",
     "parse_move",
+    "render_board",
     "shortest_path",
     "shortest_path_length",
 ]
@@ -70,6 +78,10 @@ ACTIONS: dict[str, int] = {"left": 0, "down": 1, "right": 2, "up": 3}
 _MOVES: dict[str, tuple[int, int]] = {"left": (0, -1), "down": (1, 0), "right": (0, 1), "up": (-1, 0)}
 _CELL_TEXT = {"S": "_", "F": "_", "H": "O", "G": "G"}
 _INVALID_HINT = "Invalid action. Reply with one move: up, down, left or right."
+OBSERVATIONS = ("text", "image")
+# Board colours (RGB): what the image system prompt names. Ice and holes differ in brightness as well as hue.
+_CELL_COLOURS = {"S": (205, 230, 255), "F": (205, 230, 255), "H": (25, 35, 90), "G": (40, 170, 60)}
+_PLAYER_COLOUR = (220, 40, 40)
 
 
 def _check_type(name: str, value: Any, kind: type | tuple[type, ...], what: str) -> None:
@@ -136,6 +148,24 @@ def render_grid(desc: list[str], position: tuple[int, int]) -> str:
     return "\n".join(lines)
 
 
+def render_board(desc: list[str], position: tuple[int, int], *, cell: int = 16) -> Any:
+    """The map as a PIL picture, `cell` pixels a cell: light blue ice, dark blue holes, a green goal, you a red disc
+    (on the goal when you reached it); thin grey lines between cells."""
+    from PIL import Image, ImageDraw
+
+    size = len(desc)
+    picture = Image.new("RGB", (size * cell, size * cell), (150, 150, 150))
+    draw = ImageDraw.Draw(picture)
+    for row, line in enumerate(desc):
+        for col, kind in enumerate(line):
+            left, top = col * cell, row * cell
+            draw.rectangle((left + 1, top + 1, left + cell - 1, top + cell - 1), fill=_CELL_COLOURS[kind])
+    margin = max(2, cell // 5)
+    top, left = position[0] * cell, position[1] * cell
+    draw.ellipse((left + margin, top + margin, left + cell - margin, top + cell - margin), fill=_PLAYER_COLOUR)
+    return picture
+
+
 def parse_env_action(action: Any) -> int | None:
     """gymnasium action id for a direction word (any case, surrounding spaces ignored) or an int 0..3; else None."""
     if isinstance(action, str):
@@ -151,7 +181,7 @@ class FrozenLakeEnv(BaseEnv):
     Reward 1.0 on reaching the goal, else 0. Done on the goal, a hole, or after `max_steps` steps (invalid actions
     count). `max_steps=None` means `4 * size`: room for a detour or two, while a lost model still ends quickly.
     A `desc` (gymnasium's map format, rows of S/F/H/G) replaces the generated map when given; `size` is then
-    read from it.
+    read from it. `observation="image"` shows the board as a picture (see the module docstring).
     """
 
     blocking = False  # pure Python state: the engine steps it inline, no thread hop
@@ -163,8 +193,12 @@ class FrozenLakeEnv(BaseEnv):
         seed: int = 0,
         max_steps: int | None = None,
         desc: list[str] | None = None,
+        observation: str = "text",
     ) -> None:
         _check_type("seed", seed, numbers.Integral, "an int")
+        if observation not in OBSERVATIONS:
+            raise ValueError(f"FrozenLakeEnv: observation must be one of {OBSERVATIONS}, got {observation!r}")
+        self.observation = observation
         _check_type("hole_prob", hole_prob, numbers.Real, "a number")
         _check_type("size", size, numbers.Integral, "an int")
         if not 0 <= hole_prob < 1:
@@ -192,17 +226,18 @@ class FrozenLakeEnv(BaseEnv):
 
     @classmethod
     def from_dict(cls, task: dict) -> FrozenLakeEnv:
-        """Build from a dataset row; keys other than size, hole_prob, seed, max_steps and desc are ignored."""
+        """Build from a dataset row; keys other than size, hole_prob, seed, max_steps, desc and observation are
+        ignored."""
         if not isinstance(task, dict):
             raise TypeError(f"FrozenLakeEnv.from_dict expects a dict, got {type(task).__name__}")
-        known = ("size", "hole_prob", "seed", "max_steps", "desc")
+        known = ("size", "hole_prob", "seed", "max_steps", "desc", "observation")
         return cls(**{key: task[key] for key in known if key in task})
 
     @property
     def position(self) -> tuple[int, int]:
         return divmod(self._state, self.size)
 
-    def reset(self) -> tuple[str, dict]:
+    def reset(self) -> tuple[str | dict, dict]:
         self._state, _ = self._gym.reset(seed=self.seed)
         self._steps = 0
         self._done = False
@@ -212,9 +247,9 @@ class FrozenLakeEnv(BaseEnv):
             "optimal_steps": shortest_path_length(self.desc),
             "position": list(self.position),
         }
-        return render_grid(self.desc, self.position), info
+        return self._observe(""), info
 
-    def step(self, action: Any) -> tuple[str, float, bool, dict]:
+    def step(self, action: Any) -> tuple[str | dict, float, bool, dict]:
         if self._done:
             raise RuntimeError("FrozenLakeEnv.step() called after the episode ended; call reset() first")
         self._steps += 1
@@ -239,7 +274,7 @@ class FrozenLakeEnv(BaseEnv):
         }
         return observation, (1.0 if success else 0.0), self._done, info
 
-    def _status(self, invalid: bool, moved: bool, success: bool, fell: bool, truncated: bool) -> str:
+    def _status(self, invalid: bool, moved: bool, success: bool, fell: bool, truncated: bool) -> str | dict:
         # One short line of feedback, only when something other than a plain move happened.
         if invalid:
             note = _INVALID_HINT
@@ -253,6 +288,11 @@ class FrozenLakeEnv(BaseEnv):
             note = ""
         if truncated:
             note = (note + " Out of moves.").strip()
+        return self._observe(note)
+
+    def _observe(self, note: str) -> str | dict:
+        if self.observation == "image":
+            return {"image": render_board(self.desc, self.position), "text": note}
         grid = render_grid(self.desc, self.position)
         return f"{note}\n{grid}" if note else grid
 
@@ -274,6 +314,11 @@ class FrozenLakeEnv(BaseEnv):
 FROZENLAKE_SYSTEM_PROMPT = (
     "You are P on a frozen lake grid. _ is ice, O is a hole (you lose), G is the goal.\n"
     "Reach G. Each turn, reply with one move: up, down, left or right.\n"
+    "Answer like: Action: right"
+)
+FROZENLAKE_IMAGE_SYSTEM_PROMPT = (
+    "You are the red disc on a frozen lake, shown as a picture of square cells. Light blue is ice, dark blue is a hole "
+    "(you lose), green is the goal.\nReach the goal. Each turn, reply with one move: up, down, left or right.\n"
     "Answer like: Action: right"
 )
 
@@ -304,12 +349,30 @@ def parse_move(text: str | None) -> str | None:
 
 
 class FrozenLakeAgent(BaseAgent):
-    """Multi-turn FrozenLake agent: observation in as a user message, one move out per reply."""
+    """Multi-turn FrozenLake agent: observation in as a user message, one move out per reply. `observation="image"`
+    for the env's pictures (its system prompt names the colours instead of the symbols)."""
 
     system_prompt = FROZENLAKE_SYSTEM_PROMPT
 
-    def format_observation(self, observation: Any) -> str:
-        return str(observation)
+    def __init__(self, observation: str = "text", **kwargs: Any) -> None:
+        if observation not in OBSERVATIONS:
+            raise ValueError(f"FrozenLakeAgent: observation must be one of {OBSERVATIONS}, got {observation!r}")
+        self.observation = observation
+        if observation == "image":
+            self.system_prompt = FROZENLAKE_IMAGE_SYSTEM_PROMPT
+        super().__init__(**kwargs)
+
+    def format_observation(self, observation: Any) -> str | list[dict[str, Any]]:
+        is_picture = isinstance(observation, dict) and "image" in observation
+        if is_picture != (self.observation == "image"):
+            sent, built = ("pictures", "text") if is_picture else ("text", "pictures")
+            raise TypeError(f"FrozenLakeAgent.format_observation: the env sends {sent} but the agent was built for "
+                            f"{built}: set the same `observation` in agent_args and env_args (text or "
+                            "image)")  # fmt: skip
+        if not is_picture:
+            return str(observation)
+        parts = [image_part(observation["image"])]
+        return parts + [{"type": "text", "text": observation["text"] or "Your move."}]
 
     def parse_action(self, output: ModelOutput) -> str | None:
         return parse_move(output.content if output.content is not None else output.text)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rllm.config import TrainConfig
+from rllm.config import ConfigError, TrainConfig
 from rllm.models.vllm_rollout import VLLMRolloutClient
 from rllm.models.vllm_server import VLLMServer
 from rllm.training.backends.serving import TorchWeightSource
@@ -22,6 +22,10 @@ __all__ = ["start_vllm_rollout"]
 
 def start_vllm_rollout(cfg: TrainConfig, backend: Any, run_dir: Path) -> VLLMRolloutClient:
     settings = cfg.rollout.vllm
+    if settings.sync == "lora" and backend.vision is not None and cfg.model.vision_tower == "trainable":
+        raise ConfigError("rollout.vllm.sync=lora hot-loads LoRA adapters only, and model.vision_tower=trainable "
+                          "trains the image tower whole: the server would sample with the untrained tower. Use "
+                          "rollout.vllm.sync=reload (or model.vision_tower=frozen)")  # fmt: skip
     source = TorchWeightSource(backend)
     workdir = run_dir / "vllm"
 
@@ -30,7 +34,7 @@ def start_vllm_rollout(cfg: TrainConfig, backend: Any, run_dir: Path) -> VLLMRol
 
     server, owns = VLLMServer.from_config(settings, served, log_path=workdir / "server.log",
                                           enable_lora=settings.sync == "lora")  # fmt: skip
-    client = VLLMRolloutClient(server, backend.tokenizer, sync=settings.sync, workdir=workdir,
+    client = VLLMRolloutClient(server, backend.tokenizer, sync=settings.sync, workdir=workdir, vision=backend.vision,
                                logprob_tolerance=settings.logprob_tolerance, owns_server=owns,
                                max_connections=max(cfg.rollout.n_parallel, 8))  # fmt: skip
     try:

@@ -136,7 +136,9 @@ class Conversation:
         remaining = self.max_response_length - (len(ids) - self._row_prompt_length)
         if remaining <= 0:
             raise TerminationEvent(_Reason.MAX_RESPONSE_LENGTH)
-        return (ImagePrompt(ids, self.renderer.images) if self.renderer.images else ids), remaining
+        if self.renderer.images:
+            return ImagePrompt(ids, self.renderer.images, messages=messages), remaining
+        return ids, remaining
 
     def record(self, prompt: Any, output: ModelOutput) -> None:
         """Count the reply's tokens (the next prompt extends it)."""

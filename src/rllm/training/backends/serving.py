@@ -45,7 +45,8 @@ class TorchWeightSource:
             base.config.save_pretrained(tmp)
             if getattr(base, "generation_config", None) is not None:
                 base.generation_config.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
+            vision = getattr(self.backend, "vision", None)  # a VLM's server needs its processor to take images
+            (vision.processor if vision is not None else tokenizer).save_pretrained(tmp)
         return Path(path)
 
     def save_adapter(self, path: str | os.PathLike) -> Path:
@@ -69,7 +70,7 @@ def _plain_state(model: Any, config: Any, *, merge_lora: bool) -> dict[str, torc
     storage)."""
     state = {}
     for name, tensor in model.state_dict().items():
-        if "lora_" in name:
+        if "lora_" in name or ".original_module." in name:  # peft's frozen copy of a module it trains whole
             continue
         state[plain_state_name(name)] = tensor
     if merge_lora:
