@@ -166,7 +166,7 @@ class OpenAIClient:
             self._vision = load_vision(str(self._vision_spec))
             if self._vision is None:
                 raise RllmError(f"OpenAIClient(vision={str(self._vision_spec)!r}): that model is not a "
-                                "vision-language model (its folder has no image processor)")  # fmt: skip
+                                "vision-language model (its config has no vision tower)")  # fmt: skip
         return self._vision
 
     async def generate(self, prompt: Prompt, sampling: SamplingParams | None = None) -> ModelOutput:
