@@ -416,3 +416,15 @@ def test_the_embedded_vlm_not_yet_built_names_the_command(tmp_path, monkeypatch)
     monkeypatch.setenv("RLLM_HOME", str(tmp_path))
     with pytest.raises(ModelNotAvailableError, match="run `rllm fetch smolvlm-smollm2-135m` \\(built from smollm2"):
         registry.resolve_model_path("smolvlm-smollm2-135m")
+
+
+def test_lora_sync_to_vllm_is_refused_when_the_tower_trains_whole(tmp_path):
+    """An adapter cannot carry a tower trained whole: the server would sample with the untrained one."""
+    from types import SimpleNamespace
+
+    from rllm.config import ConfigError, load_config
+    from rllm.training.rollout_server import start_vllm_rollout
+
+    config = load_config("configs/shapes_grpo.yaml", ["rollout.server=vllm", "rollout.vllm.sync=lora"])
+    with pytest.raises(ConfigError, match="rollout.vllm.sync=reload"):
+        start_vllm_rollout(config, SimpleNamespace(vision=object()), tmp_path)

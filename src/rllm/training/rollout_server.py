@@ -22,7 +22,8 @@ __all__ = ["start_vllm_rollout"]
 
 def start_vllm_rollout(cfg: TrainConfig, backend: Any, run_dir: Path) -> VLLMRolloutClient:
     settings = cfg.rollout.vllm
-    if settings.sync == "lora" and backend.vision is not None and cfg.model.vision_tower == "trainable":
+    vision = getattr(backend, "vision", None)  # a VLM's processor (torch backend), None for a text model
+    if settings.sync == "lora" and vision is not None and cfg.model.vision_tower == "trainable":
         raise ConfigError("rollout.vllm.sync=lora hot-loads LoRA adapters only, and model.vision_tower=trainable "
                           "trains the image tower whole: the server would sample with the untrained tower. Use "
                           "rollout.vllm.sync=reload (or model.vision_tower=frozen)")  # fmt: skip
@@ -34,7 +35,7 @@ def start_vllm_rollout(cfg: TrainConfig, backend: Any, run_dir: Path) -> VLLMRol
 
     server, owns = VLLMServer.from_config(settings, served, log_path=workdir / "server.log",
                                           enable_lora=settings.sync == "lora")  # fmt: skip
-    client = VLLMRolloutClient(server, backend.tokenizer, sync=settings.sync, workdir=workdir, vision=backend.vision,
+    client = VLLMRolloutClient(server, backend.tokenizer, sync=settings.sync, workdir=workdir, vision=vision,
                                logprob_tolerance=settings.logprob_tolerance, owns_server=owns,
                                max_connections=max(cfg.rollout.n_parallel, 8))  # fmt: skip
     try:

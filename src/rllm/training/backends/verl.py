@@ -96,6 +96,7 @@ class VerlBackend:
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model_path = registry.resolve_model_path(config.model.name)
         self.tokenizer = tokenizer if tokenizer is not None else registry.load_tokenizer(config.model.name)
+        self.vision = None  # text only: rows with images are refused (update, compute_logprobs)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.tokenizer.eos_token_id  # fmt: skip
         # The driver's copy: what rollouts sample from. Merged weights, so weight sources see no LoRA.
