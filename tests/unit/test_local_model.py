@@ -256,19 +256,25 @@ def test_bad_requests_fail_alone(make_model, prompts, monkeypatch):
     with pytest.raises(ValueError, match="vocabulary"):
         run(model.generate([5, model.vocab_size + 3]))
 
-    # A failure inside the worker (here: the prefill of one prompt) fails that request only.
+    # A failure inside the worker (here: the prefill of one prompt) fails that request only, also when it was
+    # batched with others (they are then prefilled one by one).
     scheduler = model._scheduler
-    original = scheduler._prefill
+    original = scheduler._prefill_chunk
+    chunk_sizes = []
 
-    def flaky_prefill(slot, request, *args):
-        if request.prompt_ids == prompts[0]:
+    def flaky_prefill(plans):
+        chunk_sizes.append(len(plans))
+        if any(plan.request.prompt_ids == prompts[0] for plan in plans):
             raise RuntimeError("boom")
-        return original(slot, request, *args)
+        return original(plans)
 
-    monkeypatch.setattr(scheduler, "_prefill", flaky_prefill)
+    monkeypatch.setattr(scheduler, "_prefill_chunk", flaky_prefill)
     outs = run(gather_each(model, [(p, GREEDY) for p in prompts], return_exceptions=True))
     assert isinstance(outs[0], InfraError) and "boom" in str(outs[0])
     assert all(len(o.completion_ids) == 12 or o.finish_reason == "stop" for o in outs[1:])
+    assert max(chunk_sizes) > 1  # the prompts were batched before the retry
+    alive = run(model.generate(prompts[1], GREEDY))  # the worker and its cache are fine afterwards
+    assert alive.completion_ids == outs[1].completion_ids
 
 
 def test_cancelled_request_frees_its_slot(make_model, prompts):

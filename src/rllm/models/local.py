@@ -88,6 +88,7 @@ class LocalModel:
         num_threads: int | None = None,
         prefix_cache_tokens: int = 65536,
         vision: Any = None,
+        cuda_graphs: bool | None = None,
     ) -> None:
         """`dtype` (e.g. "bfloat16") runs inference in that dtype: when it differs from the model's, LocalModel
         keeps its OWN converted copy and leaves the passed model (the trainer's fp32 weights) alone; logprobs then
@@ -99,7 +100,9 @@ class LocalModel:
         still share their common prefixes, see `rllm.models.local_scheduler`). The store is kept while the model
         is idle (turns are separated by environment steps), evicted LRU past the bound and cleared by
         `update_weights`. `vision` (a `rllm.models.vision.VisionProcessor`) makes a vision-language model take
-        prompts with images: chat messages with image parts, or an `ImagePrompt` of ids and images."""
+        prompts with images: chat messages with image parts, or an `ImagePrompt` of ids and images. `cuda_graphs`:
+        on a CUDA device, replay decode steps from CUDA graphs (`rllm.models.local_graphs`; default on, unless
+        `RLLM_CUDA_GRAPHS=0` is in the environment)."""
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
         if dtype is not None and _as_dtype(dtype) != model.dtype:
@@ -129,6 +132,7 @@ class LocalModel:
             decode=self._decode,
             prefix_cache_tokens=prefix_cache_tokens,
             image_token_id=vision.image_token_id if vision is not None else None,
+            cuda_graphs=cuda_graphs if cuda_graphs is not None else os.environ.get("RLLM_CUDA_GRAPHS") != "0",
         )
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._requests_submitted = 0
@@ -221,7 +225,7 @@ class LocalModel:
         if not sampling.greedy:
             # Derived seeds mix the model seed and the request counter so different runs/requests differ.
             seed = sampling.seed if sampling.seed is not None else (self.seed * 1_000_003 + counter) % (2**63)
-            uniforms = draw_uniforms(seed, max_new)
+            uniforms = draw_uniforms(seed, max_new, self.model.device)
         sampler = RowSampler(sampling.temperature, sampling.top_k, sampling.top_p, uniforms)
         return GenerationRequest(
             prompt_ids=prompt_ids,
@@ -320,15 +324,21 @@ class LocalModel:
         """Admit what fits, then one decode step. A failure fails the requests it touched, never the worker."""
         scheduler = self._scheduler
         scheduler.drop_cancelled()
-        while pending and scheduler.free_slots > 0:
+        admitted = []
+        while pending and len(admitted) < scheduler.free_slots:
             request = pending.popleft()
-            if request.cancelled:
-                continue
-            try:
-                scheduler.admit(request)
-            except Exception as exc:  # the request gets the error, the worker goes on
-                logger.exception("local model: prefill failed")
-                request.deliver(request, InfraError(f"local model prefill failed: {exc!r}"))
+            if not request.cancelled:
+                admitted.append(request)
+        try:
+            scheduler.admit(admitted)
+        except Exception as exc:  # a bug, not a bad prompt (those fail alone inside `admit`): start clean
+            logger.exception("local model: admission failed")
+            error = InfraError(f"local model prefill failed: {exc!r}")
+            running = {id(request) for request in scheduler.active}
+            scheduler.fail_all(error)
+            for request in admitted:
+                if id(request) not in running:
+                    request.deliver(request, error)
         try:
             scheduler.step()
         except Exception as exc:

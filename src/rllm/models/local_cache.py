@@ -32,6 +32,7 @@ import torch
 __all__ = ["PrefixStore", "SlotKVCache", "common_prefix_length"]
 
 _CAPACITY_CHUNK = 128
+_STATIC_CAPACITY_CHUNK = 256  # fewer reallocations, each of which invalidates the captured graphs
 
 
 class SlotKVCache:
@@ -47,7 +48,10 @@ class SlotKVCache:
         device: Any,
         max_slots: int,
         max_positions: int,
+        static: bool = False,
     ) -> None:
+        """`static`: allocate every slot at once, grow the positions in larger steps and keep the buffers while
+        idle, so a CUDA graph captured over them stays valid (`generation` counts reallocations)."""
         self.num_layers = num_layers
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
@@ -55,21 +59,25 @@ class SlotKVCache:
         self.device = device
         self.max_slots = max_slots
         self.max_positions = max_positions
+        self.static = static
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.lengths: list[int] = []  # tokens held, per active slot (slot i = row i)
+        self.generation = 0  # bumped at every (re)allocation of the buffers
         self._slots_allocated = 0
         self._capacity = 0
-        # Set by `begin_prefill`/`begin_decode` before each forward; read by `update`.
-        self._prefill_slot: int | None = None
-        self._prefill_offset = 0  # positions already in the slot (a reused prefix) before this prefill
-        self._decode_rows: torch.Tensor | None = None
-        self._decode_positions: torch.Tensor | None = None
-        self._decode_span = 0
+        # Set by `begin_forward` before each forward; read by `update`.
+        self._rows: slice | None = None  # the slots the forward's batch rows write to, in order
+        self._write_index: tuple[torch.Tensor, torch.Tensor] | None = None  # (slot [rows, 1], position [rows, width])
+        self._span = 0  # positions attended to (keys returned by `update`)
 
     @property
     def num_active(self) -> int:
         return len(self.lengths)
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
 
     # ------------------------------------------------------------ allocation
 
@@ -88,6 +96,7 @@ class SlotKVCache:
             new_values.append(value)
         self.keys, self.values = new_keys, new_values
         self._slots_allocated, self._capacity = slots, capacity
+        self.generation += 1
 
     def reserve(self, slots: int, positions: int) -> None:
         """Make room for `slots` active rows of up to `positions` tokens each (grows, never shrinks)."""
@@ -98,28 +107,32 @@ class SlotKVCache:
             )
         if slots <= self._slots_allocated and positions <= self._capacity:
             return
-        new_slots = max(self._slots_allocated, min(self.max_slots, max(slots, 2 * self._slots_allocated, 4)))
+        if self.static:
+            new_slots = self.max_slots
+        else:
+            new_slots = max(self._slots_allocated, min(self.max_slots, max(slots, 2 * self._slots_allocated, 4)))
         new_capacity = self._capacity
         if positions > self._capacity:
-            new_capacity = min(
-                self.max_positions, -(-(positions + _CAPACITY_CHUNK // 2) // _CAPACITY_CHUNK) * _CAPACITY_CHUNK
-            )
+            chunk = _STATIC_CAPACITY_CHUNK if self.static else _CAPACITY_CHUNK
+            new_capacity = min(self.max_positions, -(-(positions + chunk // 2) // chunk) * chunk)
         self._reallocate(new_slots, new_capacity)
 
     def release(self) -> None:
-        """Drop the buffers (only when no sequence is active)."""
+        """Drop the buffers (only when no sequence is active); a static cache keeps them."""
         assert not self.lengths, "release() with active sequences"
-        self.keys, self.values = [], []
-        self._slots_allocated = self._capacity = 0
+        if not self.static:
+            self.keys, self.values = [], []
+            self._slots_allocated = self._capacity = 0
 
     # ------------------------------------------------------------ slots
 
-    def add_slot(self, positions: int) -> int:
-        """A new empty row for up to `positions` tokens at the end of the active block; the caller fills it by a
-        prefill or `copy_prefix`."""
-        self.reserve(self.num_active + 1, max(positions, *self.lengths, 1))
-        self.lengths.append(0)
-        return self.num_active - 1
+    def add_slots(self, count: int, positions: int) -> int:
+        """`count` new empty rows for up to `positions` tokens each at the end of the active block; returns the
+        first. The caller fills them by a prefill, `copy_prefix` or `write_prefix`."""
+        first = self.num_active
+        self.reserve(first + count, max(positions, *self.lengths, 1))
+        self.lengths.extend([0] * count)
+        return first
 
     def copy_prefix(self, source: int, target: int, length: int) -> None:
         """Reuse `source`'s first `length` positions (a shared prompt) as `target`'s whole content."""
@@ -138,81 +151,59 @@ class SlotKVCache:
         )
 
     def write_prefix(self, slot: int, kv: torch.Tensor) -> None:
-        """Fill `slot` with a `read_prefix` copy; a prefill with `offset=kv.shape[3]` then appends the rest."""
+        """Fill `slot` with a `read_prefix` copy; a prefill starting at `kv.shape[3]` then appends the rest."""
         length = kv.shape[3]
         for layer in range(self.num_layers):
             self.keys[layer][slot, :, :length] = kv[layer, 0]
             self.values[layer][slot, :, :length] = kv[layer, 1]
         self.lengths[slot] = length
 
-    def remove_slot(self, slot: int) -> int | None:
-        """Free `slot` by moving the last row into it. Returns the index that moved (now `slot`), or None."""
-        last = self.num_active - 1
-        if slot != last:
-            span = self.lengths[last]
-            for layer in range(self.num_layers):
-                self.keys[layer][slot, :, :span] = self.keys[layer][last, :, :span]
-                self.values[layer][slot, :, :span] = self.values[layer][last, :, :span]
-            self.lengths[slot] = span
-        self.lengths.pop()
-        return last if slot != last else None
+    def move_slots(self, targets: list[int], sources: list[int]) -> None:
+        """Slot `sources[i]` becomes slot `targets[i]` (one gather per layer whatever the number of moves)."""
+        if not targets:
+            return
+        span = max(self.lengths[s] for s in sources)
+        target = torch.tensor(targets, device=self.device)
+        source = torch.tensor(sources, device=self.device)
+        for layer in range(self.num_layers):
+            self.keys[layer][target, :, :span] = self.keys[layer][source, :, :span]
+            self.values[layer][target, :, :span] = self.values[layer][source, :, :span]
+        for t, s in zip(targets, sources, strict=True):
+            self.lengths[t] = self.lengths[s]
+
+    def truncate(self, count: int) -> None:
+        """Keep the first `count` active slots (the rest finished and their rows moved away)."""
+        del self.lengths[count:]
 
     # ------------------------------------------------------------ forward passes
 
-    def begin_prefill(self, slot: int, offset: int = 0) -> None:
-        """The next forward is one prompt (batch 1) whose K/V go to `slot` after its first `offset` positions (a
-        reused prefix, which the prompt's tokens then attend to)."""
-        self._prefill_slot = slot
-        self._prefill_offset = offset
-        self._decode_rows = None
+    def begin_forward(self, rows: slice, slot_index: torch.Tensor, write_positions: torch.Tensor, span: int) -> None:
+        """The next forward's batch row i writes its tokens' K/V to slot `rows.start + i` at `write_positions[i]`
+        ([rows, tokens]) and attends to that slot's first `span` positions (`slot_index` is `[rows, 1]`)."""
+        self._rows = rows
+        self._write_index = (slot_index, write_positions)
+        self._span = span
 
-    def end_prefill(self, length: int) -> None:
-        """`length`: the slot's whole content, prefix included."""
-        self.lengths[self._prefill_slot] = length
-        self._prefill_slot = None
-        self._prefill_offset = 0
-
-    def begin_decode(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The next forward is one new token per active row. Returns (position_ids [n, 1], mask [n, 1, 1, span])."""
-        n = self.num_active
-        span = max(self.lengths) + 1
-        self.reserve(n, span)
-        positions = torch.tensor(self.lengths, dtype=torch.long, device=self.device)
-        self._decode_rows = torch.arange(n, device=self.device)
-        self._decode_positions = positions
-        self._decode_span = span
-        mask = torch.arange(span, device=self.device)[None, :] <= positions[:, None]
-        return positions[:, None], mask[:, None, None, :]
-
-    def end_decode(self) -> None:
-        self.lengths = [length + 1 for length in self.lengths]
-        self._decode_rows = self._decode_positions = None
+    def end_forward(self) -> None:
+        self._rows = self._write_index = None
 
     # ------------------------------------------------------------ what transformers calls
 
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any):
-        if self._prefill_slot is not None:
-            slot, start = self._prefill_slot, self._prefill_offset
-            end = start + key.shape[2]
-            self.keys[layer_idx][slot, :, start:end] = key[0]
-            self.values[layer_idx][slot, :, start:end] = value[0]
-            if start == 0:
-                return key, value  # a plain prefill attends to its own prompt only
-            return self.keys[layer_idx][slot : slot + 1, :, :end], self.values[layer_idx][slot : slot + 1, :, :end]
-        rows, positions, span = self._decode_rows, self._decode_positions, self._decode_span
-        n = rows.shape[0]
-        self.keys[layer_idx][rows, :, positions] = key[:, :, 0]
-        self.values[layer_idx][rows, :, positions] = value[:, :, 0]
-        return self.keys[layer_idx][:n, :, :span], self.values[layer_idx][:n, :, :span]
+        slots, positions = self._write_index
+        # [rows, heads, tokens, dim] -> [rows, tokens, heads, dim], the layout of `buffer[slots, :, positions]`
+        self.keys[layer_idx][slots, :, positions] = key.transpose(1, 2)
+        self.values[layer_idx][slots, :, positions] = value.transpose(1, 2)
+        return self.keys[layer_idx][self._rows, :, : self._span], self.values[layer_idx][self._rows, :, : self._span]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self._prefill_offset if self._prefill_slot is not None else max(self.lengths, default=0)
+        return max(self.lengths, default=0)
 
     def get_query_offset(self, layer_idx: int = 0) -> int:
-        return self._prefill_offset  # only asked during a prefill (decode passes a ready 4-D mask)
+        return 0  # never asked: every forward passes a ready 4-D mask
 
     def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
-        return self._prefill_offset + query_length, 0  # prefill: keys are the reused prefix + the prompt's own
+        return self._span, 0
 
 
 class PrefixStore:
