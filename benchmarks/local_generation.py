@@ -3,6 +3,9 @@
     .venv/bin/python benchmarks/local_generation.py                       # SmolLM2-135M, fp32, sampled + greedy
     .venv/bin/python benchmarks/local_generation.py --model qwen2.5-coder-0.5b-instruct --repeats 1
     .venv/bin/python benchmarks/local_generation.py --dtype bfloat16
+    python benchmarks/local_generation.py --device cuda --model <folder> --dtype bfloat16 --num-prompts 64 \
+        --new-tokens 256 --max-batch-size 64                              # one GPU (the issue's 64 x 256)
+    python benchmarks/local_generation.py --random-init --model <config+tokenizer folder> --device cuda ...
 
 Workload: `--num-prompts` chat-templated prompts of varied lengths (about 60-200 tokens), all submitted at once,
 `--new-tokens` new tokens each. The baseline is one `model.generate` call on the whole batch (left padding +
@@ -14,6 +17,13 @@ Fairness: by default both sides produce exactly `--new-tokens` tokens per prompt
 so both count the same tokens. With `--respect-eos` both stop at EOS and only the tokens actually produced are
 counted (the baseline's rows that finished early still cost compute, ours free their slot: that is the continuous
 batching gain on top of the per-token one).
+
+Also printed: the device (CPU model or GPU name, every figure is of that device), and the torch operators one decode
+step dispatches at 8, 64 and 128 running rows against those of one `generate` step on 8 rows (`rllm.testing.ops`;
+an eager count: on a GPU each operator is a kernel launch, so a count that grows with the rows would cap large
+batches; LocalModel's GPU steps are then replayed from CUDA graphs). On a GPU the timed regions end with a device
+synchronisation. `--random-init` builds random weights of the model's shape from its config and tokenizer (a GPU
+machine that cannot receive the real weights measures the same shapes and the same work).
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import platform
 import random
 import statistics
 import time
@@ -29,6 +40,7 @@ import torch
 
 from rllm.models.base import SamplingParams
 from rllm.models.local import LocalModel
+from rllm.testing.ops import decode_step_ops, generate_step_ops
 
 _TOPICS = [
     "the water cycle",
@@ -76,8 +88,8 @@ def build_prompts(tokenizer, count: int, *, seed: int = 0, min_tokens: int = 60,
 def run_baseline(model, tokenizer, prompts, *, new_tokens: int, greedy: bool, respect_eos: bool) -> tuple[int, float]:
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     width = max(len(p) for p in prompts)
-    input_ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])
-    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    input_ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=model.device)
+    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=model.device)
     kwargs = {"max_new_tokens": new_tokens, "pad_token_id": pad_id}
     if not respect_eos:
         kwargs["min_new_tokens"] = new_tokens
@@ -85,9 +97,11 @@ def run_baseline(model, tokenizer, prompts, *, new_tokens: int, greedy: bool, re
         kwargs.update(do_sample=False)
     else:
         kwargs.update(do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
+    _synchronize(model.device)
     started = time.perf_counter()
     with torch.inference_mode():
         out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+    _synchronize(model.device)
     elapsed = time.perf_counter() - started
     new = out[:, width:]
     if not respect_eos:
@@ -106,8 +120,10 @@ def run_local(local: LocalModel, prompts, *, new_tokens: int, greedy: bool, seed
     async def go():
         return await asyncio.gather(*[local.generate(p, sampling) for p in prompts])
 
+    _synchronize(local.model.device)
     started = time.perf_counter()
     outputs = asyncio.run(go())
+    _synchronize(local.model.device)
     elapsed = time.perf_counter() - started
     return sum(o.completion_length for o in outputs), elapsed, outputs
 
@@ -117,8 +133,8 @@ def logprob_drift(reference_model, outputs, temperature: float, count: int = 4) 
     diffs = []
     with torch.inference_mode():
         for out in outputs[:count]:
-            ids = torch.tensor([out.prompt_ids + out.completion_ids])
-            logits = reference_model(input_ids=ids).logits[0, len(out.prompt_ids) - 1 : -1].float()
+            ids = torch.tensor([out.prompt_ids + out.completion_ids], device=reference_model.device)
+            logits = reference_model(input_ids=ids).logits[0, len(out.prompt_ids) - 1 : -1].float().cpu()
             ref = torch.log_softmax(logits / (temperature or 1.0), -1).gather(
                 1, torch.tensor(out.completion_ids)[:, None]
             )
@@ -160,6 +176,61 @@ def work_gflop(model, stats_before: dict, stats_after: dict) -> float:
     return (2 * body * tokens + 2 * embedding * delta["generated_tokens"]) / 1e9
 
 
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def device_name(device: torch.device) -> str:
+    """What ran the figures: the GPU's name, or the CPU's model and the threads torch used."""
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)} (torch {torch.__version__}, CUDA {torch.version.cuda})"
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            model = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model}, {torch.get_num_threads()} torch threads (torch {torch.__version__})"
+
+
+def ops_line(model, tokenizer, prompts, rows=(8, 64, 128)) -> str:
+    """Operators one eager decode step dispatches at each row count (the same for all, by design) and per step of
+    transformers `generate` on 8 rows."""
+    counts = []
+    for count in rows:
+        batch = (prompts * (1 + count // len(prompts)))[:count]
+        local = LocalModel(model, tokenizer, max_batch_size=count, eos_token_ids=(), prefix_cache_tokens=0,
+                           cuda_graphs=False)  # fmt: skip
+        steps = decode_step_ops(local, batch, new_tokens=4)
+        local.close()
+        counts.append(f"rows {count} {max(steps) if steps else 'n/a'}")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    generate = generate_step_ops(model, pad_id, prompts[:8])
+    return f"ops per decode step: {', '.join(counts)}; generate {generate:.0f}"
+
+
+def build_random_init(source: str, dtype: str) -> str:
+    """A folder with random weights of `source`'s shape (its config) and its tokenizer files, in a temp dir."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from rllm.models.registry import resolve_model_path
+
+    folder = Path(resolve_model_path(source))
+    target = Path(tempfile.mkdtemp(prefix="rllm-random-init-"))
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=getattr(torch, dtype))
+    model.save_pretrained(target)
+    for path in folder.iterdir():
+        if path.is_file() and path.suffix != ".safetensors" and path.name not in ("config.json", "manifest.json"):
+            shutil.copy(path, target)
+    return str(target)
+
+
 def _eos_ids(model, tokenizer) -> list[int]:
     ids = {tokenizer.eos_token_id}
     extra = getattr(model.generation_config, "eos_token_id", None)
@@ -186,18 +257,24 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--respect-eos", action="store_true", help="stop at EOS and count produced tokens only")
     parser.add_argument("--skip-baseline", action="store_true")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--random-init", action="store_true", help="random weights of --model's shape (see above)")
+    parser.add_argument("--no-ops", action="store_true", help="skip the operator count")
     args = parser.parse_args(argv)
 
     from rllm.models.registry import load_causal_lm, load_tokenizer
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    tokenizer = load_tokenizer(args.model)
-    model = load_causal_lm(args.model, dtype=args.dtype)
+    name = build_random_init(args.model, args.dtype) if args.random_init else args.model
+    tokenizer = load_tokenizer(name)
+    model = load_causal_lm(name, dtype=args.dtype, device=args.device)
     prompts = build_prompts(tokenizer, args.num_prompts)
     lengths = [len(p) for p in prompts]
+    print(f"device: {device_name(model.device)}")
     print(
-        f"model={args.model} dtype={args.dtype} threads={torch.get_num_threads()} torch={torch.__version__} "
+        f"model={args.model}{' (random init)' if args.random_init else ''} dtype={args.dtype} "
+        f"threads={torch.get_num_threads()} torch={torch.__version__} "
         f"prompts={len(prompts)} (tokens min {min(lengths)} mean {statistics.mean(lengths):.0f} max {max(lengths)}) "
         f"new_tokens={args.new_tokens} respect_eos={args.respect_eos}"
     )
@@ -245,13 +322,19 @@ def main(argv=None) -> None:
             f" logprob |diff| vs fp32 forward: max {drift[0]:.1e} mean {drift[1]:.1e})"
         )
     print(f"LocalModel stats: {local.stats}")
-    peak = matmul_peak_gflops(local.model)
     achieved = statistics.median(rates)
-    print(
-        f"roofline: LocalModel ran {achieved:.1f} GFLOP/s of matmul work (median run) = {achieved / peak:.0%} of this "
-        f"machine's measured {local.model.dtype} matmul peak {peak:.1f} GFLOP/s"
-    )
+    if model.device.type == "cpu":
+        peak = matmul_peak_gflops(local.model)
+        print(
+            f"roofline: LocalModel ran {achieved:.1f} GFLOP/s of matmul work (median run) = {achieved / peak:.0%} of "
+            f"this machine's measured {local.model.dtype} matmul peak {peak:.1f} GFLOP/s"
+        )
+    else:
+        print(f"LocalModel ran {achieved:.1f} GFLOP/s of matmul work (median run); peak GPU memory "
+              f"{torch.cuda.max_memory_allocated(model.device) / 2**30:.1f} GiB")  # fmt: skip
     local.close()
+    if not args.no_ops:
+        print(ops_line(local.model, tokenizer, build_prompts(tokenizer, 16)))
 
 
 if __name__ == "__main__":

@@ -58,10 +58,11 @@ class _NoHostSync(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
 @pytest.mark.parametrize("mode", list(SamplingMode))
-def test_the_decode_step_never_waits_on_the_device(tokenizer, mode):
+def test_the_decode_step_never_waits_on_the_device(tokenizer, mode, architecture):
     """The whole step on the meta device (shapes, no data): a `.item()`, a `.tolist()` or a host tensor would fail."""
-    model = build_tiny_model(tokenizer, num_layers=2).to("meta")
+    model = build_tiny_model(tokenizer, num_layers=2, architecture=architecture).to("meta")
     local = LocalModel(model, tokenizer, max_batch_size=8)
     scheduler = local._scheduler
     scheduler.cache.reserve(8, 256)

@@ -481,8 +481,10 @@ def build_tiny_model(
     num_kv_heads: int = 2,
     intermediate_size: int = 128,
     max_position_embeddings: int = 2048,
+    architecture: str = "llama",
 ) -> Any:
-    """A random-init fp32 `LlamaForCausalLM` speaking `tokenizer`'s vocabulary, for tests of the whole project.
+    """A random-init fp32 `LlamaForCausalLM` (or `Qwen2ForCausalLM`: `architecture="qwen2"`, biased q/k/v as in
+    Qwen2.5) speaking `tokenizer`'s vocabulary, for tests of the whole project.
 
     Same seed, same weights, and the global torch RNG is left untouched (the seed is applied inside a forked RNG).
     The vocab is `len(tokenizer)` (added tokens included) rounded up to a multiple of 64; embeddings are tied to
@@ -490,11 +492,14 @@ def build_tiny_model(
     `generate` stops where the real model would.
     """
     import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+    config_class, model_class = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[
+        architecture
+    ]
     eos_id = tokenizer.eos_token_id
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
-    config = LlamaConfig(
+    config = config_class(
         vocab_size=-(-len(tokenizer) // 64) * 64,
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
@@ -509,7 +514,7 @@ def build_tiny_model(
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
+        model = model_class(config)
     model.generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=eos_id, pad_token_id=pad_id
     )

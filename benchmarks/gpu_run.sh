@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Every GPU figure of the project in one prepared run, for a GPU that is lent for a few minutes and has no internet.
+#
+#   bash benchmarks/gpu_run.sh pack      # here, once: what the GPU machine lacks goes into .gpu/ (git-ignored)
+#   bash benchmarks/gpu_run.sh           # there, from the repository root; logs to $OUT (or .gpu/out)
+#
+# `pack` copies the embedded models' config, tokenizer and manifest files (no weights: 11 MB in all) into
+# .gpu/home (an RLLM_HOME the tests and benchmarks read on the GPU) and downloads the pure-Python wheels the GPU
+# image lacks into .gpu/whl. With the device tool: carry [".gpu"], timeout ~560 s. The run then, each step under
+# its own timeout so one hang cannot eat the lease:
+#   1. tests/gpu: CUDA graphs replay what eager steps compute, only ids and log-probs reach the host, the on-device
+#      sampler's distribution (~1 min);
+#   2. benchmarks/local_generation.py --device cuda: LocalModel vs transformers `generate` on random weights of
+#      Qwen2.5-0.5B's shape, 64 prompts x 256 tokens, bf16 then fp32 (~3 min);
+#   3. benchmarks/gpu_step.py: a GPU-sized GRPO step (rollout vs update) for fp32 and bf16 rollouts (~4 min).
+set -u
+cd "$(dirname "$0")/.."
+GPU=.gpu
+
+if [ "${1:-run}" = pack ]; then
+  PY=${PYTHON:-.venv/bin/python}
+  HOME_MODELS=$($PY -c "from rllm.models.registry import rllm_home; print(rllm_home() / 'models')")
+  for name in smollm2-135m-instruct qwen2.5-coder-0.5b-instruct; do
+    mkdir -p "$GPU/home/models/$name"
+    find "$HOME_MODELS/$name" -maxdepth 1 -type f ! -name '*.safetensors' -exec cp {} "$GPU/home/models/$name/" \;
+  done
+  rm -rf "$GPU/whl" && mkdir -p "$GPU/whl"
+  $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d "$GPU/whl" pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
+    typing-extensions==4.16.0 gymnasium==1.4.0 farama-notifications==0.0.4
+  grep -qx "/$GPU/" .git/info/exclude 2>/dev/null || echo "/$GPU/" >> .git/info/exclude
+  du -sh "$GPU"
+  exit 0
+fi
+
+OUTDIR=${OUT:-$GPU/out}
+mkdir -p "$OUTDIR"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$GPU"/whl/*.whl
+export PYTHONPATH="$PWD/src:$PWD:/tmp/site" RLLM_HOME="$PWD/$GPU/home" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+step() {  # step NAME SECONDS COMMAND...: run it under a timeout, keep its log, say how it ended
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name (limit ${limit}s): $*"
+  local started=$SECONDS
+  timeout "$limit" "$@" > "$OUTDIR/$name.log" 2>&1
+  local rc=$?
+  grep -v -E "it/s\]|Loading weights" "$OUTDIR/$name.log" | tail -n 40
+  echo "=== $name: exit $rc after $((SECONDS - started)) s"
+}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+step gpu-tests 120 python3 -m pytest -q -p no:cacheprovider tests/gpu
+GEN=(benchmarks/local_generation.py --device cuda --random-init --model qwen2.5-coder-0.5b-instruct
+     --num-prompts 64 --new-tokens 256 --max-batch-size 64 --modes sampled --repeats 2)
+step generation-bf16 150 python3 "${GEN[@]}" --dtype bfloat16
+step generation-fp32 120 python3 "${GEN[@]}" --dtype float32 --no-ops
+if [ -f benchmarks/gpu_step.py ]; then
+  step gpu-step 240 python3 benchmarks/gpu_step.py --budget-s 220 --out "$OUTDIR/gpu_step.json"
+fi
