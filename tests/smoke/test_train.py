@@ -36,8 +36,10 @@ def test_rllm_train_cli_runs_two_steps(tmp_path, tiny_model_dir):
     assert train_steps == [1, 2]
     step = next(m for m in metrics if m["step"] == 2 and "reward_mean" in m)
     for key in ("clip_fraction", "approx_kl", "grad_norm", "token_mismatch", "time_rollout_s", "time_update_s",
-                "tokens_per_s", "response_length_mean", "success_rate"):  # fmt: skip
+                "time_push_s", "tokens_per_s", "response_length_mean", "success_rate"):  # fmt: skip
         assert key in step, key
+    assert 0 <= step["time_push_s"] <= step["time_update_s"]  # the push is part of the update's time
+    assert "gpu_peak_memory_gib" not in step  # a CPU run has no GPU memory to report
     assert (tmp_path / "cli" / "config.yaml").exists() and latest_checkpoint(tmp_path / "cli") is not None
     assert len(read_episodes(tmp_path / "cli", split="train")) == 2 * 2 * 2  # steps x tasks x rollout.n
     assert len(read_episodes(tmp_path / "cli", split="val")) == 2 * 2  # before and after, 2 validation tasks

@@ -261,7 +261,9 @@ class AgentTrainer:
             update.update(await _call(offload, self._update, rows))
         if pipeline is not None:
             await pipeline.wait_for_older_rollouts(step)
+        pushed = time.perf_counter()
         version = self.backend.push_weights(self.rollout_model)
+        time_push = time.perf_counter() - pushed
         update.update(getattr(self.rollout_model, "sync_metrics", {}))
         time_update = time.perf_counter() - started
 
@@ -272,6 +274,8 @@ class AgentTrainer:
             **{f"batch/{k}": v for k, v in {**batch.stats, **row_stats}.items()},
             **update,
             "time_update_s": time_update,
+            "time_push_s": time_push,
+            **(_gpu_peak_memory(cfg.model.device) if cfg.trainer.backend == "torch" else {}),
             "weight_version": version,
             "rollout_weight_version": rollouts.weight_version,
         }
@@ -684,6 +688,21 @@ def _warn_if_no_signal(step: int, episodes: list, stats: dict[str, Any]) -> None
         RuntimeWarning,
         stacklevel=2,
     )
+
+
+def _gpu_peak_memory(device: str) -> dict[str, float]:
+    """`gpu_peak_memory_gib`: the most GPU memory this process's torch allocator held since the last step's reading
+    (the step's rollout, update and push; the first step's includes loading the model), then the peak is reset;
+    nothing on a CPU. Reserved-but-free cache and other processes' memory (a vLLM server) are not counted."""
+    if not str(device).startswith("cuda"):
+        return {}
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    peak = torch.cuda.max_memory_allocated(device) / 2**30
+    torch.cuda.reset_peak_memory_stats(device)
+    return {"gpu_peak_memory_gib": peak}
 
 
 def is_time_metric(key: str) -> bool:
