@@ -3,9 +3,14 @@ line of each) with the machine and date, then each benchmark's own output in ful
 
     .venv/bin/python benchmarks/write_results.py              # all (about 45 minutes on 2 cores)
     .venv/bin/python benchmarks/write_results.py --only generation-fp32 engine
+    .venv/bin/python benchmarks/write_results.py --merge gpu/RESULTS.json   # add figures taken on another machine
 
 `make bench` runs it (after installing the `bench` extra for TRL). A benchmark that fails is recorded as failed
-with its last output lines; the others still run.
+with its last output lines; the others still run. The benchmarks in `NEEDS_GPU` are skipped, with a note, where
+torch sees no GPU; their last figures (from a GPU) are kept. Each figure names its device: the summary table has a
+device column (the GPU's name from the benchmark's `device:` line, else the CPU model), each section the machine.
+On a GPU machine, `--only gpu-step gpu-sizes --out DIR/RESULTS.md` writes those two alone (DIR/RESULTS.json), and
+`--merge DIR/RESULTS.json` here puts them beside the others.
 """
 
 from __future__ import annotations
@@ -43,12 +48,15 @@ RUNS = [
      ["benchmarks/engine_concurrency.py"], r"^\s+\d+ |^framework"),
     ("vlm", "The embedded VLM vs its text model (SmolLM2-135M): rollout and update time, exactness",
      ["benchmarks/vlm_step.py"], r"^ratio|^exactness"),
+    ("gpu-step", "GPU-sized GRPO step of `rllm train` (Qwen2.5-0.5B shape, 16 tasks x 8 samples x 256 tokens), "
+     "fp32 and bf16 rollouts", ["benchmarks/gpu_step.py", "--budget-s", "270"], r"^summary "),
+    ("gpu-sizes", "The largest Qwen2.5 shape that trains with LoRA on one 80 GB GPU (one small step each)",
+     ["benchmarks/gpu_step.py", "--sizes", "--budget-s", "170"], r"^size |^largest"),
 ]  # fmt: skip
+NEEDS_GPU = {"gpu-step", "gpu-sizes"}
 
 
-def machine() -> str:
-    import torch
-
+def cpu_model() -> str:
     cpu = platform.processor() or platform.machine()
     try:
         for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines():
@@ -56,8 +64,29 @@ def machine() -> str:
                 cpu = line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return (f"{cpu}, {torch.get_num_threads()} torch threads, Python {platform.python_version()}, "
+    return cpu
+
+
+def machine() -> str:
+    import torch
+
+    return (f"{cpu_model()}, {torch.get_num_threads()} torch threads, Python {platform.python_version()}, "
             f"torch {torch.__version__}, {platform.system()} {platform.release()}")  # fmt: skip
+
+
+def has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def device_of(key: str, output: str) -> str:
+    """The GPU a benchmark names on its `device:` line (name up to the first parenthesis), else this CPU."""
+    if key in NEEDS_GPU:
+        for line in output.splitlines():
+            if line.startswith("device:"):
+                return line.removeprefix("device:").split("(")[0].split(";")[0].strip()
+    return cpu_model()
 
 
 def run(args: list[str]) -> tuple[int, str, float]:
@@ -76,19 +105,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=[key for key, *_ in RUNS],
                         help="run these only; the other sections keep their last results")  # fmt: skip
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--merge", type=Path, help="add the results of another RESULTS.json and rewrite; run nothing")
     args = parser.parse_args(argv)
     store = args.out.with_suffix(".json")  # every run's raw result, so --only can refresh a few sections
     results = json.loads(store.read_text()) if store.exists() else {}
     failed = 0
-    for key, _, command, _ in RUNS:
+    for key, _, command, _ in [] if args.merge else RUNS:
         if args.only and key not in args.only:
+            continue
+        if key in NEEDS_GPU and not has_gpu():
+            print(f"== {key}: skipped, needs a GPU (torch sees none); its last figures are kept", flush=True)
             continue
         print(f"== {key}: {' '.join(command)}", flush=True)
         code, output, seconds = run(command)
         print(output, flush=True)
         failed += code != 0
-        results[key] = {"code": code, "output": output.strip(), "seconds": seconds,
+        results[key] = {"code": code, "output": output.strip(), "seconds": seconds, "device": device_of(key, output),
                         "date": datetime.date.today().isoformat(), "machine": machine()}  # fmt: skip
+    if args.merge:
+        results.update(json.loads(args.merge.read_text()))
     store.write_text(json.dumps(results, indent=1))
     args.out.write_text(render(results))
     print(f"wrote {args.out}")
@@ -99,21 +134,25 @@ def render(results: dict) -> str:
     summary, sections = [], []
     for key, title, command, headline in RUNS:
         if key not in results:
+            if key in NEEDS_GPU:
+                summary.append(f"| {title} | | not run yet: needs a GPU (`python {' '.join(command)}` on one) |")
             continue
         r = results[key]
         lines = (
             [line.strip() for line in r["output"].splitlines() if re.search(headline, line)] if not r["code"] else []
         )
         cell = "<br>".join(line.replace("|", "\\|") for line in lines) if lines else f"FAILED (exit {r['code']})"
-        summary.append(f"| {title} | {cell} |")
+        device = r.get("device") or r["machine"].split(",")[0]  # results written before the device was stored
+        summary.append(f"| {title} | {device} | {cell} |")
+        host = f"{device}, host: " if device != r["machine"].split(",")[0] else ""
         sections.append(f"## {title}\n\n`python {' '.join(command)}`: {r['seconds'] / 60:.1f} min on {r['date']}, "
-                        f"{r['machine']}\n\n```\n{r['output']}\n```\n")  # fmt: skip
+                        f"{host}{r['machine']}\n\n```\n{r['output']}\n```\n")  # fmt: skip
     return "\n".join([
         "# Benchmark results", "",
         "Written by `benchmarks/write_results.py` (`make bench`; raw results in `RESULTS.json`). Ratios are what to "
         "read: absolute numbers move with the load of a shared machine. Each benchmark's docstring says what it "
         "measures and how the two sides are aligned.", "",
-        "| benchmark | headline |", "|---|---|", *summary, "", *sections,
+        "| benchmark | device | headline |", "|---|---|---|", *summary, "", *sections,
     ])  # fmt: skip
 
 
