@@ -7,17 +7,17 @@
 
 The step (default mode): random-init weights of a Qwen2.5 shape, built from a shipped config and tokenizer
 (`--model-config`, default the embedded qwen2.5-coder-0.5b-instruct's folder; its weights are not used, so only its
-config and tokenizer files need to be on the machine) and saved to a temp folder, then
-`rllm train configs/arithmetic_grpo.yaml model.device=cuda rollout.max_tokens=256 rollout.n=8
-trainer.tasks_per_step=16 rollout.n_parallel=128 optim.micro_batch_size=32` for `--steps` steps (the first is a
-warm-up), run twice through the CLI in a subprocess: with fp32 rollouts (the default: the LocalModel shares the
-training weights, the push is a version bump) and with `rollout.dtype=bfloat16` (a bf16 copy that the push
-overwrites every step). Per step after the first it prints rollout, update and push seconds (`time_rollout_s`,
-`time_update_s` of which `time_push_s`), tokens/s (sampled tokens per rollout second, and per step second), the
-rollout/update ratio (issue 38's target: <= 1.5), the step's peak GPU memory (`gpu_peak_memory_gib`, the torch
-allocator's peak, reset every step; step 1's includes loading) and the sampler-vs-trainer log-prob mismatch
-(`mismatch/*`), all read from the run's metrics.jsonl; then a `summary` line per rollout dtype (means over the steps
-after the first). A random model never stops early, so every sample runs to `max_tokens`: the worst case.
+config and tokenizer files need to be on the machine) and saved to a temp folder, then `rllm train
+configs/arithmetic_grpo.yaml model.device=cuda rollout.max_tokens=256 rollout.n=8 trainer.tasks_per_step=16
+rollout.n_parallel=128 optim.micro_batch_size=32` for `--steps` steps (the first is a warm-up), run twice through
+the CLI in a subprocess: with fp32 rollouts (the default: the LocalModel shares the training weights, the push is a
+version bump) and with `rollout.dtype=bfloat16` (a bf16 copy that the push overwrites every step). Per step (the
+first is the warm-up) it prints rollout, update and push seconds (`time_rollout_s`, `time_update_s` of which
+`time_push_s`), tokens/s (sampled tokens per rollout second, and per step second), the rollout/update ratio (issue
+38's target: <= 1.5), the step's peak GPU memory (`gpu_peak_memory_gib`, the torch allocator's peak, reset every
+step; step 1's includes loading) and the sampler-vs-trainer log-prob mismatch (`mismatch/*`), all read from the
+run's metrics.jsonl; then a `summary` line per rollout dtype (means over the steps after the first). A random model
+never stops early, so every sample runs to `max_tokens`: the worst case.
 
 `--sizes`: Qwen2.5 shapes in increasing size, one small GRPO step each with LoRA (the config's r=16, fp32 master
 weights as the torch backend always keeps them), each in its own subprocess, so running out of memory ends only that
@@ -33,7 +33,7 @@ step mode the fp32 run may use 60% of what is left after the build, the bf16 run
 On a GPU machine with no rllm install (torch, transformers and peft there; pydantic and its needs, gymnasium carried
 as wheels): `RLLM_HOME=DIR` where DIR/models/qwen2.5-coder-0.5b-instruct/ holds the embedded model's config.json,
 generation_config.json, tokenizer.json, tokenizer_config.json and chat_template.jinja (no weights), then
-`python3 benchmarks/write_results.py --only gpu-step gpu-sizes --out $OUT/RESULTS.md` (both, within ~7.5 minutes),
+`python3 benchmarks/write_results.py --only gpu-step gpu-sizes --out $OUT/RESULTS.md` (both, within ~7 minutes),
 and `write_results.py --merge RESULTS.json` back here.
 
 On a CPU `--small` swaps in a tiny shape (2 layers, hidden 128, the real vocabulary and tokenizer), 3 steps of 4
@@ -436,7 +436,7 @@ def worker(args: argparse.Namespace) -> int:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     (out / "params.json").write_text(json.dumps({"params": sum(p.numel() for p in model.parameters())}))
     overrides = [f"model.name={args.model_config}", f"model.device={args.device}", f"trainer.run_dir={out}",
-                 "trainer.name=run", "trainer.save_every=0", *COMMON, *SIZES_STEP, *args.set]  # fmt: skip
+                 "trainer.name=run", *COMMON, *SIZES_STEP, *args.set]  # fmt: skip
     trainer = AgentTrainer(config=load_config(CONFIG, overrides), model=model,
                            tokenizer=load_tokenizer(args.model_config), progress=False)  # fmt: skip
     trainer.train()

@@ -49,9 +49,9 @@ RUNS = [
     ("vlm", "The embedded VLM vs its text model (SmolLM2-135M): rollout and update time, exactness",
      ["benchmarks/vlm_step.py"], r"^ratio|^exactness"),
     ("gpu-step", "GPU-sized GRPO step of `rllm train` (Qwen2.5-0.5B shape, 16 tasks x 8 samples x 256 tokens), "
-     "fp32 and bf16 rollouts", ["benchmarks/gpu_step.py", "--budget-s", "270"], r"^summary "),
+     "fp32 and bf16 rollouts", ["benchmarks/gpu_step.py", "--budget-s", "250"], r"^summary "),
     ("gpu-sizes", "The largest Qwen2.5 shape that trains with LoRA on one 80 GB GPU (one small step each)",
-     ["benchmarks/gpu_step.py", "--sizes", "--budget-s", "170"], r"^size |^largest"),
+     ["benchmarks/gpu_step.py", "--sizes", "--budget-s", "160"], r"^size |^largest"),
 ]  # fmt: skip
 NEEDS_GPU = {"gpu-step", "gpu-sizes"}
 
