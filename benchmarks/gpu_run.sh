@@ -3,16 +3,20 @@
 #
 #   bash benchmarks/gpu_run.sh pack      # here, once: what the GPU machine lacks goes into .gpu/ (git-ignored)
 #   bash benchmarks/gpu_run.sh           # there, from the repository root; logs to $OUT (or .gpu/out)
+#   bash benchmarks/gpu_run.sh sizes     # there, a second call if the lease has time left (~3 min)
 #
-# `pack` copies the embedded models' config, tokenizer and manifest files (no weights: 11 MB in all) into
+# `pack` copies the embedded models' config, tokenizer and manifest files (no weights: 18 MB with the wheels) into
 # .gpu/home (an RLLM_HOME the tests and benchmarks read on the GPU) and downloads the pure-Python wheels the GPU
-# image lacks into .gpu/whl. With the device tool: carry [".gpu"], timeout ~560 s. The run then, each step under
-# its own timeout so one hang cannot eat the lease:
+# image lacks into .gpu/whl. With the device tool: carry [".gpu"], timeout_s 590 for the run (each step has its
+# own limit, so one hang cannot eat the lease; together ~9.7 minutes at most):
 #   1. tests/gpu: CUDA graphs replay what eager steps compute, only ids and log-probs reach the host, the on-device
-#      sampler's distribution (~1 min);
+#      sampler's distribution (limit 90 s);
 #   2. benchmarks/local_generation.py --device cuda: LocalModel vs transformers `generate` on random weights of
-#      Qwen2.5-0.5B's shape, 64 prompts x 256 tokens, bf16 then fp32 (~3 min);
-#   3. benchmarks/gpu_step.py: a GPU-sized GRPO step (rollout vs update) for fp32 and bf16 rollouts (~4 min).
+#      Qwen2.5-0.5B's shape, 64 prompts x 256 tokens, bf16 with the operator counts, then fp32 (230 s);
+#   3. benchmarks/gpu_step.py: a GPU-sized GRPO step (rollout vs update), fp32 and bf16 rollouts (260 s).
+# `sizes`: gpu_step.py --sizes, the largest Qwen2.5 shape that trains with LoRA in 80 GB (limit 170 s).
+# 2 and 3 run through write_results.py; back here `python benchmarks/write_results.py --merge <files_at>/RESULTS.json`
+# puts their figures, with the GPU's name, into benchmarks/RESULTS.md.
 set -u
 cd "$(dirname "$0")/.."
 GPU=.gpu
@@ -50,11 +54,11 @@ step() {  # step NAME SECONDS COMMAND...: run it under a timeout, keep its log, 
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
-step gpu-tests 120 python3 -m pytest -q -p no:cacheprovider tests/gpu
-GEN=(benchmarks/local_generation.py --device cuda --random-init --model qwen2.5-coder-0.5b-instruct
-     --num-prompts 64 --new-tokens 256 --max-batch-size 64 --modes sampled --repeats 2)
-step generation-bf16 150 python3 "${GEN[@]}" --dtype bfloat16
-step generation-fp32 120 python3 "${GEN[@]}" --dtype float32 --no-ops
-if [ -f benchmarks/gpu_step.py ]; then
-  step gpu-step 240 python3 benchmarks/gpu_step.py --budget-s 220 --out "$OUTDIR/gpu_step.json"
+RESULTS=(benchmarks/write_results.py --out "$OUTDIR/RESULTS.md" --only)  # each figure also into $OUTDIR/RESULTS.json
+if [ "${1:-run}" = sizes ]; then
+  step gpu-sizes 170 python3 "${RESULTS[@]}" gpu-sizes
+  exit 0
 fi
+step gpu-tests 90 python3 -m pytest -q -p no:cacheprovider tests/gpu
+step gpu-generation 230 python3 "${RESULTS[@]}" gpu-generation-bf16 gpu-generation-fp32
+step gpu-step 260 python3 "${RESULTS[@]}" gpu-step

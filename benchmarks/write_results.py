@@ -29,10 +29,14 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks" / "RESULTS.md"
 PY = sys.executable
 
+_GPU_GENERATION = [
+    "benchmarks/local_generation.py", "--device", "cuda", "--random-init", "--model", "qwen2.5-coder-0.5b-instruct",
+    "--num-prompts", "64", "--new-tokens", "256", "--max-batch-size", "64", "--modes", "sampled", "--repeats", "2",
+]  # fmt: skip
 # (key, title, arguments after the python executable, what the headline is: a regex over the output's lines)
 RUNS = [
     ("generation-fp32", "LocalModel vs transformers `generate`, SmolLM2-135M, float32, 32 prompts x 64 tokens",
-     ["benchmarks/local_generation.py"], r"^(sampled|greedy) |^roofline"),
+     ["benchmarks/local_generation.py"], r"^(sampled|greedy) |^roofline|^ops per decode step"),
     ("generation-bf16", "LocalModel vs transformers `generate`, SmolLM2-135M, bfloat16, 8 prompts x 16 tokens",
      ["benchmarks/local_generation.py", "--dtype", "bfloat16", "--num-prompts", "8", "--new-tokens", "16",
       "--repeats", "1"], r"^(sampled|greedy) |^roofline"),
@@ -48,12 +52,17 @@ RUNS = [
      ["benchmarks/engine_concurrency.py"], r"^\s+\d+ |^framework"),
     ("vlm", "The embedded VLM vs its text model (SmolLM2-135M): rollout and update time, exactness",
      ["benchmarks/vlm_step.py"], r"^ratio|^exactness"),
+    ("gpu-generation-bf16", "LocalModel vs transformers `generate` on a GPU, Qwen2.5-0.5B shape (random init), "
+     "bfloat16, 64 prompts x 256 tokens", [*_GPU_GENERATION, "--dtype", "bfloat16"],
+     r"^sampled |^ops per decode step|^LocalModel ran"),
+    ("gpu-generation-fp32", "LocalModel vs transformers `generate` on a GPU, Qwen2.5-0.5B shape (random init), "
+     "float32, 64 prompts x 256 tokens", [*_GPU_GENERATION, "--dtype", "float32", "--no-ops"], r"^sampled "),
     ("gpu-step", "GPU-sized GRPO step of `rllm train` (Qwen2.5-0.5B shape, 16 tasks x 8 samples x 256 tokens), "
      "fp32 and bf16 rollouts", ["benchmarks/gpu_step.py", "--budget-s", "250"], r"^summary "),
     ("gpu-sizes", "The largest Qwen2.5 shape that trains with LoRA on one 80 GB GPU (one small step each)",
      ["benchmarks/gpu_step.py", "--sizes", "--budget-s", "160"], r"^size |^largest"),
 ]  # fmt: skip
-NEEDS_GPU = {"gpu-step", "gpu-sizes"}
+NEEDS_GPU = {"gpu-generation-bf16", "gpu-generation-fp32", "gpu-step", "gpu-sizes"}
 
 
 def cpu_model() -> str:

@@ -27,6 +27,7 @@ on the CPU, bitwise the same logits).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import time
@@ -79,6 +80,10 @@ class GenerationRequest:
     def key(self) -> list[int]:
         """What prefix sharing compares: the prompt ids, where image tokens also say which image they stand for."""
         return self.prompt_ids if self.prefix_key is None else self.prefix_key
+
+    @functools.cached_property
+    def key_tuple(self) -> tuple[int, ...]:
+        return tuple(self.key)
 
 
 @dataclass
@@ -177,7 +182,7 @@ class BatchScheduler:
         first tokens. A request whose prefill fails gets the error; the others go on."""
         if not requests:
             return
-        if self.graphs is not None:
+        if self.graphs is not None and not self.active:  # weights are only swapped while no step is running
             self.graphs.check_weights(self.model)
         plans = self._plan(requests)
         first = self.cache.add_slots(len(plans), self._positions_needed(requests))
@@ -206,10 +211,10 @@ class BatchScheduler:
         """Decide where each prompt's K/V come from; returns the admissions in row order: prompts computed first
         (sorted by how much is left to compute, so chunks pad little), then those copying from them, then
         identical prompts."""
-        running = [(row, tuple(r.key)) for row, r in enumerate(self.active) if r.prompt_logits is not None]
+        running = [(row, r.key_tuple) for row, r in enumerate(self.active) if r.prompt_logits is not None]
         plans: list[_Admission] = []
         for request in requests:
-            plan = _Admission(request, tuple(request.key))
+            plan = _Admission(request, request.key_tuple)
             identical = [row for row, key in running if key == plan.key]
             identical += [p for p in plans if p.same_as is None and p.key == plan.key]
             plan.same_as = identical[0] if identical else None
