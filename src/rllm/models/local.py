@@ -28,6 +28,10 @@ Choices worth knowing:
   completion token (a partial rollout: the tokens after the update were sampled with the new weights on the K/V the
   old ones computed).
 - The worker is a daemon thread started by the first call and stopped by `close()` (or `async with`).
+- On a GPU nothing of size `[rows, vocab]` leaves the device: sampling runs where the logits are and one small copy a
+  step brings the new ids and log-probs to the host; prompts admitted together prefill in one forward; decode steps
+  replay from CUDA graphs (`rllm.models.local_graphs`; `cuda_graphs=False` or `RLLM_CUDA_GRAPHS=0` runs them
+  eagerly). The K/V cache then stays allocated between rollout phases (graphs hold its address): `close()` frees it.
 """
 
 from __future__ import annotations
@@ -292,6 +296,8 @@ class LocalModel:
 
     def _run_worker(self) -> None:
         torch.set_num_threads(self._num_threads)  # intra-op threads are per thread with OpenMP
+        if self.model.device.type == "cuda":  # streams and graph captures follow the thread's current device
+            torch.cuda.set_device(self.model.device)
         pending: deque[GenerationRequest] = deque()
         scheduler = self._scheduler
         with torch.inference_mode():

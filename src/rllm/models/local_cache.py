@@ -4,18 +4,21 @@ prompt length, written in place.
 transformers' own `DynamicCache` concatenates every layer's keys and values at every decode step (a copy of the
 whole cache per token) and needs all rows of a batch to share one length (left padding). Here each layer holds
 preallocated `[slots, kv_heads, capacity, head_dim]` buffers; sequence `i` lives in slot `i`, left-aligned, with
-its own length. A decode step writes each row's new K/V at that row's own position (one indexed store per layer)
-and attends over `[:n_active, :, :longest+1]` under a boolean mask, so the only "padding" left is the attention
-over the gap between a row and the longest row, which is cheap next to the matmuls.
+its own length. Every forward (a decode step, or a prefill of several prompts at once) tells the cache, per batch
+row, which slot it writes and at which positions (`begin_forward`); `update` stores each row's new K/V there with
+one indexed store per layer and returns the rows' slots up to the attended span, which the caller masks per row. So
+the only "padding" left is the attention over the gap between a row and the longest row, cheap next to the matmuls.
 
 Design choices:
 - The cache is duck-typed (not a `transformers.Cache` subclass): Llama-style models only call
-  `update(key, value, layer_idx)` and, for prefill masks, `get_query_offset`/`get_mask_sizes`; we always pass
-  explicit position ids and, for decode, a ready 4-D mask, which transformers uses as is.
-- Active sequences always occupy slots `0..n-1`: a finished row is replaced by the last row (one copy per layer),
-  so a step never gathers scattered rows.
+  `update(key, value, layer_idx)`; we always pass explicit position ids and a ready 4-D mask, which transformers
+  uses as is.
+- Active sequences always occupy slots `0..n-1`: finished rows are replaced by the last running rows, all moves of a
+  step in one gather per layer, so a step never gathers scattered rows.
 - Capacity (positions) and slot rows grow on demand in chunks and the buffers are dropped when the model goes
-  idle, so a trainer running in the same process gets the memory back between rollout phases.
+  idle, so a trainer running in the same process gets the memory back between rollout phases. A `static` cache (on
+  CUDA) instead allocates every slot at once, grows in larger steps and keeps its buffers while idle: captured CUDA
+  graphs hold their addresses (`generation` counts reallocations, after which they are recaptured).
 - `PrefixStore` keeps compact copies of finished sequences' K/V (outside the slot buffers, so they survive the
   idle release) for the next turn of a multi-turn rollout, whose prompt extends the previous prompt + completion.
 - Sliding-window attention is not modelled (every layer attends to the full prefix); models that rely on it
