@@ -277,6 +277,45 @@ def test_bad_requests_fail_alone(make_model, prompts, monkeypatch):
     assert alive.completion_ids == outs[1].completion_ids
 
 
+def _drive(model, prompt_lists, sampling=GREEDY):
+    """Admit the prompts in ONE batch on this thread (no worker) and step until all are delivered."""
+    delivered = {}
+    requests = [model._new_request(p, sampling) for p in prompt_lists]
+    for i, request in enumerate(requests):
+        request.deliver = lambda req, error, i=i: delivered.__setitem__(i, error or req)
+    scheduler = model._scheduler
+    with torch.inference_mode():
+        scheduler.admit(requests)
+        while scheduler.active:
+            scheduler.step()
+    return [delivered[i] for i in range(len(requests))]
+
+
+def test_a_failed_prefill_does_not_fail_the_prompts_that_would_have_copied_its_prefix(
+    make_model, prompts, tokenizer, monkeypatch
+):
+    """Prompts sharing a system prompt admitted together: the first computes it, the others copy it. If the first
+    one's prefill fails, the others compute their whole prompt and get what they get without the failure."""
+    system = tokenizer.encode("You are a careful assistant. Answer in one short sentence, then stop. Question:")
+    batch = [system + prompts[1], system + prompts[3], system + prompts[5]]
+    healthy = make_model(eos_token_ids=())
+    expected = _drive(healthy, batch)
+    assert healthy.stats["shared_prefix_tokens"] == 2 * len(system)  # the two followers copied the leader's prefix
+    model = make_model(eos_token_ids=())
+    original = model._scheduler._prefill_chunk
+
+    def failing_leader(plans):
+        if any(plan.request.prompt_ids == batch[0] for plan in plans):
+            raise RuntimeError("boom")
+        return original(plans)
+
+    monkeypatch.setattr(model._scheduler, "_prefill_chunk", failing_leader)
+    outs = _drive(model, batch)
+    assert isinstance(outs[0], InfraError) and "boom" in str(outs[0])
+    assert [o.completion_ids for o in outs[1:]] == [o.completion_ids for o in expected[1:]]
+    assert model.stats["shared_prefix_tokens"] == 0 and not model._scheduler.active
+
+
 def test_cancelled_request_frees_its_slot(make_model, prompts):
     model = make_model(max_batch_size=1, eos_token_ids=())
 

@@ -245,7 +245,9 @@ class BatchScheduler:
     def _prefill_wave(self, plans: list[_Admission]) -> None:
         """Copy each prompt's reused prefix into its slot, then prefill the rest in chunks of adjacent rows."""
         for plan in plans:
-            if plan.stored is not None:
+            if isinstance(plan.source, _Admission) and plan.source.error is not None:
+                plan.source, plan.start = None, 0  # that prefix was never computed: compute the whole prompt
+            elif plan.stored is not None:
                 self.cache.write_prefix(plan.row, plan.stored)
                 self.stats.prefix_hit_tokens += plan.start
             elif plan.source is not None:
@@ -271,18 +273,20 @@ class BatchScheduler:
             plan.error = exc
 
     def _chunks(self, plans: list[_Admission]) -> list[list[_Admission]]:
-        """Adjacent rows (already sorted by suffix length) grouped so each chunk pads to at most `prefill_tokens`.
-        Prompts with images, and models whose logits are not `head(hidden)`, are prefilled alone."""
+        """Runs of adjacent rows (sorted by suffix length, so chunks pad little) grouped so each chunk pads to at most
+        `prefill_tokens`. Prompts with images, and models whose logits are not `head(hidden)`, are prefilled alone."""
         chunks: list[list[_Admission]] = []
         for plan in plans:
-            alone = bool(plan.request.images) or self._parts is None
             chunk = chunks[-1] if chunks else []
-            if (
+            joins = (
                 chunk
-                and not alone
+                and plan.row == chunk[-1].row + 1
+                and self._parts is not None
+                and not plan.request.images
                 and not chunk[0].request.images
-                and (len(chunk) + 1) * plan.suffix <= self.prefill_tokens
-            ):
+                and (len(chunk) + 1) * max(plan.suffix, *(p.suffix for p in chunk)) <= self.prefill_tokens
+            )
+            if joins:
                 chunk.append(plan)
             else:
                 chunks.append([plan])
