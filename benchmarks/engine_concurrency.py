@@ -4,7 +4,9 @@
 
 A fake OpenAI-compatible server (its own process, real HTTP on loopback) answers every call after a fixed 50 ms.
 The engine drives 512 episodes of 5 turns each through `OpenAIClient` in token-in/token-out mode (the mode training
-uses, with the real SmolLM2 chat template rendering each turn as a token delta), once per concurrency level.
+uses, with the real SmolLM2 chat template rendering each turn as a token delta), once per concurrency level. The
+server answers with the SmolLM2 tokenizer's ids for its reply plus the end-of-turn token, as vLLM returns sampled ids,
+so every turn after the first takes the token-delta path (checked: no turn was re-rendered in full).
 
 - ideal wall time  = episodes / n_parallel * turns * latency (every slot always waiting on the server, zero cost);
 - efficiency       = ideal / measured;
@@ -93,6 +95,8 @@ async def run_http(base_url: str, tokenizer, args, n_parallel: int) -> dict:
         wall, cpu, episodes = await timed_run(engine, tasks)
     steps = sum(len(ep.trajectories[0].steps) for ep in episodes)
     assert steps == args.episodes * args.turns, f"expected {args.episodes * args.turns} steps, got {steps}"
+    mismatches = sum(ep.metrics["token_mismatch"] for ep in episodes)
+    assert mismatches == 0, f"{mismatches} turns were re-rendered in full: the token-delta path was not measured"
     waves = args.episodes / min(n_parallel, args.episodes)
     ideal = waves * args.turns * args.latency_ms / 1000
     return {
@@ -136,7 +140,7 @@ def main() -> None:
         f"{'n_parallel':>10} {'ideal s':>8} {'wall s':>8} {'efficiency':>10} {'added ms/step':>13} "
         f"{'client CPU ms/step':>18}"
     )
-    with spawn_fake_server(latency_ms=args.latency_ms) as server:
+    with spawn_fake_server(latency_ms=args.latency_ms, tokenizer=args.tokenizer) as server:
         for n_parallel in args.parallel:
             r = asyncio.run(run_http(server.base_url, tokenizer, args, n_parallel))
             print(

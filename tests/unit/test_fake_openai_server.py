@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import pytest
@@ -127,3 +128,37 @@ def test_separate_process_prints_its_url_and_takes_faults_remotely():
         ok = httpx.post(remote.base_url + "/completions", json=body).json()
         assert ok["choices"][0]["prompt_token_ids"] == [1]
         assert remote.stats() == {"requests": 2, "faults_pending": 0}
+
+
+@pytest.mark.slow
+def test_with_a_tokenizer_replies_carry_its_ids_so_every_turn_extends_the_last(smollm2_tokenizer):
+    """As vLLM does, the ids are the tokenizer's for the reply text plus the end-of-turn token, cut to max_tokens.
+    So a multi-turn rollout rendered as token deltas has no mismatch (with one id per character every turn had one,
+    and benchmarks/engine_concurrency.py measured the full re-encoding of each prompt instead)."""
+    import httpx
+
+    from rllm.agents.base import BaseAgent
+    from rllm.engine.execution import AgentExecutionEngine
+    from rllm.models.openai import OpenAIClient
+    from tests.unit.test_engine import CounterEnv
+
+    tokenizer = smollm2_tokenizer
+    ids = tokenizer.encode(DEFAULT_REPLY_TEXT, add_special_tokens=False) + [tokenizer.eos_token_id]
+    with run_fake_server(tokenizer=tokenizer) as fake:
+        body = {"model": fake.model, "prompt": "Hi", "return_token_ids": True, "logprobs": 0}
+        choice = httpx.post(fake.base_url + "/completions", json=body).json()["choices"][0]
+        assert choice["token_ids"] == ids and choice["text"] == DEFAULT_REPLY_TEXT
+        assert choice["prompt_token_ids"] == tokenizer.encode("Hi", add_special_tokens=False)
+        assert len(choice["logprobs"]["token_logprobs"]) == len(ids) and choice["finish_reason"] == "stop"
+        cut = httpx.post(fake.base_url + "/completions", json={**body, "max_tokens": 2}).json()["choices"][0]
+        assert cut["token_ids"] == ids[:2] and cut["finish_reason"] == "length"
+        assert cut["text"] == tokenizer.decode(ids[:2], skip_special_tokens=True)
+
+        client = OpenAIClient(fake.base_url, fake.model, tokenizer=tokenizer)
+        engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=CounterEnv, model=client, max_steps=4)
+        (episode,) = engine.execute_tasks([{"k": 4}])
+    steps = episode.trajectories[0].steps
+    assert len(steps) == 4 and episode.metrics["token_mismatch"] == 0
+    for before, after in itertools.pairwise(steps):
+        context = before.model_output.prompt_ids + before.model_output.completion_ids
+        assert after.model_output.prompt_ids[: len(context)] == context

@@ -14,6 +14,14 @@ Answers are deterministic. By default the reply is a short fixed text whose "tok
 `finish_reason="length"`). A string prompt is "tokenized" the same way. Scripted replies (`queue_replies`) or a
 `reply_fn(endpoint, body) -> FakeReply` replace the default.
 
+With a `tokenizer` (a transformers tokenizer, or a name or folder for `rllm.models.registry.load_tokenizer`) the
+completions endpoint answers as a served model would for a client rendering with that tokenizer: the default reply's
+ids are the tokenizer's ids of its text followed by the EOS token that ended the turn (vLLM's `token_ids` hold the
+stop token; the text does not), cut to `max_tokens` like a sampled reply (the text is then what those ids decode to),
+and string prompts are tokenized by it. So a client that renders each turn as a token delta (`ChatRenderer`) sees
+its sampled ids decode to the reply it stored, as with vLLM; with `ord` ids and a real tokenizer every turn would
+be a mismatch and re-encoded in full.
+
 Latency is an `asyncio.sleep`, so slow requests never block others; aiohttp.web was picked over uvicorn+starlette
 because it measured less per-request overhead here and is a single dependency (the `dev` extra).
 
@@ -127,7 +135,14 @@ class FakeOpenAIServer:
         supports_token_ids: bool = True,
         host: str = "127.0.0.1",
         port: int = 0,
+        tokenizer: Any = None,
     ) -> None:
+        if isinstance(tokenizer, str):
+            from rllm.models.registry import load_tokenizer  # transformers: only for a server that asks for it
+
+            tokenizer = load_tokenizer(tokenizer)
+        self.tokenizer = tokenizer
+        self._tokenized_replies: dict[int | None, FakeReply] = {}  # the default reply per max_tokens
         self.model = model
         self.latency_s = latency_s
         self.reply_fn = reply_fn
@@ -237,14 +252,30 @@ class FakeOpenAIServer:
         if self.reply_fn is not None:
             return self.reply_fn(endpoint, body)
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+        if self.tokenizer is not None and endpoint == "completions":
+            return self._tokenized_reply(max_tokens)
         if max_tokens is not None and len(DEFAULT_REPLY_TEXT) > max_tokens:
             return FakeReply(text=DEFAULT_REPLY_TEXT[:max_tokens], finish_reason="length")
         return FakeReply()
 
+    def _tokenized_reply(self, max_tokens: int | None) -> FakeReply:
+        """The default reply as the tokenizer's model would sample it (module docstring); built once per limit."""
+        reply = self._tokenized_replies.get(max_tokens)
+        if reply is None:
+            tokenizer = self.tokenizer
+            ids = tokenizer.encode(DEFAULT_REPLY_TEXT, add_special_tokens=False) + [tokenizer.eos_token_id]
+            if max_tokens is None or len(ids) <= max_tokens:
+                reply = FakeReply(text=DEFAULT_REPLY_TEXT, token_ids=ids)
+            else:
+                text = tokenizer.decode(ids[:max_tokens], skip_special_tokens=True)
+                reply = FakeReply(text=text, token_ids=ids[:max_tokens], finish_reason="length")
+            self._tokenized_replies[max_tokens] = reply
+        return reply
+
     # ---- response bodies -------------------------------------------------------------------------------------
 
     def _completion_body(self, body: dict[str, Any]) -> dict[str, Any]:
-        prompt_ids = _prompt_ids(body["prompt"])
+        prompt_ids = _prompt_ids(body["prompt"], self.tokenizer)
         reply = self._next_reply("completions", body)
         choice: dict[str, Any] = {
             "index": 0,
@@ -319,13 +350,13 @@ def _error_type(status: int) -> str:
     return "BadRequestError" if status < 500 else "InternalServerError"
 
 
-def _prompt_ids(prompt: Any) -> list[int]:
-    if isinstance(prompt, str):
-        return [ord(c) for c in prompt]
+def _prompt_ids(prompt: Any, tokenizer: Any = None) -> list[int]:
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
         return list(prompt[0])  # a batch: the fake answers for its first prompt only
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-        return [ord(c) for c in prompt[0]]
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return tokenizer.encode(prompt, add_special_tokens=False) if tokenizer is not None else [ord(c) for c in prompt]
     return list(prompt)
 
 
@@ -401,10 +432,14 @@ class RemoteFakeServer:
 
 
 @contextlib.contextmanager
-def spawn_fake_server(*, latency_ms: float = 0.0, model: str = "fake-model", timeout: float = 30.0):
-    """Run the fake server in a child process (so it does not compete for the caller's event loop)."""
+def spawn_fake_server(
+    *, latency_ms: float = 0.0, model: str = "fake-model", timeout: float = 30.0, tokenizer: str | None = None
+):
+    """Run the fake server in a child process (so it does not compete for the caller's event loop). `tokenizer` is a
+    name or folder: replies carry its ids (module docstring)."""
     command = [sys.executable, "-m", "rllm.testing.fake_openai_server", "--port", "0"]
     command += ["--latency-ms", str(latency_ms), "--model", model]
+    command += ["--tokenizer", tokenizer] if tokenizer is not None else []
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         base_url = read_first_line(process, timeout)
@@ -447,6 +482,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency-ms", type=float, default=0.0, help="fixed latency added to every model request")
     parser.add_argument("--model", default="fake-model")
     parser.add_argument("--no-token-ids", action="store_true", help="ignore return_token_ids like an old server")
+    parser.add_argument("--tokenizer", help="answer with this tokenizer's ids (a name or folder, see load_tokenizer)")
     args = parser.parse_args(argv)
     server = FakeOpenAIServer(
         model=args.model,
@@ -454,6 +490,7 @@ def main(argv: list[str] | None = None) -> None:
         supports_token_ids=not args.no_token_ids,
         host=args.host,
         port=args.port,
+        tokenizer=args.tokenizer,
     )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve_forever(server))
