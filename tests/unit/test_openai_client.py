@@ -19,6 +19,8 @@ from rllm.models.openai import (
     OpenAIClient,
     TokenIdsUnavailableError,
     TokenIdsUnavailableWarning,
+    _dumps,
+    _loads,
     _parse_retry_after,
 )
 from rllm.testing.fake_openai_server import DEFAULT_REPLY_TEXT, FakeReply, Fault, run_fake_server
@@ -338,6 +340,19 @@ def test_backoff_is_capped():
     assert client._delay(10, None) <= 3.0
     assert client._delay(10, 3600.0) == 3.0
     assert 2.0 <= client._delay(0, 2.0) <= 2.2
+
+
+def test_bodies_go_through_orjson_and_what_it_refuses_through_json_unchanged():
+    """orjson for speed; whatever the stdlib's `json` sent and read before is still sent and read the same way."""
+    import json
+
+    body = {"prompt": [1, 2], "logit_bias": {42: -100.0}, "seed": 2**70, "text": "caf\u00e9 \ud83d"}
+    assert json.loads(_dumps(body)) == json.loads(json.dumps(body))  # int keys, a >64-bit int, a lone surrogate
+    assert _dumps({"prompt": [1, 2], "logit_bias": {42: -100.0}}) == b'{"prompt":[1,2],"logit_bias":{"42":-100.0}}'
+    reply = b'{"choices": [{"logprobs": {"token_logprobs": [-Infinity, NaN]}, "n": 123456789012345678901234}]}'
+    assert json.dumps(_loads(reply)) == json.dumps(json.loads(reply))  # what Python servers can write
+    with pytest.raises(ValueError):
+        _loads(b'{"choices": [{"text": "trunc')
 
 
 def test_api_key_falls_back_to_environment(monkeypatch):

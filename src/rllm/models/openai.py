@@ -31,7 +31,12 @@ Two modes, chosen per call:
 
 Transport: one pooled `aiohttp.ClientSession` per event loop, created on first use. aiohttp was measured against
 httpx on this workload (2000 calls, 64 concurrent, fake server in its own process): about 0.25 ms/call for aiohttp
-against 3.4 ms/call for httpx's `AsyncClient`, whose connection pool dominates at high concurrency.
+against 3.4 ms/call for httpx's `AsyncClient`, whose connection pool dominates at high concurrency. Bodies are
+encoded and decoded with orjson (about 4 us a call against 20 us for the stdlib's `json` on a 150-token prompt and
+its reply, on every model call of every rollout), falling back to `json` for what orjson refuses (integers beyond
+64 bits, `NaN`/`Infinity` in a reply, which Python servers can write), so what is sent and read does not change.
+uvloop was measured too and left out: it did not change the client's CPU per call beyond the noise (±5%), which
+goes to aiohttp's own Python code and the socket calls, not to the event loop.
 
 Failures: 429, 500, 502, 503, 504, connection errors, timeouts and malformed JSON bodies are retried up to
 `max_retries` times (so `max_retries + 1` attempts) with exponential backoff and jitter, honouring `Retry-After`
@@ -51,8 +56,9 @@ from typing import Any, Literal, Self
 
 try:
     import aiohttp
+    import orjson
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError("OpenAIClient needs aiohttp: pip install aiohttp") from exc
+    raise ImportError(f"OpenAIClient needs aiohttp and orjson: pip install {exc.name}") from exc
 
 from rllm.errors import InfraError, RllmError
 from rllm.images import has_images, message_image_urls, normalize_images
@@ -393,7 +399,7 @@ class OpenAIClient:
         return await self._post_url(self.base_url + path, body)
 
     async def _post_url(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
-        payload = json.dumps(body).encode()  # serialized once, reused by every attempt
+        payload = _dumps(body)  # serialized once, reused by every attempt
         session = self._session_for_this_loop()
         last: _RetryableFailure | None = None
         for attempt in range(self.max_retries + 1):
@@ -416,7 +422,7 @@ class OpenAIClient:
             raise _RetryableFailure(f"{kind} ({type(exc).__name__}: {exc or 'no detail'})") from exc
         if status == 200:
             try:
-                return json.loads(raw)
+                return _loads(raw)
             except ValueError as exc:
                 raise _RetryableFailure(f"HTTP 200 with a body that is not valid JSON: {_snippet(raw)!r}") from exc
         if status in RETRYABLE_STATUSES:
@@ -437,6 +443,23 @@ class OpenAIClient:
 
 
 # ---- helpers --------------------------------------------------------------------------------------------------
+
+
+def _dumps(body: dict[str, Any]) -> bytes:
+    """The request as JSON (module docstring: orjson, the stdlib for what orjson refuses). Non-string keys become
+    strings, as `json.dumps` makes them (a `logit_bias` keyed by token id)."""
+    try:
+        return orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # orjson.JSONEncodeError: a >64-bit int, a lone surrogate, a type only `json` knows
+        return json.dumps(body).encode()
+
+
+def _loads(raw: bytes) -> Any:
+    """A reply body; `ValueError` when it is not JSON."""
+    try:
+        return orjson.loads(raw)
+    except ValueError:  # orjson.JSONDecodeError: NaN/Infinity, a >64-bit int, a UTF-16 body; `json` takes these
+        return json.loads(raw)
 
 
 def _add_optional_sampling(body: dict[str, Any], sampling: SamplingParams) -> None:

@@ -23,7 +23,9 @@ its sampled ids decode to the reply it stored, as with vLLM; with `ord` ids and 
 be a mismatch and re-encoded in full.
 
 Latency is an `asyncio.sleep`, so slow requests never block others; aiohttp.web was picked over uvicorn+starlette
-because it measured less per-request overhead here and is a single dependency (the `dev` extra).
+because it measured less per-request overhead here and is a single dependency (the `dev` extra). Model requests and
+replies go through orjson (the same JSON; json's encoding and decoding were a fifth of the server's CPU): in
+`benchmarks/engine_concurrency.py` the server shares the cores with the client it measures.
 
 Faults (`inject`) apply to the next model requests in order: an HTTP status (with an optional `Retry-After`),
 a hang, a malformed JSON body, or a dropped connection. When the server runs in its own process they are injected
@@ -53,6 +55,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 __all__ = [
@@ -205,7 +208,7 @@ class FakeOpenAIServer:
     async def _serve_model_request(self, request: web.Request, build: Callable) -> web.StreamResponse:
         self.request_count += 1
         try:
-            body = await request.json()
+            body = orjson.loads(await request.read())
         except ValueError:
             return _error(400, "request body is not valid JSON")
         self.requests.append((request.path, body))
@@ -220,7 +223,7 @@ class FakeOpenAIServer:
         problem = self._validate(body)
         if problem is not None:
             return problem
-        return web.json_response(build(body))
+        return _json_response(build(body))
 
     async def _apply_fault(self, fault: Fault, request: web.Request) -> web.StreamResponse | None:
         if fault.kind == "http":
@@ -341,7 +344,11 @@ class FakeOpenAIServer:
 def _error(status: int, message: str, *, headers=None, error_type: str | None = None) -> web.Response:
     # The OpenAI error shape; vLLM and SGLang answer the same way.
     error = {"message": message, "type": error_type or _error_type(status), "param": None, "code": status}
-    return web.json_response({"error": error}, status=status, headers=headers)
+    return _json_response({"error": error}, status=status, headers=headers)
+
+
+def _json_response(data: Any, *, status: int = 200, headers=None) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, headers=headers, content_type="application/json")
 
 
 def _error_type(status: int) -> str:
