@@ -85,6 +85,30 @@ def test_pool_bounds_concurrency_and_reuses_instances():
     assert Counting.instances == 3  # a pool of n_parallel instances, each reused (reset per episode)
 
 
+def test_the_collector_leaves_older_objects_alone_during_a_call_and_gets_them_back_after():
+    """gc.freeze for the call (full collections walked every object of the process, stalling all rollouts), undone
+    when the last of the concurrent calls ends, so no garbage is kept for good."""
+    import gc
+
+    seen = []
+
+    class Freezes(EchoWorkflow):
+        async def run(self, task, uid):
+            await super().run(task, uid)  # task 1 sleeps first: the call of task 2 has ended by now
+            seen.append((task["id"], gc.get_freeze_count()))
+
+    assert gc.get_freeze_count() == 0, "something else froze the heap: this test cannot tell"
+
+    async def two_calls_at_once():
+        engine = engine_for(Freezes)
+        return await asyncio.gather(engine.execute_tasks_async([{"id": 1, "delay": 0.05}]),
+                                    engine.execute_tasks_async([{"id": 2}]))  # fmt: skip
+
+    asyncio.run(two_calls_at_once())
+    assert [task for task, _ in seen] == [2, 1] and all(frozen > 0 for _, frozen in seen)
+    assert gc.get_freeze_count() == 0
+
+
 def test_workflow_class_must_be_a_workflow():
     with pytest.raises(ValueError, match="subclass of rllm.workflows.Workflow"):
         AgentWorkflowEngine(workflow_class=dict, model=FakeModel("x"))
