@@ -4,23 +4,34 @@
 
 A fake OpenAI-compatible server (its own process, real HTTP on loopback) answers every call after a fixed 50 ms.
 The engine drives 512 episodes of 5 turns each through `OpenAIClient` in token-in/token-out mode (the mode training
-uses, with the real SmolLM2 chat template rendering each turn as a token delta), once per concurrency level. The
-server answers with the SmolLM2 tokenizer's ids for its reply plus the end-of-turn token, as vLLM returns sampled ids,
-so every turn after the first takes the token-delta path (checked: no turn was re-rendered in full).
+uses, with the real SmolLM2 chat template rendering each turn as a token delta), once per concurrency level, after
+one untimed wave of `n_parallel` episodes (the client's connections open, as from a training run's second step on).
+
+The server answers with the SmolLM2 tokenizer's ids for its reply text plus the end-of-turn token, as vLLM returns
+the sampled ids (`spawn_fake_server(tokenizer=...)`), so every turn after the first takes the token-delta path:
+the run checks that no turn was re-rendered in full (`token_mismatch == 0`). Until 2026-11-27 the server answered
+with one id per character, which no real tokenizer decodes to the reply: every turn was a mismatch, re-encoded in
+full, and those numbers measured that path instead. The server parses and writes JSON with orjson: the same bytes
+on the wire, less of the CPU that client and server share.
 
 - ideal wall time  = episodes / n_parallel * turns * latency (every slot always waiting on the server, zero cost);
 - efficiency       = ideal / measured;
 - added latency    = (measured - ideal) / (turns per slot): what each step costs beyond the 50 ms wait;
-- engine CPU/step  = CPU time of this process / steps (engine + chat rendering + HTTP client);
+- client CPU/step  = CPU time of this process / steps (engine + chat rendering + HTTP client);
+- server CPU/step  = CPU time of the fake server's process / steps (Linux: read from /proc);
 - framework overhead per step: the same episodes against an in-process model that answers at once (no HTTP,
   no sleep), wall time / steps — the engine's own cost per step.
-Client and server share the machine's cores, so at high concurrency the CPU, not the engine, sets the limit.
+Client and server share the machine's cores, so at high concurrency the CPU, not the engine, sets the limit: at
+n_parallel rollouts the ideal rate is n_parallel / 50 ms steps a second, and the client's one event loop can give
+at most 1 / (client CPU/step) of them (256 rollouts ask for 5120 a second, i.e. 0.195 ms of client CPU a step).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import platform
 import time
 
 from rllm import AgentExecutionEngine, BaseAgent, BaseEnv, ModelOutput, SamplingParams
@@ -85,14 +96,16 @@ async def timed_run(engine, tasks) -> tuple[float, float, list]:
     return time.perf_counter() - wall, time.process_time() - cpu, episodes
 
 
-async def run_http(base_url: str, tokenizer, args, n_parallel: int) -> dict:
+async def run_http(server, tokenizer, args, n_parallel: int) -> dict:
     from rllm.models.openai import OpenAIClient
 
     tasks = [{"id": str(i), "turns": args.turns} for i in range(args.episodes)]
-    async with OpenAIClient(base_url, "fake-model", tokenizer=tokenizer) as client:
+    async with OpenAIClient(server.base_url, "fake-model", tokenizer=tokenizer) as client:
         engine = make_engine(client, n_parallel, args.turns)
-        await engine.execute_tasks_async(tasks[: min(64, len(tasks))])  # warm up connections and caches
+        await engine.execute_tasks_async(tasks[:n_parallel])  # one wave: every connection open, caches warm
+        server_cpu = process_cpu(server.process.pid)
         wall, cpu, episodes = await timed_run(engine, tasks)
+        server_cpu = process_cpu(server.process.pid) - server_cpu
     steps = sum(len(ep.trajectories[0].steps) for ep in episodes)
     assert steps == args.episodes * args.turns, f"expected {args.episodes * args.turns} steps, got {steps}"
     mismatches = sum(ep.metrics["token_mismatch"] for ep in episodes)
@@ -106,7 +119,30 @@ async def run_http(base_url: str, tokenizer, args, n_parallel: int) -> dict:
         "efficiency": ideal / wall,
         "added_ms": (wall - ideal) / (waves * args.turns) * 1000,
         "cpu_ms": cpu / steps * 1000,
+        "server_cpu_ms": server_cpu / steps * 1000,
     }
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of another process so far; NaN where /proc is not there (not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine() -> str:
+    """The CPU's model name and the cores this process may use: a figure without its machine is not a figure."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cpu}, {cores} cores, Python {platform.python_version()}"
 
 
 async def run_instant(tokenizer, args) -> float:
@@ -134,18 +170,18 @@ def main() -> None:
     tokenizer = load_tokenizer(args.tokenizer)
     print(
         f"{args.episodes} episodes x {args.turns} turns, server latency {args.latency_ms:.0f} ms, "
-        f"token-in/token-out with the {args.tokenizer} chat template"
+        f"token-in/token-out with the {args.tokenizer} chat template; {machine()}, client and server on them"
     )
     print(
         f"{'n_parallel':>10} {'ideal s':>8} {'wall s':>8} {'efficiency':>10} {'added ms/step':>13} "
-        f"{'client CPU ms/step':>18}"
+        f"{'client CPU ms/step':>18} {'server CPU ms/step':>18}"
     )
     with spawn_fake_server(latency_ms=args.latency_ms, tokenizer=args.tokenizer) as server:
         for n_parallel in args.parallel:
-            r = asyncio.run(run_http(server.base_url, tokenizer, args, n_parallel))
+            r = asyncio.run(run_http(server, tokenizer, args, n_parallel))
             print(
                 f"{r['n_parallel']:>10} {r['ideal']:>8.2f} {r['wall']:>8.2f} {r['efficiency']:>10.3f} "
-                f"{r['added_ms']:>13.2f} {r['cpu_ms']:>18.3f}"
+                f"{r['added_ms']:>13.2f} {r['cpu_ms']:>18.3f} {r['server_cpu_ms']:>18.3f}"
             )
     overhead = asyncio.run(run_instant(tokenizer, args))
     print(f"framework overhead per step (engine + chat rendering, instant in-process model): {overhead:.3f} ms")
