@@ -85,9 +85,10 @@ def test_pool_bounds_concurrency_and_reuses_instances():
     assert Counting.instances == 3  # a pool of n_parallel instances, each reused (reset per episode)
 
 
-def test_the_collector_leaves_older_objects_alone_during_a_call_and_gets_them_back_after():
-    """gc.freeze for the call (full collections walked every object of the process, stalling all rollouts), undone
-    when the last of the concurrent calls ends, so no garbage is kept for good."""
+def test_the_collector_is_tuned_for_a_call_and_put_back_when_the_last_call_ends():
+    """gc.freeze for the call (full collections walked every object of the process, stalling all rollouts) and a
+    higher young-generation threshold, undone when the last of the concurrent calls ends, so no garbage is kept for
+    good and the process's own settings come back."""
     import gc
 
     seen = []
@@ -95,9 +96,10 @@ def test_the_collector_leaves_older_objects_alone_during_a_call_and_gets_them_ba
     class Freezes(EchoWorkflow):
         async def run(self, task, uid):
             await super().run(task, uid)  # task 1 sleeps first: the call of task 2 has ended by now
-            seen.append((task["id"], gc.get_freeze_count()))
+            seen.append((task["id"], gc.get_freeze_count(), gc.get_threshold()[0]))
 
     assert gc.get_freeze_count() == 0, "something else froze the heap: this test cannot tell"
+    thresholds = gc.get_threshold()
 
     async def two_calls_at_once():
         engine = engine_for(Freezes)
@@ -105,8 +107,9 @@ def test_the_collector_leaves_older_objects_alone_during_a_call_and_gets_them_ba
                                     engine.execute_tasks_async([{"id": 2}]))  # fmt: skip
 
     asyncio.run(two_calls_at_once())
-    assert [task for task, _ in seen] == [2, 1] and all(frozen > 0 for _, frozen in seen)
-    assert gc.get_freeze_count() == 0
+    assert [task for task, *_ in seen] == [2, 1] and all(frozen > 0 for _, frozen, _ in seen)
+    assert all(young == max(thresholds[0], 10_000) for *_, young in seen)
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == thresholds
 
 
 def test_workflow_class_must_be_a_workflow():
