@@ -11,8 +11,8 @@ The server answers with the SmolLM2 tokenizer's ids for its reply text plus the 
 the sampled ids (`spawn_fake_server(tokenizer=...)`), so every turn after the first takes the token-delta path:
 the run checks that no turn was re-rendered in full (`token_mismatch == 0`). Until 2026-11-27 the server answered
 with one id per character, which no real tokenizer decodes to the reply: every turn was a mismatch, re-encoded in
-full, and those numbers measured that path instead. The server parses and writes JSON with orjson: the same bytes
-on the wire, less of the CPU that client and server share.
+full, and those numbers measured that path instead. The server parses and writes JSON with orjson (the same JSON,
+compact): less of the CPU that client and server share.
 
 - ideal wall time  = episodes / n_parallel * turns * latency (every slot always waiting on the server, zero cost);
 - efficiency       = ideal / measured;
@@ -23,7 +23,10 @@ on the wire, less of the CPU that client and server share.
   no sleep), wall time / steps — the engine's own cost per step.
 Client and server share the machine's cores, so at high concurrency the CPU, not the engine, sets the limit: at
 n_parallel rollouts the ideal rate is n_parallel / 50 ms steps a second, and the client's one event loop can give
-at most 1 / (client CPU/step) of them (256 rollouts ask for 5120 a second, i.e. 0.195 ms of client CPU a step).
+at most 1 / (client CPU/step) of them (256 rollouts ask for 5120 a second, i.e. 0.195 ms of client CPU a step). At
+lower concurrency the replies of rollouts that started together come back together and wait their turn on the loop,
+about n_parallel / 2 x client CPU/step each. On a shared machine the CPU's speed drifts (1.5x within a day here):
+compare code against code in runs interleaved on the same machine, not against an old table.
 """
 
 from __future__ import annotations
