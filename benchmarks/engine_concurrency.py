@@ -138,14 +138,10 @@ def process_cpu(pid: int) -> float:
 
 def machine() -> str:
     """The CPU's model name and the cores this process may use: a figure without its machine is not a figure."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
+    from rllm.runs import cpu_model
+
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{cpu}, {cores} cores, Python {platform.python_version()}"
+    return f"{cpu_model()}, {cores} cores, Python {platform.python_version()}"
 
 
 async def run_instant(tokenizer, args) -> float:

@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -160,19 +159,11 @@ def device_info(device: str) -> dict:
     if "name" in info:
         info["line"] = f"{info['name']} ({info['memory_gib']:.1f} GiB, CUDA {info['cuda']}); {versions}"
     else:
+        from rllm.runs import cpu_model
+
         info["name"] = cpu_model()
         info["line"] = f"CPU {info['name']} ({info['threads']} torch threads); {versions}"
     return info
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def child_env() -> dict[str, str]:

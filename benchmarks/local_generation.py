@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
-import platform
 import random
 import statistics
 import time
@@ -185,13 +184,9 @@ def device_name(device: torch.device) -> str:
     """What ran the figures: the GPU's name, or the CPU's model and the threads torch used."""
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name(device)} (torch {torch.__version__}, CUDA {torch.version.cuda})"
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as info:
-            model = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{model}, {torch.get_num_threads()} torch threads (torch {torch.__version__})"
+    from rllm.runs import cpu_model
+
+    return f"{cpu_model()}, {torch.get_num_threads()} torch threads (torch {torch.__version__})"
 
 
 def ops_line(model, tokenizer, prompts, rows=(8, 64, 128)) -> str:

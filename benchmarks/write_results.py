@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from rllm.runs import cpu_model
+
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks" / "RESULTS.md"
 PY = sys.executable
@@ -63,17 +65,6 @@ RUNS = [
      ["benchmarks/gpu_step.py", "--sizes", "--budget-s", "160"], r"^size |^largest"),
 ]  # fmt: skip
 NEEDS_GPU = {"gpu-generation-bf16", "gpu-generation-fp32", "gpu-step", "gpu-sizes"}
-
-
-def cpu_model() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines():
-            if line.startswith("Model name:"):
-                cpu = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return cpu
 
 
 def machine() -> str:

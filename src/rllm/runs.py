@@ -94,6 +94,18 @@ def create_run_dir(root: str | os.PathLike, name: str | None, *parts: str) -> Pa
             path, i = Path(f"{base}-{i}"), i + 1
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo; elsewhere what `platform` knows): benchmarks name their machine."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def versions() -> dict[str, str]:
     """Python's and the installed versions of rllm and the libraries a run's numbers depend on."""
     found = {"python": platform.python_version()}
