@@ -140,6 +140,10 @@ def test_a_fix_scores_1_and_a_wrong_fix_0(env):
     env.reset()
     run(env, "file_editor", command="str_replace", path="/testbed/calc/__init__.py", old_str="    if x >= high + 1:",
         new_str="    if x > high:")  # fmt: skip
+    # /testbed is a git repository whose one commit is the tree as the episode began: `git diff` shows the edit
+    out, _ = run(env, "execute_bash", cmd="git diff; git status --porcelain; git log --format=%s")
+    assert "\n-    if x >= high + 1:\n+    if x > high:\n" in out
+    assert out.endswith("\n M calc/__init__.py\nbase\n"), out
     _, reward, done, info = env.step(call("finish", command="submit", result="fixed the comparison"))
     assert (reward, done, info["success"], info["grade"], info["termination"]) == (
         1.0,
@@ -148,7 +152,7 @@ def test_a_fix_scores_1_and_a_wrong_fix_0(env):
         "resolved",
         "submitted",
     )
-    assert "\n-    if x >= high + 1:\n+    if x > high:\n" in env.diff
+    assert "\n-    if x >= high + 1:\n+    if x > high:\n" in env.diff and ".git" not in env.diff
     env.reset()  # a new episode: a fresh workspace, the bug back in
     out, _ = run(env, "execute_bash", cmd="grep -c 'high + 1' calc/__init__.py")
     assert out.strip() == "1"

@@ -48,7 +48,7 @@ def _walk(root: str) -> dict[str, str]:
     for directory, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info"))
         for name in files:
-            if name.endswith((".pyc", ".pyo")):
+            if name.endswith((".pyc", ".pyo")) or name == ".git":  # `.git` as a file: a worktree's pointer
                 continue
             full = os.path.join(directory, name)
             found[os.path.relpath(full, root)] = full

@@ -7,6 +7,11 @@ Requests: {"op": "tool", "name": ..., "args": {...}, "timeout_s": s, "max_chars"
 {"op": "ping"} -> {"pong": true}. With RLLM_SWE_BASE=git (a Docker image whose /testbed is a git checkout at the
 task's base commit) the diff is `git add -A; git diff --cached HEAD`, binary files left out and listed as skipped.
 
+A /testbed that is not a git repository (a generated task's tree) is made one at start (`init_git`): the tree as
+the episode starts is committed, so `git diff`/`git status` in the agent's commands show its changes, as in a
+checkout. The submitted diff still comes from comparing the tree with the read-only base (`diff_trees`, which skips
+`.git`): the agent may commit, reset or delete the repository's history without changing what is graded.
+
 Every path is resolved inside the repository: '..' is refused, and a path whose real location (symlinks followed)
 is outside /testbed is refused. A command runs as `bash -c` in /testbed in a session of its own, with a timeout;
 when it ends or times out, every other process of the sandbox's user but this server is killed, so nothing runs on
@@ -29,6 +34,7 @@ from rllm_swe_patches import diff_trees
 
 REPO = os.environ.get("RLLM_SWE_REPO", "/testbed")
 BASE = os.environ.get("RLLM_SWE_BASE", "/.rllm/lower")
+GIT_DIR = "/tmp/.rllm-git"
 BLOCKED = ("ipython", "jupyter", "nohup", "vim", "vi", "nano", "emacs", "less", "more", "top", "htop", "watch")
 MAX_SEARCH_FILES = 100
 _history: dict[str, list[str]] = {}  # path -> earlier contents, for undo_edit
@@ -292,6 +298,35 @@ def git_diff() -> dict:
     return {"diff": diff, "skipped": skipped}
 
 
+def init_git() -> str | None:
+    """Make /testbed a git repository whose one commit is the tree as the episode starts; why not, or None."""
+    if os.path.exists(os.path.join(REPO, ".git")):
+        return None
+    os.environ.update(GIT_IDENTITY)  # the agent's own `git commit` works too, with no config file
+    # the repository's own directory lives on /tmp, /testbed/.git being a file that points there: git chmods its
+    # lock files, which the overlay at /testbed refuses (EPERM)
+    init = ["init", "-q", f"--separate-git-dir={GIT_DIR}"]
+    steps = (init, ["add", "-A"], ["commit", "-q", "--no-verify", "--allow-empty", "-m", "base"])
+    for args in steps:
+        done = subprocess.run(["git", "-c", "init.defaultBranch=main", *args], cwd=REPO, capture_output=True,
+                              check=False, stdin=subprocess.DEVNULL)  # fmt: skip
+        if done.returncode != 0:
+            return f"git {args[0]} failed: {done.stderr.decode(errors='replace').strip()[-500:]}"
+    return None
+
+
+# a fixed identity and date: the base commit has the same id in every episode of a task, and no config is read
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "rllm",
+    "GIT_AUTHOR_EMAIL": "rllm@localhost",
+    "GIT_COMMITTER_NAME": "rllm",
+    "GIT_COMMITTER_EMAIL": "rllm@localhost",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
 # ---- the loop -----------------------------------------------------------------------------------------------
 
 
@@ -332,6 +367,9 @@ def handle(request: dict) -> dict:
 
 def main() -> None:
     os.umask(0o022)
+    if BASE != "git":  # a Docker image's /testbed is a checkout already
+        if (why := init_git()) is not None:  # a plain directory then: the episode works without git, as before
+            sys.stderr.write(f"rllm_swe_server: /testbed is not a git repository: {why}\n")
     for line in sys.stdin:
         try:
             request = json.loads(line)
