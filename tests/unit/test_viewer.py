@@ -72,6 +72,15 @@ def test_index_holds_the_table_columns_of_every_record(tmp_path):
     assert json.loads(raw)["episode"]["id"] == "t0:1"
 
 
+def test_a_task_is_keyed_by_its_content_not_its_id():
+    from rllm.viewer.index import task_key
+
+    question = {"id": "arith-1-3", "question": "What is 7 * 9?", "answer": 63}
+    assert task_key(question, "arith-1-3") == task_key({**question, "id": "7"}, "7")  # the same question
+    assert task_key(question, "arith-1-3") != task_key({**question, "question": "What is 886 * 8?"}, "arith-1-3")
+    assert task_key(None, "t0") == "id:t0"  # no task recorded: its id is all there is
+
+
 def test_reading_in_chunks_smaller_than_a_line_indexes_the_same(tmp_path, monkeypatch):
     path = _run(tmp_path) / "episodes.jsonl"
     whole = EpisodeIndex(path).refresh().entries
@@ -253,8 +262,9 @@ def test_the_api_serves_runs_metrics_pages_and_the_token_overlay(lake_run, tmp_p
 
         _, rewritten = _get(base + "run/lake/episode/3")
         split = rewritten["trajectories"][0]["overlay"]
-        assert [(r["ids"], r["split_before"], r["trained_tokens"]) for r in split["rows"]] == [
+        assert [(r["ids"], r["split_before"], r["loss_tokens"]) for r in split["rows"]] == [
             ([1, 2, 3, 5, 6], False, 2), ([1, 9, 3, 5, 6, 7, 5, 6], True, 2)]  # fmt: skip
+        assert [r["trained_tokens"] for r in split["rows"]] == [0, 0]  # a validation episode: never trained
         assert split["stats"]["rows_split"] == 1
 
         assert _get(base + "run/nope")[0] == 404

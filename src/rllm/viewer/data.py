@@ -12,6 +12,7 @@ import math
 import os
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ RUN_FILES = ("manifest.json", "episodes.jsonl", "metrics.jsonl")  # any one make
 SORTABLE = ("line", "step", "split", "episode_id", "task_id", "reward", "correct", "termination", "turns", "tokens",
             "mismatch")  # fmt: skip
 RUNNING_WITHIN_S = 120.0  # a run whose logs changed this recently, with no result yet, is shown as running
+KIND_LABELS = {"train": "RL", "eval": "eval", "sft": "SFT", "dpo": "DPO", "rft": "RFT"}  # manifest kind -> shown
+RL_KINDS = ("train",)  # the kinds whose config's `algorithm` section (the advantage estimator) was used
 
 
 class NotARunError(RllmError, ValueError):
@@ -84,21 +87,27 @@ class ViewerRun:
         return str(self.manifest().get("kind") or ("train" if (self.path / "metrics.jsonl").exists() else "eval"))
 
     def summary(self) -> dict[str, Any]:
-        """What the run list shows of this run."""
+        """What the run list shows of this run. `estimator` only for an RL run: SFT and DPO runs record the config's
+        `algorithm` section reset to its defaults, which says nothing about them."""
         config, manifest = self.config(), self.manifest()
-        result = _read_json(self.path / "result.json") or _read_json(self.path / "summary.json")
+        eval_summary = _read_json(self.path / "summary.json")
+        result = _read_json(self.path / "result.json") or eval_summary
         metrics, _ = self.metrics()
+        kind = self.kind()
         return {
             "id": self.id,
             "path": str(self.path),
-            "kind": self.kind(),
+            "kind": kind,
+            "kind_label": KIND_LABELS.get(kind, kind),
             "model": manifest.get("model") or (config.get("model") or {}).get("name"),
             "task": (config.get("data") or {}).get("task"),
-            "estimator": (config.get("algorithm") or {}).get("advantage"),
+            "estimator": (config.get("algorithm") or {}).get("advantage") if kind in RL_KINDS else None,
             "status": self._status(result is not None),
             "steps": max((m["step"] for m in metrics), default=0),
             "episodes": self._episode_count(),
             "started": manifest.get("created") or _mtime(self.path / "config.yaml"),
+            "success": _success_rate(eval_summary, metrics),
+            "eval_summary": eval_summary,
         }
 
     def _episode_count(self) -> int:
@@ -220,10 +229,18 @@ class ViewerRun:
 
 
 def query_episodes(index: EpisodeIndex, params: dict[str, str]) -> dict[str, Any]:
-    """One page of the episode table: filters (`split`, `step`, `correct` 1|0, `termination`, `task` substring,
-    `role`, `reward_min`, `reward_max`, `errors` 1, `q` text search), `sort` (a column; `-col` descending), `page`
-    (from 1) and `per_page`. Returns the page, the total that matched and the values the filters can take."""
-    entries = index.entries
+    """One page of the episode table: filters (`split`, `step`, `correct` 1|0, `termination`, `task` substring of
+    the task id, `task_id` exact, `task_key` the task's content (`index.task_key`), `role`, `reward_min`,
+    `reward_max`, `errors` 1, `q` text search), `sort` (a column; `-col` descending), `page` (from 1) and
+    `per_page`. Returns the page and the total that matched; with `task_key`, also `where`: the (split, step)
+    pairs holding that task and their episode counts, before the other filters (the comparison's step choices)."""
+    entries, where = index.entries, None
+    if params.get("task_key"):
+        entries = [e for e in entries if e["task_key"] == params["task_key"]]
+        counts = Counter((e["step"], e["split"]) for e in entries)  # in step order
+        where = [{"split": split, "step": step, "episodes": n} for (step, split), n in sorted(counts.items())]
+    if params.get("task_id"):
+        entries = [e for e in entries if e["task_id"] == params["task_id"]]
     if params.get("split"):
         entries = [e for e in entries if e["split"] == params["split"]]
     if params.get("step", "") != "":
@@ -261,6 +278,7 @@ def query_episodes(index: EpisodeIndex, params: dict[str, str]) -> dict[str, Any
         "per_page": per_page,
         "rows": entries[(page - 1) * per_page : page * per_page],
         "pending": index.pending_bytes > 0,
+        "where": where,
     }
 
 
@@ -275,6 +293,21 @@ def facets(index: EpisodeIndex) -> dict[str, Any]:
         terminations.add(entry["termination"])
         roles.update(entry["roles"])
     return {"steps": index.steps(), "terminations": sorted(terminations), "roles": sorted(roles), "errors": errors}
+
+
+def _success_rate(eval_summary: dict[str, Any] | None, metrics: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The success rate the run list shows: an eval run's (summary.json), else the last finite validation one
+    (`val/success_rate` in metrics.jsonl) with its step; None for a run that has neither."""
+    if eval_summary is not None and _finite(eval_summary.get("success_rate")):
+        return {"value": eval_summary["success_rate"], "source": "eval", "step": None}
+    for line in reversed(metrics):
+        if _finite(line.get("val/success_rate")):
+            return {"value": line["val/success_rate"], "source": "validation", "step": line["step"]}
+    return None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _sort_key(value: Any) -> tuple[int, Any]:

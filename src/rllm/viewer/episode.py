@@ -19,6 +19,7 @@ from typing import Any
 from rllm.images import replace_image_refs
 from rllm.training.batch import RowBuildError, build_rows
 from rllm.types import Episode
+from rllm.viewer.index import task_key
 
 __all__ = ["conversation", "episode_view", "overlay"]
 
@@ -30,32 +31,47 @@ def episode_view(record: dict[str, Any], config: dict[str, Any], tokenizer: Any,
     """The episode, its conversation per trajectory and its overlay per trajectory. In the conversation a stored
     image (`rllm-image:<name>`, `rllm.images`) becomes the URL `image_base + name` the page shows it from."""
     episode = Episode.model_validate(record["episode"])
-    trained = record.get("trained") or [None] * len(episode.trajectories)
-    source = record.get("trained_source", "recorded") if record.get("trained") else None
-    return {
-        "step": record.get("step"),
-        "split": record.get("split"),
-        "episode": record["episode"],
-        "trajectories": [
+    split = record.get("split")
+    recorded = record.get("trained")  # a list (one entry per trajectory) when the trainer recorded the update
+    trained = recorded or [None] * len(episode.trajectories)
+    source = record.get("trained_source", "recorded") if recorded else None
+    trajectories = []
+    for i, t in enumerate(episode.trajectories):
+        used = trained[i] if i < len(trained) else None
+        # in an update: known for a recorded training episode; unknown (None) for one of a run before that
+        in_update = None if split == "train" and not recorded else split == "train" and used is not None
+        trajectories.append(
             {
                 "name": t.name,
                 "reward": t.final_reward(),
                 "is_correct": t.succeeded(),
                 "turns": replace_image_refs(conversation(t), lambda name: image_base + name),
                 "overlay": {
-                    **overlay(episode, i, trained[i] if i < len(trained) else None, config, tokenizer, note),
-                    "advantages": source if i < len(trained) and trained[i] is not None else None,
+                    **overlay(episode, i, used, config, tokenizer, note, in_update=in_update),
+                    "advantages": source if used is not None else None,
+                    "split": split,
                 },
             }
-            for i, t in enumerate(episode.trajectories)
-        ],
+        )
+    return {
+        "step": record.get("step"),
+        "split": split,
+        "episode": record["episode"],
+        "task_key": task_key(episode.task, episode.task_id),
+        "trajectories": trajectories,
     }
 
 
 def conversation(trajectory: Any) -> list[dict[str, Any]]:
     """Per step: the messages new since the step before (system, user, tool results, observations), the model's
-    reply (text, reasoning, tool calls), the observation the env returned (unless the next step's messages show
-    it), reward, done and info."""
+    reply (text, reasoning, tool calls), the observation the env returned, reward, done and info.
+
+    The observation is data as the env returned it (text, image parts, a chat list such as SWE's tool messages, a
+    dict such as the web env's goal and accessibility tree), for the page to show as what it is. The next prompt is
+    the truth of what the model read (its tokens are what was sampled from and trained on), so where the next step
+    shows the observation verbatim, it is shown there only (`observation` None); where the next step's new
+    messages render it some other way (an agent formats a dict into text), the raw observation is kept one click
+    away (`observation_in_prompt`: the page folds it); where no next prompt shows it (the last step), it is shown."""
     turns, seen = [], []
     for step in trajectory.steps:
         messages = list(step.chat_completions)
@@ -76,22 +92,55 @@ def conversation(trajectory: Any) -> list[dict[str, Any]]:
                 "tokens": output.completion_length,
             },
             "action": _plain(step.action),
-            "observation": _plain(step.observation),
+            "observation": _jsonable(step.observation),
+            "observation_in_prompt": False,
             "reward": step.reward,
             "done": step.done,
             "info": step.info,
         })  # fmt: skip
         seen = messages + [{"role": "assistant", "content": turns[-1]["reply"]["content"]}] if output else messages
-    for turn, following in itertools.pairwise(turns):  # an observation the next prompt shows is shown there, once
-        shown = (turn["observation"], [turn["observation"]])  # an image observation is a one-part message
-        if any(message.get("content") in shown for message in following["messages"]):
+    for turn, following in itertools.pairwise(turns):
+        observation, shown = turn["observation"], following["messages"]
+        if observation in (None, "", []):
+            continue
+        if _shown_verbatim(observation, shown):
             turn["observation"] = None
+        elif any(message.get("role") in ("user", "tool") for message in shown):
+            turn["observation_in_prompt"] = True
     return turns
 
 
+def _shown_verbatim(observation: Any, messages: list[dict[str, Any]]) -> bool:
+    """Whether `messages` show `observation` as it is: its text or image parts as a message's content, or its chat
+    messages (role and content) among them."""
+    contents = [message.get("content") for message in messages]
+    if _is_chat(observation):
+        shown = [(message.get("role"), message.get("content")) for message in messages]
+        return all((part.get("role"), part.get("content")) in shown for part in observation)
+    return observation in contents or [observation] in contents  # an image observation is a one-part message
+
+
+def _is_chat(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(m, dict) and "role" in m for m in value)
+
+
+def _jsonable(value: Any) -> Any:
+    """`value` as JSON holds it, structure kept (dicts, lists, scalars; a pydantic model as its dump; anything else
+    as its text), for the page to show a structured observation as fields and messages, never as Python's repr."""
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return value
+    if isinstance(value, dict):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    return str(value)
+
+
 def _plain(value: Any) -> Any:
-    """A step's action or observation as JSON shows it: scalars as they are, image parts (`rllm.images`) as parts,
-    for the page to show the image, anything else as its text."""
+    """A step's action as JSON shows it: scalars as they are, image parts (`rllm.images`) as parts, anything else
+    as its text."""
     if isinstance(value, (str, int, float, bool, type(None))) or _is_image_part(value):
         return value
     if isinstance(value, list) and value and all(isinstance(p, dict) and "type" in p for p in value):
@@ -104,8 +153,10 @@ def _is_image_part(value: Any) -> bool:
 
 
 def overlay(episode: Episode, index: int, trained: list[Any] | None, config: dict[str, Any], tokenizer: Any,
-            note: str | None) -> dict[str, Any]:  # fmt: skip
-    """The training rows of trajectory `index`, token by token (module docstring)."""
+            note: str | None, *, in_update: bool | None = None) -> dict[str, Any]:  # fmt: skip
+    """The training rows of trajectory `index`, token by token (module docstring). `in_update`: whether the
+    trajectory was in its step's update (False for validation and eval episodes, which never are; None: unknown,
+    a training episode of a run that recorded no advantages)."""
     trajectory = episode.trajectories[index]
     rollout = config.get("rollout") or {}
     try:
@@ -117,18 +168,20 @@ def overlay(episode: Episode, index: int, trained: list[Any] | None, config: dic
         )
     except RowBuildError as exc:
         return {"rows": [], "error": str(exc)}
-    out_rows = [_row(row, trajectory, trained, tokenizer, split=i > 0) for i, row in enumerate(rows)]
+    out_rows = [_row(row, trajectory, trained, tokenizer, in_update, split=i > 0) for i, row in enumerate(rows)]
     return {
         "rows": out_rows,
         "stats": stats,
         "note": note,
         "error": None,
+        "in_update": in_update,
     }
 
 
-def _row(row: Any, trajectory: Any, trained: list[Any] | None, tokenizer: Any, *, split: bool) -> dict[str, Any]:
+def _row(row: Any, trajectory: Any, trained: Any, tokenizer: Any, in_update: Any, *, split: bool) -> dict[str, Any]:
     n = len(row.input_ids)
     step_of, advantage, trainer_logprobs = [-1] * n, [None] * n, [None] * n
+    stepped = [False] * n  # the token's step was in the update (an entry in `trained`)
     for step_index, start in zip(row.step_indices, row.completion_starts, strict=True):
         output = trajectory.steps[step_index].model_output
         end = min(start + output.completion_length, n)
@@ -136,14 +189,18 @@ def _row(row: Any, trajectory: Any, trained: list[Any] | None, tokenizer: Any, *
         for t in range(start, end):
             step_of[t] = step_index
             if entry is not None:
+                stepped[t] = True
                 value = entry.get("advantage")
                 advantage[t] = value[t - start] if isinstance(value, list) else value
                 if entry.get("trainer_logprobs") is not None:
                     trainer_logprobs[t] = entry["trainer_logprobs"][t - start]
+    columns = zip(row.loss_mask, step_of, stepped, advantage, strict=True)
+    state = [_token_state(mask, step, in_update, used, value) for mask, step, used, value in columns]
     return {
         "ids": row.input_ids,
         "text": _token_texts(tokenizer, row.input_ids),
         "mask": row.loss_mask,
+        "state": state,
         "logprob": [
             lp if m or s >= 0 else None for lp, m, s in zip(row.old_logprobs, row.loss_mask, step_of, strict=True)
         ],
@@ -153,11 +210,32 @@ def _row(row: Any, trajectory: Any, trained: list[Any] | None, tokenizer: Any, *
         "steps": row.step_indices,
         "weight_versions": row.weight_versions,
         "prompt_length": row.prompt_length,
-        "trained_tokens": row.num_loss_tokens,
+        "loss_tokens": row.num_loss_tokens,
+        "trained_tokens": sum(x in TRAINED_STATES for x in state),
         "truncated": row.truncated,
         "masked": row.num_loss_tokens == 0 and any(s >= 0 for s in step_of),
         "split_before": split,
     }
+
+
+# what a token of the overlay was, for its colour: context (prompt, observations, template), sampled but not
+# trained, trained with a positive / negative / zero advantage, or trained? (loss mask 1 in a training episode
+# whose run recorded no advantages: whether the update used it is not known)
+TRAINED_STATES = ("positive", "negative", "zero")
+
+
+def _token_state(mask: int, step: int, in_update: bool | None, stepped: bool, advantage: Any) -> str:
+    if step < 0:
+        return "context"
+    if not mask or in_update is False:
+        return "sampled"
+    if in_update is None:
+        return "unknown"
+    if not stepped:
+        return "sampled"  # its step was in no row of the update
+    if advantage is None:
+        return "unknown"
+    return "positive" if advantage > 0 else "negative" if advantage < 0 else "zero"
 
 
 def _token_texts(tokenizer: Any, ids: list[int]) -> list[str] | None:

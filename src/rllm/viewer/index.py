@@ -2,9 +2,10 @@
 
 A run can hold 100,000+ episodes (hundreds of MB), too many to parse on every page. `EpisodeIndex` reads the file
 once and keeps, per line, where it is (byte offset, length) and what the table filters and sorts on (step, split,
-episode and task id, reward, correctness, termination reason, roles, turns, sampled tokens). It is cached on disk
-under `$RLLM_HOME/view-index/` (not in the run directory: a run directory holds what the run wrote, and a reader
-must not add to it), keyed by the file's path, and `refresh()` indexes only the bytes appended since:
+episode and task id, the task's content key, reward, correctness, termination reason, roles, turns, sampled
+tokens). It is cached on disk under `$RLLM_HOME/view-index/` (not in the run directory: a run directory holds what
+the run wrote, and a reader must not add to it), keyed by the file's path, and `refresh()` indexes only the bytes
+appended since:
 - a half-written last line (the run is writing it now, or was killed mid-write) is left for the next refresh;
 - a line that is not an episode record (corrupted) gets an entry marked `error`, shown, never fatal;
 - a file that shrank or whose beginning changed (a resumed run cuts what it wrote after its checkpoint) is indexed
@@ -25,14 +26,27 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["COLUMNS", "EpisodeIndex", "summarize_record"]
+__all__ = ["COLUMNS", "EpisodeIndex", "summarize_record", "task_key"]
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: the task_key column
 CHUNK_BYTES = 1 << 25  # read 32 MiB at a time
 HEAD_BYTES = 4096  # the beginning of the file, hashed to notice a file rewritten rather than appended to
 # what one index entry holds, in this order (`EpisodeIndex.columns`)
-COLUMNS = ("line", "offset", "length", "step", "split", "episode_id", "task_id", "reward", "correct", "termination",
-           "roles", "turns", "tokens", "mismatch", "error")  # fmt: skip
+COLUMNS = ("line", "offset", "length", "step", "split", "episode_id", "task_id", "task_key", "reward", "correct",
+           "termination", "roles", "turns", "tokens", "mismatch", "error")  # fmt: skip
+# keys that name a task rather than say what it is: the engine numbers tasks without an id by their position in
+# the batch, and generators number theirs per seed, so the same id can be two different questions in two runs
+ID_KEYS = frozenset({"id", "uid", "task_id", "idx", "index"})
+
+
+def task_key(task: Any, task_id: str) -> str:
+    """What pairs one task across runs and checkpoints: a hash of the task's content (the dataset row without its
+    id keys, `ID_KEYS`), never its id. An episode that recorded no task falls back to its id, marked `id:`."""
+    if task is None:
+        return f"id:{task_id}"
+    content = {k: v for k, v in task.items() if k not in ID_KEYS} if isinstance(task, dict) else task
+    text = json.dumps(content, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
 
 
 def summarize_record(data: Any) -> dict[str, Any]:
@@ -47,11 +61,13 @@ def summarize_record(data: Any) -> dict[str, Any]:
         raise ValueError(f"neither an episode record nor an episode (keys {sorted(data)[:6]})")
     trajectories = episode.get("trajectories") or []
     rewards = [_trajectory_reward(t) for t in trajectories]
+    task_id = str(episode.get("id", "")).rsplit(":", 1)[0]
     return {
         "step": step if isinstance(step, int) else 0,
         "split": split if isinstance(split, str) else "eval",
         "episode_id": str(episode.get("id", "")),
-        "task_id": str(episode.get("id", "")).rsplit(":", 1)[0],
+        "task_id": task_id,
+        "task_key": task_key(episode.get("task"), task_id),
         "reward": sum(rewards) / len(rewards) if rewards else 0.0,
         "correct": bool(episode.get("is_correct")),
         "termination": episode.get("termination_reason") or "none",
@@ -133,8 +149,8 @@ class EpisodeIndex:
         try:
             entry = summarize_record(json.loads(raw))
         except (ValueError, TypeError, AttributeError, KeyError) as exc:
-            entry = {"step": None, "split": None, "episode_id": "", "task_id": "", "reward": None, "correct": None,
-                     "termination": None, "roles": [], "turns": 0, "tokens": 0, "mismatch": 0,
+            entry = {"step": None, "split": None, "episode_id": "", "task_id": "", "task_key": "", "reward": None,
+                     "correct": None, "termination": None, "roles": [], "turns": 0, "tokens": 0, "mismatch": 0,
                      "error": f"not an episode record: {str(exc)[:200]}"}  # fmt: skip
         entry.update(line=line, offset=offset, length=len(raw))
         self.entries.append(entry)

@@ -70,17 +70,35 @@ async function showRuns() {
   fill(app,
     h("h1", {}, "Runs"),
     runs.length ? h("table", { "data-testid": "runs" },
-      h("tr", {}, ["run", "kind", "status", "model", "task", "estimator", "steps", "episodes"].map((c) => h("th", {}, c))),
-      runs.map((r) => h("tr", {},
-        h("td", {}, h("a", { href: link(["run", r.id]) }, r.id)), h("td", {}, r.kind),
+      h("tr", {}, ["run", "kind", "status", "model", "task", "estimator", "success rate", "steps", "episodes"].map((c) => h("th", {}, c))),
+      runs.map((r) => h("tr", { "data-run": r.id },
+        h("td", {}, h("a", { href: link(["run", r.id]) }, r.id)), h("td", { "data-testid": "kind" }, r.kind_label),
         h("td", {}, h("span", { class: "pill " + (r.status === "running" ? "running" : "") }, r.status)),
-        h("td", {}, r.model || "—"), h("td", {}, r.task || "—"), h("td", {}, r.estimator || "—"),
+        h("td", {}, r.model || "—"), h("td", {}, r.task || "—"), h("td", { "data-testid": "estimator" }, r.estimator || "—"),
+        h("td", { "data-testid": "success" }, successText(r.success)),
         h("td", {}, r.steps), h("td", {}, r.episodes)))) : h("p", { class: "muted" }, "No runs."),
     h("p", { class: "muted" }, "Compare one task across runs or checkpoints: open an episode and follow “compare”."));
+}
+// An eval run's success rate, or a training run's last validation one (with its step).
+function successText(success) {
+  if (!success) return "—";
+  return fmt(success.value) + (success.source === "eval" ? " (eval)" : ` (validation, step ${success.step})`);
 }
 
 // ---- one run: curves and the episode table ------------------------------------------------------------------
 
+// The curves each kind of run has: RL's rewards, KL and mismatch; SFT's and DPO's losses. Validation (`val/`, the
+// task's episodes sampled before, during and after training) is every training kind's.
+const VALIDATION = [
+  ["validation success rate", (k) => k === "val/success_rate"],
+  ["validation reward", (k) => k === "val/reward_mean"],
+];
+const KIND_CHARTS = {
+  sft: [["loss", (k) => k === "loss"], ...VALIDATION, ["grad norm", (k) => k === "grad_norm"], ["entropy", (k) => k === "entropy"]],
+  dpo: [["loss", (k) => k === "loss"], ["preference accuracy", (k) => k === "rewards/accuracies"],
+    ["implicit rewards", (k) => ["rewards/chosen", "rewards/rejected", "rewards/margins"].includes(k)], ...VALIDATION,
+    ["grad norm", (k) => k === "grad_norm"]],
+};
 const CHARTS = [
   ["reward", (k) => /^(val\/)?reward_mean$/.test(k) || /^(val\/)?role\/[^/]+\/reward_mean$/.test(k)],
   ["success rate", (k) => /^(val\/)?success_rate$/.test(k)],
@@ -96,8 +114,10 @@ async function showRun(runId, params) {
   setCrumbs(h("a", { href: link(["run", runId]) }, runId));
   const head = h("div", {},
     h("h1", {}, runId),
-    h("div", { class: "muted" }, `${s.kind} · ${s.status} · model ${s.model || "?"} · task ${s.task || "?"}` +
-      (s.estimator ? ` · ${s.estimator}` : "") + ` · ${s.steps} steps · ${s.episodes} episodes · ${s.path}`),
+    h("div", { class: "muted", "data-testid": "run-head" }, `${s.kind_label} · ${s.status} · model ${s.model || "?"} · task ${s.task || "?"}` +
+      (s.estimator ? ` · estimator ${s.estimator}` : "") + ` · ${s.steps} steps · ${s.episodes} episodes · ${s.path}`),
+    s.success ? h("div", { class: "card", "data-testid": "run-success" }, `success rate ${successText(s.success)}`,
+      s.eval_summary ? ` · mean reward ${fmt(s.eval_summary.reward_mean)} · ${fmt(s.eval_summary.episodes)} episodes` : null) : null,
     info.config ? h("details", {}, h("summary", {}, "config.yaml"), h("pre", { class: "config" }, info.config)) : null);
   const charts = h("div", { class: "charts", "data-testid": "charts" });
   const series = metrics.series;
@@ -106,11 +126,12 @@ async function showRun(runId, params) {
   const roles = new Set(Object.keys(series).map((k) => (k.match(/^role\/([^/]+)\//) || [])[1]).filter(Boolean));
   const shown = (k) => roles.size > 1 || !/(^|\/)role\//.test(k);
   const order = (a, b) => (b.startsWith("val/") - a.startsWith("val/")) || a.localeCompare(b);
-  for (const [title, match] of CHARTS) {
+  const splits = Object.keys(info.facets.steps);  // a point links to its episodes where the run logged them
+  for (const [title, match] of KIND_CHARTS[s.kind] || CHARTS) {
     const keys = Object.keys(series).filter((k) => match(k) && shown(k)).sort(order);
-    if (keys.length) charts.append(chart(title, keys.map((k) => [k, series[k]]), runId));
+    if (keys.length) charts.append(chart(title, keys.map((k) => [k, series[k]]), runId, splits));
   }
-  const extra = h("select", { onchange: (e) => { if (e.target.value) charts.append(chart(e.target.value, [[e.target.value, series[e.target.value]]], runId)); } },
+  const extra = h("select", { onchange: (e) => { if (e.target.value) charts.append(chart(e.target.value, [[e.target.value, series[e.target.value]]], runId, splits)); } },
     h("option", { value: "" }, "add a chart…"), Object.keys(series).sort().map((k) => h("option", { value: k }, k)));
   const problems = metrics.problems.length ? h("p", { class: "error" }, metrics.problems.join("; ")) : null;
   const table = h("div", {});
@@ -119,7 +140,7 @@ async function showRun(runId, params) {
   await episodeTable(table, runId, info.facets, params);
 }
 
-function chart(title, entries, runId) {
+function chart(title, entries, runId, splits) {
   const W = 330, H = 170, L = 44, R = 8, T = 8, B = 20;
   const points = entries.flatMap(([, pts]) => pts.filter((p) => p[1] !== null));
   const box = h("div", { class: "chart", "data-chart": title });
@@ -139,10 +160,11 @@ function chart(title, entries, runId) {
     const ok = pts.filter((p) => p[1] !== null);
     g.append(svg("polyline", { points: ok.map((p) => `${X(p[0])},${Y(p[1])}`).join(" "), fill: "none", stroke: color, "stroke-width": 1.6 }));
     const split = key.startsWith("val/") ? "val" : "train";
+    const linked = splits.includes(split);
     for (const [step, value] of ok) {
       const dot = svg("circle", { cx: X(step), cy: Y(value), r: 3.2, fill: color, "data-step": step, "data-key": key,
-        onclick: () => { location.hash = link(["run", runId], { split, step }); } });
-      dot.append(svg("title", {}, document.createTextNode(`${key} at step ${step}: ${fmt(value, 4)} (click: its episodes)`)));
+        onclick: linked ? () => { location.hash = link(["run", runId], { split, step }); } : null });
+      dot.append(svg("title", {}, document.createTextNode(`${key} at step ${step}: ${fmt(value, 4)}` + (linked ? " (click: its episodes)" : ""))));
       g.append(dot);
     }
   });
@@ -216,7 +238,6 @@ async function episodeTable(container, runId, facets, params) {
 async function showEpisode(runId, line, params) {
   const ep = await api(`run/${encodeURIComponent(runId)}/episode/${line}`);
   const e = ep.episode;
-  const taskId = (e.id || "").split(":").slice(0, -1).join(":");
   setCrumbs(h("a", { href: link(["run", runId]) }, runId),
     h("a", { href: link(["run", runId], { split: ep.split, step: ep.step }) }, `${ep.split} step ${ep.step}`), `line ${line}`);
   const tab = params.get("view") || "conversation";
@@ -224,7 +245,8 @@ async function showEpisode(runId, line, params) {
   fill(app,
     h("h1", {}, e.id || `line ${line}`),
     h("div", { class: "muted" }, `${ep.split} · step ${ep.step} · `, pill(e.is_correct), ` · termination ${e.termination_reason || "none"}`),
-    h("p", {}, h("a", { href: link(["compare"], { a: runId, sa: ep.step, split: ep.split, b: runId, task: taskId }) }, "compare this task across checkpoints or runs")),
+    h("p", {}, h("a", { href: link(["compare"], { a: runId, sa: `${ep.split}:${ep.step}`, b: runId, key: ep.task_key }), "data-testid": "compare-link" },
+      "compare this task across checkpoints or runs")),
     h("details", {}, h("summary", {}, "task"), h("pre", { class: "config" }, JSON.stringify(e.task, null, 2))),
     h("div", { class: "tabs" }, ["conversation", "tokens"].map((v) => h("button", { class: v === tab ? "on" : "", "data-tab": v,
       onclick: () => { location.hash = link(["run", runId, "episode", String(line)], { view: v }); } }, v === "tokens" ? "token overlay" : v))),
@@ -262,36 +284,73 @@ function conversationView(turns) {
       message("assistant", turn.reply.content, `step ${i} · ${turn.reply.tokens} tokens · weights v${turn.reply.weight_version} · ${turn.reply.finish_reason || ""}`),
       turn.reply.tool_calls.map((c) => message("tool", `${c.name}(${typeof c.arguments === "string" ? c.arguments : JSON.stringify(c.arguments)})`, "call")),
     ] : null,
-    turn.observation !== null && turn.observation !== undefined && turn.observation !== "" ? message("observation", turn.observation) : null,
+    observationView(turn.observation, turn.observation_in_prompt),
     h("div", { class: "stepmeta" }, `step ${i}: reward ${fmt(turn.reward)} · done ${turn.done}` +
       (Object.keys(turn.info || {}).length ? " · " + JSON.stringify(turn.info) : "")))));
 }
+
+// What the env returned after a step, as what it is: text; image parts; a chat list (SWE's tool results) as its
+// messages; a dict (the web env's goal, accessibility tree, url) as its fields, long ones folded. When the next
+// prompt shows it in the agent's own words (the truth: what the model read), the raw value is folded away.
+function observationView(obs, inPrompt) {
+  if (obs === null || obs === undefined || obs === "" || (Array.isArray(obs) && !obs.length)) return null;
+  const body = isChat(obs) ? obs.map((m) => message(m.role, m.content, "observation" + (m.name ? " · " + m.name : "")))
+    : obs && typeof obs === "object" && !Array.isArray(obs) && !isPart(obs) ? h("div", { class: "msg observation", "data-testid": "observation-fields" },
+      h("span", { class: "role" }, "observation"), Object.entries(obs).map(([k, v]) => fieldView(k, v)))
+    : message("observation", obs);
+  if (!inPrompt) return h("div", { "data-testid": "observation" }, body);
+  return h("details", { class: "rawobs", "data-testid": "raw-observation" },
+    h("summary", {}, "observation as the env returned it (the model read it as the next prompt's message, below)"), body);
+}
+function isPart(value) {  // an OpenAI content part: text or an image, shown by contentView
+  return value.type === "text" || value.type === "image_url";
+}
+function isChat(value) {
+  return Array.isArray(value) && value.every((m) => m && typeof m === "object" && !Array.isArray(m) && "role" in m);
+}
+function fieldView(key, value) {
+  const text = typeof value === "string" ? value : JSON.stringify(value, null, 1);
+  const lines = text.split("\n").length;
+  if (text.length <= 160 && lines <= 2) return h("div", { class: "field" }, h("b", {}, key + ": "), text);
+  return h("details", { class: "field", "data-field": key },
+    h("summary", {}, `${key} (${lines} line${lines === 1 ? "" : "s"}, ${text.length} characters)`), h("pre", {}, text));
+}
+
+const TOKEN_CLASSES = { positive: "tok trn", negative: "tok trn neg", zero: "tok zero", unknown: "tok unk", sampled: "tok smp", context: "tok ctx" };
+const NOT_TRAINED = {
+  val: "not trained: a validation episode (sampled to measure the policy, never in an update)",
+  eval: "not trained: an eval episode",
+};
 
 function overlayView(ov) {
   const box = h("div", { "data-testid": "overlay" });
   if (ov.error) return h("p", { class: "error" }, ov.error);
   const trained = ov.rows.reduce((n, r) => n + r.trained_tokens, 0);
+  const count = (state) => ov.rows.reduce((n, r) => n + r.state.filter((x) => x === state).length, 0);
+  const zero = count("zero"), unknown = count("unknown");
+  const training = ov.split === "train";
+  const notTrained = !training ? NOT_TRAINED[ov.split] || `not trained: a ${ov.split} episode`
+    : ov.in_update === false ? "not trained: this trajectory was left out of its step's update (excluded or filtered)" : null;
   box.append(h("div", { class: "keys" },
-    h("span", { "data-testid": "trained-count" }, `${trained} trained tokens`),
+    h("span", { "data-testid": "trained-count" }, `${trained} trained tokens` + (zero ? `, ${zero} of them with advantage 0 (no gradient)` : "")),
     h("span", {}, `${ov.rows.length} row${ov.rows.length === 1 ? "" : "s"}`),
-    h("span", { class: "tok trn" }, "trained (advantage ≥ 0)"), h("span", { class: "tok trn neg" }, "trained (advantage < 0)"),
-    h("span", { class: "tok smp" }, "sampled, not trained"), h("span", { class: "tok ctx" }, "context"),
-    h("span", { "data-testid": "advantages" }, ov.advantages === "recorded" ? "advantages as recorded by the trainer"
-      : ov.advantages === "recomputed" ? "advantages recomputed from the step's episodes (a run from before they were recorded)"
-      : "no advantages: not a training episode, or its estimator needs what the run did not log"),
-    ov.note ? h("span", {}, ov.note) : null));
+    notTrained ? h("span", { "data-testid": "not-trained" }, notTrained) : null),
+    h("div", { class: "keys", "data-testid": "legend" },
+      training ? [h("span", { class: "tok trn" }, "trained (advantage > 0)"), h("span", { class: "tok trn neg" }, "trained (advantage < 0)"),
+        h("span", { class: "tok zero" }, "advantage 0: no gradient")] : null,
+      unknown ? h("span", { class: "tok unk" }, "loss mask 1, advantage not recorded (trained or not: unknown)") : null,
+      h("span", { class: "tok smp" }, "sampled, not trained"), h("span", { class: "tok ctx" }, "context"),
+      h("span", { "data-testid": "advantages" }, ov.advantages === "recorded" ? "advantages as recorded by the trainer"
+        : ov.advantages === "recomputed" ? "advantages recomputed from the step's episodes (a run from before they were recorded)"
+        : training ? "no advantages: its estimator needs what the run did not log, or it was not in the update" : "no advantages: not a training episode"),
+      ov.note ? h("span", {}, ov.note) : null));
   ov.rows.forEach((row, r) => {
     if (row.split_before) box.append(h("div", { class: "rowsplit", "data-testid": "row-split" },
       `row ${r + 1} starts at step ${row.steps[0]}: its prompt does not extend the row before (token mismatch: the history was re-rendered differently), so it is trained as a separate sequence`));
     if (row.truncated || row.masked) box.append(h("div", { class: "rowsplit" },
       row.masked ? "this row is over the length limits: its loss mask is zero" : "this row was truncated at the length limit"));
     const pre = h("div", { class: "overlay", "data-row": r });
-    const spans = row.ids.map((id, t) => {
-      const s = row.step[t];
-      const adv = row.advantage[t];
-      const cls = row.mask[t] ? "tok trn" + (adv !== null && adv < 0 ? " neg" : "") : s >= 0 ? "tok smp" : "tok ctx";
-      return h("span", { class: cls, "data-t": t }, row.text ? row.text[t] : `⟨${id}⟩`);
-    });
+    const spans = row.ids.map((id, t) => h("span", { class: TOKEN_CLASSES[row.state[t]], "data-t": t }, row.text ? row.text[t] : `⟨${id}⟩`));
     pre.append(...spans);
     pre.addEventListener("mousemove", (ev) => {
       const t = ev.target.dataset && ev.target.dataset.t;
@@ -299,11 +358,11 @@ function overlayView(ov) {
       const i = Number(t), s = row.step[i];
       const k = s >= 0 ? row.steps.indexOf(s) : -1;
       tip.textContent = [`token ${i}  id ${row.ids[i]}  ${JSON.stringify(row.text ? row.text[i] : "")}`,
-        row.mask[i] ? "trained (loss mask 1)" : s >= 0 ? "sampled, not trained (masked)" : i < row.prompt_length ? "prompt (context)" : "observation / template (context)",
+        tokenText(row.state[i], row.mask[i], ov, i < row.prompt_length),
         s >= 0 ? `step ${s}  weight version ${k >= 0 ? row.weight_versions[k] : "?"}` : null,
         row.logprob[i] !== null ? `sampler log-prob ${fmt(row.logprob[i], 4)}` : null,
         row.trainer_logprob && row.trainer_logprob[i] !== null ? `trainer log-prob ${fmt(row.trainer_logprob[i], 4)}` : null,
-        row.mask[i] ? `advantage ${adv_text(row.advantage[i])}` : null].filter(Boolean).join("\n");
+        row.mask[i] && training ? `advantage ${adv_text(row.advantage[i])}` : null].filter(Boolean).join("\n");
       tip.hidden = false;
       tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - 440) + "px";
       tip.style.top = ev.clientY + 16 + "px";
@@ -313,46 +372,84 @@ function overlayView(ov) {
   });
   return box;
 }
+function tokenText(state, mask, ov, inPrompt) {
+  if (state === "positive" || state === "negative") return "trained (loss mask 1)";
+  if (state === "zero") return "trained (loss mask 1), advantage 0: no gradient";
+  if (state === "unknown") return "loss mask 1; advantage not recorded, so whether the update used it is unknown";
+  if (state === "sampled") return !mask ? "sampled, not trained (masked)" : ov.split !== "train"
+    ? `sampled, not trained (${ov.split === "val" ? "a validation" : "an " + ov.split} episode)` : "sampled, not trained (not in the update)";
+  return inPrompt ? "prompt (context)" : "observation / template (context)";
+}
 function adv_text(a) {
   return a === null || a === undefined ? "not recorded" : fmt(a, 4);
 }
 
 // ---- compare: one task at two checkpoints or in two runs ------------------------------------------------------
 
+// Episodes are paired by the task's content (`key`: a hash of the dataset row without its id keys), never by task
+// id: ids are positions or per-seed numbers, so "arith-3" can be "7 * 9" in one run and "886 * 8" in another. Each
+// side offers only the (split, step) pairs where that task appears; `sa`/`sb` pick one ("val:2", or a bare step
+// with `split`, as older links have it). `task` (a task id of run a) is resolved to its content once.
 async function showCompare(params) {
   setCrumbs("compare");
   const { runs } = await api("runs");
-  const task = params.get("task") || "";
   const state = Object.fromEntries(params.entries());
   const go = (changes) => { location.hash = link(["compare"], { ...state, ...changes }); };
+  const runA = params.get("a") || (runs[0] && runs[0].id);
+  const taskId = params.get("task") || "";
+  const split = params.get("split") || "";
+  const head = h("div", {});
   const sides = h("div", { class: "cols" });
-  fill(app, h("h1", {}, "Compare"),
-    h("div", { class: "filters" }, h("label", {}, "task id", h("input", { value: task, onchange: (e) => go({ task: e.target.value }) }))),
-    sides);
+  fill(app, h("h1", {}, "Compare"), head, sides);
+  head.append(h("div", { class: "filters" }, h("label", {}, "task id in run a",
+    h("input", { value: taskId, name: "task", onchange: (e) => go({ task: e.target.value, key: "" }) }))));
+  let key = params.get("key") || "";
+  if (!key && taskId && runA) {
+    const found = await api(`run/${encodeURIComponent(runA)}/episodes?` + new URLSearchParams({ task_id: taskId, per_page: 1, ...(split ? { split } : {}) }));
+    if (found.rows.length) key = found.rows[0].task_key;
+    else head.append(h("p", { class: "error" }, `run ${runA} has no task with id ${taskId}`));
+  }
+  if (!key) {
+    head.append(h("p", { class: "muted" }, "Pick a task: open an episode and follow “compare”, or type a task id of run a."));
+    return;
+  }
+  head.append(h("p", { class: "muted" }, "Paired by the task's content (its dataset row without the id), not by task id: " +
+    "the same id can name another question in another run." + (key.startsWith("id:") ? " These episodes recorded no task: paired by task id." : "")));
+  const task = h("details", {}, h("summary", {}, "task"));
+  head.append(task);
   for (const side of ["a", "b"]) {
-    const runId = params.get(side) || (runs[0] && runs[0].id);
+    const runId = params.get(side) || runA;
     const col = h("div", { "data-side": side });
     sides.append(col);
     if (!runId) continue;
-    const info = await api("run/" + encodeURIComponent(runId));
-    const split = params.get("split") || "";
-    const steps = split ? info.facets.steps[split] || [] : [...new Set(Object.values(info.facets.steps).flat())].sort((x, y) => x - y);
-    const step = params.get("s" + side) ?? String(side === "b" ? steps[steps.length - 1] ?? "" : steps[0] ?? "");
-    col.append(h("div", { class: "filters" },
-      h("label", {}, "run", h("select", { onchange: (e) => go({ [side]: e.target.value }) },
-        runs.map((r) => h("option", { value: r.id, selected: r.id === runId }, r.id)))),
-      h("label", {}, "step", h("select", { onchange: (e) => go({ ["s" + side]: e.target.value }) },
-        steps.map((s) => h("option", { value: s, selected: String(s) === String(step) }, s))))));
-    const page = await api(`run/${encodeURIComponent(runId)}/episodes?` + new URLSearchParams({ task, step, ...(split ? { split } : {}), per_page: 100 }));
+    const runSelect = h("label", {}, "run", h("select", { onchange: (e) => go({ [side]: e.target.value, ["s" + side]: "", ["e" + side]: "" }) },
+      runs.map((r) => h("option", { value: r.id, selected: r.id === runId }, r.id))));
+    const found = await api(`run/${encodeURIComponent(runId)}/episodes?` + new URLSearchParams({ task_key: key, per_page: 1 }));
+    const where = found.where;
+    if (!where.length) {
+      col.append(h("div", { class: "filters" }, runSelect), h("div", { class: "card", "data-testid": "compare-summary" },
+        `${runId}: no episode of this task (no task with the same content; task ids are not compared)`));
+      continue;
+    }
+    const wanted = params.get("s" + side) || "";
+    const spot = (w) => `${w.split}:${w.step}`;
+    const asked = wanted.includes(":") ? wanted : wanted !== "" && split ? `${split}:${wanted}` : "";
+    const place = where.find((w) => spot(w) === asked) || (side === "a" ? where[0] : where[where.length - 1]);
+    col.append(h("div", { class: "filters" }, runSelect,
+      h("label", {}, "step", h("select", { name: "s" + side, onchange: (e) => go({ ["s" + side]: e.target.value, ["e" + side]: "" }) },
+        where.map((w) => h("option", { value: spot(w), selected: spot(w) === spot(place) }, `${w.split} · step ${w.step} (${w.episodes})`))))));
+    const page = await api(`run/${encodeURIComponent(runId)}/episodes?` + new URLSearchParams({ task_key: key, split: place.split, step: place.step, per_page: 100 }));
     const ok = page.rows.filter((r) => r.correct).length;
+    const ids = [...new Set(page.rows.map((r) => r.task_id))].join(", ");
     col.append(h("div", { class: "card", "data-testid": "compare-summary" },
-      `${runId} · step ${step}: ${page.total} episodes of this task, ${ok} correct, mean reward ` +
-      fmt(page.rows.reduce((n, r) => n + (r.reward || 0), 0) / Math.max(1, page.rows.length))));
+      `${runId} · ${place.split} step ${place.step}: ${page.total} episodes of this task, ${ok} correct, mean reward ` +
+      fmt(page.rows.reduce((n, r) => n + (r.reward || 0), 0) / Math.max(1, page.rows.length)) + ` · task id here: ${ids}`));
     const pick = params.get("e" + side) || (page.rows[0] && String(page.rows[0].line));
     col.append(h("table", {}, page.rows.map((r) => h("tr", { class: "clickable", onclick: () => go({ ["e" + side]: r.line }) },
       h("td", {}, String(r.line) === pick ? "▶" : ""), h("td", {}, r.episode_id), h("td", {}, fmt(r.reward)), h("td", {}, pill(r.correct))))));
     if (pick) {
       const ep = await api(`run/${encodeURIComponent(runId)}/episode/${pick}`);
+      if (task.childNodes.length === 1) task.append(h("pre", { class: "config" }, JSON.stringify(ep.episode.task, null, 2)));
       ep.trajectories.forEach((t) => col.append(h("h2", {}, `${t.name} · reward ${fmt(t.reward)}`), conversationView(t.turns)));
     }
   }
