@@ -20,7 +20,6 @@ Design choices:
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
 import typing
@@ -140,6 +139,13 @@ class OpenAIEndpointConfig(_Section):
     tokenizer: str | None = Field(None, description="Tokenizer name or folder for token-in/token-out (exact ids and "
                                   "logprobs, vLLM/SGLang); null: chat mode, no token ids.")  # fmt: skip
     api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key.")
+    timeout: float = Field(60.0, gt=0, description="Seconds one request may take before it is retried.")
+    max_retries: int = Field(
+        5,
+        ge=0,
+        description="Retries of a failed request (429, 5xx, no answer), with exponential backoff, before the "
+        "episode is an infra error.",
+    )
 
 
 class RolloutConfig(_Section):
@@ -419,7 +425,24 @@ class TrainerConfig(_Section):
     total_steps: int = Field(20, ge=1, description="Training steps (each: rollout, update, push weights).")
     tasks_per_step: int = Field(8, ge=1, description="Tasks per step; each is rolled out rollout.n times.")
     val_every: int = Field(0, ge=0, description="Validate every this many steps; 0: only before and after training.")
-    save_every: int = Field(0, ge=0, description="Checkpoint every this many steps; 0: only at the end.")
+    save_every: int | None = Field(
+        None,
+        ge=0,
+        description="Checkpoint every this many steps; null: automatic (every step with LoRA, with full fine-tuning "
+        "the first step that ends trainer.save_every_minutes after the last save); 0: only at the end. Ctrl-C and "
+        "SIGTERM save the state too (rllm.training.interrupt).",
+    )
+    save_every_minutes: float = Field(
+        10.0,
+        gt=0,
+        description="Automatic checkpoints (save_every: null) with full fine-tuning: at most one per this many "
+        "minutes (a full checkpoint holds the weights and two AdamW moments).",
+    )
+    keep_checkpoints: int | None = Field(
+        3,
+        ge=1,
+        description="Keep this many newest checkpoints on disk, removing older ones after each save; null: keep all.",
+    )
     seed: int = Field(0, description="Seed for sampling, shuffling and initialisation.")
     run_dir: str = Field("runs", min_length=1, description="Parent folder of run directories.")
     name: str | None = Field(None, description="Run directory name under run_dir; null: made from the kind (train "
@@ -461,6 +484,14 @@ class VerlConfig(_Section):
                                  "config, e.g. actor_rollout_ref.actor.fsdp_config.forward_prefetch=true.")  # fmt: skip
 
 
+# task generator arguments the data section sets itself (data.task_args must not)
+_SET_BY_DATA = {
+    "n": "data.train_size / data.val_size",
+    "seed": "data.seed / data.val_seed",
+    "split": "data.train_size / data.val_size (each split is made by its own call)",
+}
+
+
 class DataConfig(_Section):
     """Which tasks to train and validate (and `rllm eval`) on."""
 
@@ -494,7 +525,16 @@ class DataConfig(_Section):
         size, seed = (self.train_size, self.seed) if split == "train" else (self.val_size, self.val_seed)
         make = get_task(self.task).make_tasks
         extra = {"split": split} if "split" in inspect.signature(make).parameters else {}
+        self._check_task_args(make)
         return make(size, seed=seed, **extra, **self.task_args) if size else []
+
+    def _check_task_args(self, make: Any) -> None:
+        """A key the generator does not take: one line with the valid ones, not a TypeError from inside it."""
+        from rllm.arguments import accepted_keywords, check_keywords
+
+        generator = f"{self.task}'s task generator"
+        accepted = accepted_keywords(make)
+        check_keywords(self.task_args, accepted, setting="data.task_args", goes_to=generator, reserved=_SET_BY_DATA)
 
 
 class _OfflineConfig(_Section):
@@ -698,6 +738,16 @@ def _parse_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader: no arbitrary objects
 
 
+def _yaml_error(path: str, exc: yaml.YAMLError) -> str:
+    """`path, line L, column C: <what is wrong> (<what it is inside>)` on one line, for an editor to jump to;
+    PyYAML's own message spans lines and names the text `"<unicode string>"` instead of the file."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else path
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    return f"{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
+
+
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> TrainConfig:
     """Defaults, then the YAML file at `path` (if any), then `key.sub=value` overrides, validated as a whole."""
     data: dict[str, Any] = {}
@@ -711,7 +761,7 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
         try:
             loaded = _parse_yaml(text)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+            raise ConfigError(f"config file {_yaml_error(str(path), exc)}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {str(path)!r} must be a mapping of sections, got {type(loaded).__name__}")
         data = _empty_sections_to_dicts(loaded or {}, TrainConfig)
@@ -837,11 +887,9 @@ def _show(value: Any) -> str:
 
 
 def _did_you_mean(name: str, candidates: Sequence[str] | dict, prefix: str = "") -> str:
-    close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
-    if not close:
-        return ""
-    full = [f"{prefix}.{c}" if prefix else c for c in close]
-    return " (did you mean " + " or ".join(repr(c) for c in full) + "?)"
+    from rllm.arguments import did_you_mean  # the one wording, shared with the *_args checks
+
+    return did_you_mean(name, candidates, prefix)
 
 
 # ------------------------------------------------------------------------------------------------ type introspection

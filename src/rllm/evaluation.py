@@ -15,21 +15,28 @@ would use (`rllm.workflows.resolve.workflow_for_config`). The model is `rollout.
 
 The run directory (`rllm.runs`) holds config.yaml, manifest.json, episodes.jsonl (split "eval") and summary.json
 (`rllm.metrics` vocabulary, plus `wall_time_s`).
+
+Before any rollout, the config's `agent_args`, `env_args` and `workflow_args` are checked against what they go to
+(`rllm.workflows.resolve.check_config_args`) and an `openai` endpoint gets one request (`rllm.models.endpoint`): a
+typo or an unreachable URL is one line at once. An eval whose every episode still ends in an infrastructure error
+raises `AllEpisodesFailedError` with the cause after writing its episodes (`rllm.engine.failures`).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from time import perf_counter
 from typing import Any
 
 from rllm.config import ConfigError, TrainConfig
+from rllm.engine.failures import raise_if_all_infra_errors
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.metrics import summarize_episodes
 from rllm.models.base import close_model
-from rllm.runs import RunLog, create_run_dir, write_json, write_manifest
-from rllm.workflows.resolve import workflow_for_config
+from rllm.runs import RunLog, create_run_dir, holds_nothing, write_json, write_manifest
+from rllm.workflows.resolve import check_config_args, workflow_for_config
 
 __all__ = ["evaluate", "evaluate_async", "make_eval_model"]
 
@@ -56,9 +63,16 @@ async def evaluate_async(
     tasks = config.data.make_tasks("val") if tasks is None else tasks
     if not tasks:
         raise ConfigError("nothing to evaluate: data.val_size is 0 (set it to the number of tasks)")
+    check_config_args(config, workflow_class, workflow_args, tasks)
+    _check_endpoint(config)  # before the run directory: an unreachable endpoint leaves nothing behind
     run_dir = create_run_dir(config.trainer.run_dir, config.trainer.name, "eval", config.data.task)
     write_manifest(run_dir, "eval", config)
-    model = make_eval_model(config, run_dir)
+    try:
+        model = make_eval_model(config, run_dir)
+    except BaseException:  # a model that cannot load (or Ctrl-C meanwhile): no empty run directory stays behind
+        if holds_nothing(run_dir):
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     try:
         with _progress(progress, len(tasks) * config.rollout.val_n) as bar:
             engine = AgentWorkflowEngine(workflow_class=workflow_class, workflow_args=workflow_args, model=model,
@@ -73,7 +87,28 @@ async def evaluate_async(
     summary = {**summarize_episodes(episodes, wall), "wall_time_s": wall}
     RunLog(run_dir).log_episodes(0, episodes, "eval")
     write_json(run_dir / "summary.json", summary)
+    raise_if_all_infra_errors(episodes, "this eval", kept_in=str(run_dir / "episodes.jsonl"))
     return summary, run_dir
+
+
+def _check_endpoint(config: TrainConfig) -> None:
+    """With `rollout.server=openai`: one request to the endpoint before any rollout (`rllm.models.endpoint`), so a
+    wrong URL, a server that is down or a wrong key is one line at once, not retried rollouts and a score of 0.
+    The embedded model and vLLM (which checks the server it attaches to itself) are not probed."""
+    endpoint = config.rollout.openai
+    if config.rollout.server != "openai":
+        return
+    if not endpoint.base_url:
+        raise ConfigError("rollout.server=openai needs rollout.openai.base_url (e.g. http://localhost:8000/v1)")
+    from rllm.models.endpoint import check_endpoint
+
+    key_hint = f"${endpoint.api_key_env}, named by rollout.openai.api_key_env"
+    check_endpoint(endpoint.base_url, api_key=_api_key(config), key_hint=key_hint, what="rollout.openai.base_url")
+
+
+def _api_key(config: TrainConfig) -> str | None:
+    """The key the client sends (`OpenAIClient`: the configured variable, else $OPENAI_API_KEY)."""
+    return os.environ.get(config.rollout.openai.api_key_env) or os.environ.get("OPENAI_API_KEY")
 
 
 def make_eval_model(config: TrainConfig, run_dir: Path) -> Any:
@@ -86,7 +121,8 @@ def make_eval_model(config: TrainConfig, run_dir: Path) -> Any:
             raise ConfigError("rollout.server=openai needs rollout.openai.base_url (e.g. http://localhost:8000/v1)")
         return OpenAIClient(rollout.openai.base_url, rollout.openai.model or config.model.name,
                             api_key=os.environ.get(rollout.openai.api_key_env), tokenizer=rollout.openai.tokenizer,
-                            max_connections=max(rollout.n_parallel, 8))  # fmt: skip
+                            max_connections=max(rollout.n_parallel, 8), timeout=rollout.openai.timeout,
+                            max_retries=rollout.openai.max_retries)  # fmt: skip
     if rollout.server == "vllm":
         if config.model.init_from:
             raise ConfigError("model.init_from: rllm eval serves model.name's folder with vLLM as it is; evaluate "

@@ -43,6 +43,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from rllm.errors import RllmError
+from rllm.fsutil import write_text_atomically
 from rllm.images import load_images, store_images
 from rllm.types import Episode
 
@@ -50,6 +51,7 @@ __all__ = [
     "RunFormatError",
     "RunLog",
     "create_run_dir",
+    "holds_nothing",
     "is_unstarted_train_run",
     "load_metrics",
     "read_episode_records",
@@ -65,6 +67,8 @@ _IMAGES = "images"  # the run's folder of episode images
 # what a training run writes before its first checkpoint (rllm sft and dpo: their data counts too)
 _FIRST_FILES = {"manifest.json", "config.yaml", "metrics.jsonl", "episodes.jsonl", "tensorboard", "checkpoints",
                 "sft_data.json", "dpo_data.json", _IMAGES}  # fmt: skip
+_FIRST_FILES.add("resumes.jsonl")  # what a resume changed (rllm.training.resume), before the first checkpoint too
+_LOGS = ("metrics.jsonl", "episodes.jsonl")
 
 
 class RunFormatError(RllmError, ValueError):
@@ -123,7 +127,9 @@ def is_unstarted_train_run(path: str | os.PathLike) -> bool:
     in it) and its manifest, where it can be read (a kill may have torn it), says a training kind (`train`, `sft`,
     `dpo`). A mistyped path, a folder of runs or an eval run is not one."""
     path = Path(path)
-    if not path.is_dir() or any(entry.name not in _FIRST_FILES for entry in path.iterdir()):
+    if not path.is_dir() or any(
+        entry.name not in _FIRST_FILES and not _is_config_leftover(entry.name) for entry in path.iterdir()
+    ):
         return False
     if any((path / "checkpoints").glob("step_*")):
         return False
@@ -133,8 +139,31 @@ def is_unstarted_train_run(path: str | os.PathLike) -> bool:
         return True
 
 
+def holds_nothing(path: str | os.PathLike) -> bool:
+    """Whether a run directory holds nothing a user would look at: what a run writes when it is created (manifest,
+    config, data counts, an empty TensorBoard or checkpoints folder), no logged line, no checkpoint, no result. A
+    run that failed or was stopped like that is removed (`AgentTrainer`), never listed as a stopped run."""
+    path = Path(path)
+    for entry in path.iterdir():
+        if entry.name in _LOGS:
+            if entry.stat().st_size:
+                return False
+        elif entry.name == "checkpoints":
+            if any(entry.glob("step_*")):
+                return False
+        elif entry.name not in _FIRST_FILES and not _is_config_leftover(entry.name):
+            return False
+    return True
+
+
+def _is_config_leftover(name: str) -> bool:
+    """The temporary file of a config.yaml write that a kill interrupted (`write_manifest` writes it atomically)."""
+    return name.startswith(".config.yaml.tmp-")
+
+
 def write_manifest(run_dir: Path, kind: str, config: Any) -> None:
-    """`manifest.json` (kind, versions, seeds, model) and `config.yaml` of a new run."""
+    """`manifest.json` (kind, versions, seeds, model) and `config.yaml` of a new run. The config is written
+    atomically, once: a resume reads it back as the run's own (`rllm.training.resume`) and never rewrites it."""
     from rllm.config import dump_config
 
     manifest = {
@@ -145,7 +174,7 @@ def write_manifest(run_dir: Path, kind: str, config: Any) -> None:
         "model": config.model.name,
     }
     write_json(run_dir / "manifest.json", manifest)
-    (run_dir / "config.yaml").write_text(dump_config(config), encoding="utf-8")
+    write_text_atomically(run_dir / "config.yaml", dump_config(config))
 
 
 # ---- writing ---------------------------------------------------------------------------------------------------

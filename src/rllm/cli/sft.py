@@ -6,7 +6,7 @@ rllm sft configs/arithmetic_sft.yaml sft.episodes=null sft.messages=chats.jsonl 
 rllm sft configs/arithmetic_sft.yaml sft.episodes=runs/eval-... --export-trl rows.jsonl   # for trl.SFTTrainer
 rllm dpo configs/arithmetic_dpo.yaml dpo.episodes=runs/eval-arithmetic-20261126-120000   # success/failure pairs
 rllm dpo configs/arithmetic_dpo.yaml dpo.episodes=runs/eval-... --export-trl prefs.jsonl  # for trl.DPOTrainer
-rllm sft configs/arithmetic_sft.yaml --resume runs/sft-eval-arithmetic-20261126-121500
+rllm sft --resume runs/sft-eval-arithmetic-20261126-121500         # with the run's own config
 rllm rft configs/arithmetic_sft.yaml rft.attempts=4        # attempts -> successes of mixed tasks -> SFT -> before/after
 """
 
@@ -30,7 +30,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         p = sub.add_parser(command, help=f"{summary} (config + key=value overrides)")
         p.add_argument("config", nargs="?", help=f"YAML config, e.g. {config}")
         p.add_argument("overrides", nargs="*", help=f"dotted overrides, e.g. {overrides}")
-        p.add_argument("--resume", default=None, help="continue a run directory from its latest checkpoint")
+        p.add_argument(
+            "--resume",
+            default=None,
+            help="continue a run directory from its latest checkpoint, with "
+            "the run's own config (no CONFIG needed; a CONFIG given must match it)",
+        )
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
         p.add_argument("--export-trl", metavar="PATH", default=None,
                        help=f"write {export} and exit without training")  # fmt: skip
@@ -45,38 +50,48 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rllm.config import ConfigError, load_config
+    from rllm.cli._resume import load_run_config, report_interrupted
+    from rllm.config import ConfigError
 
-    overrides = list(args.overrides) + ([f"trainer.resume={args.resume}"] if args.resume else [])
     try:
-        config = load_config(args.config, overrides)
+        config = load_run_config(args.config, list(args.overrides), args.resume)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
     if args.export_trl:
         return _export(config, args.kind, args.export_trl)
     from rllm.training.dpo import DPOTrainer
+    from rllm.training.interrupt import TrainingInterrupted
     from rllm.training.sft import SFTTrainer
     from rllm.training.trainer import format_result_table
 
     trainer = {"sft": SFTTrainer, "dpo": DPOTrainer}[args.kind]
-    result = trainer(config=config, progress=not args.no_progress).train()
+    try:
+        result = trainer(config=config, progress=not args.no_progress).train()
+    except TrainingInterrupted as exc:
+        return report_interrupted(exc, f"rllm {args.kind}")
     print(format_result_table(result))
     return 0
 
 
 def run_rft(args: argparse.Namespace) -> int:
-    from rllm.config import ConfigError, load_config
+    from rllm.cli._resume import load_run_config, report_interrupted
+    from rllm.config import ConfigError
 
-    try:
-        config = load_config(args.config, args.overrides)
+    try:  # the rft run's own config.yaml is its top-level config; run_rft resumes the attempts and the SFT inside
+        config = load_run_config(args.config, list(args.overrides), args.resume, key=None)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
+    from rllm.training.interrupt import TrainingInterrupted
     from rllm.training.rft import run_rft as rft
     from rllm.training.trainer import format_result_table
 
-    result = rft(config, resume=args.resume, progress=not args.no_progress)
+    try:
+        result = rft(config, resume=args.resume, progress=not args.no_progress)
+    except TrainingInterrupted as exc:  # the SFT inside was stopped: `rllm rft --resume` continues the whole run
+        rft_run = args.resume or (exc.run_dir.parent if exc.run_dir is not None else None)  # <rft run>/sft
+        return report_interrupted(exc, "rllm rft", rft_run)
     attempts, data = result["attempts"], result["data"]
     print(f"attempts: {attempts['episodes']} episodes, success rate {attempts['success_rate']:.3f}; kept "
           f"{data['rows']} rows from {data['tasks']} tasks with 0 < pass rate < 1")  # fmt: skip
@@ -87,7 +102,9 @@ def run_rft(args: argparse.Namespace) -> int:
 
 def _export(config, kind: str, path: str) -> int:
     from rllm.models.registry import load_tokenizer
+    from rllm.training.sft_data import check_data_paths
 
+    check_data_paths(config, kind)  # before the tokenizer loads
     tokenizer = load_tokenizer(config.model.name)
     if kind == "sft":
         from rllm.training.sft import load_sft_rows

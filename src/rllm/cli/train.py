@@ -1,7 +1,8 @@
 """`rllm train CONFIG [key=value ...]`: train an agent with the settings of a YAML config plus dotted overrides.
 
 rllm train configs/frozenlake_grpo.yaml trainer.total_steps=20 rollout.n=8
-rllm train configs/frozenlake_grpo.yaml --resume runs/train-frozenlake-grpo-20261121-120000
+rllm train --resume runs/train-frozenlake-grpo-20261121-120000     # continue a run with its own config
+rllm train --resume runs/train-frozenlake-grpo-20261121-120000 trainer.total_steps=40   # longer (rllm.training.resume)
 rllm train --help-config          # every key, its type, default and meaning
 rllm train configs/arithmetic_grpo.yaml trainer.backend=verl trainer.workers_per_node=2   # verl's workers on Ray
 
@@ -34,23 +35,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an agent with RL (config file + key=value overrides)")
     p.add_argument("config", nargs="?", help="YAML config, e.g. configs/frozenlake_grpo.yaml")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.total_steps=20")
-    p.add_argument("--resume", default=None, help="continue a run directory from its latest checkpoint")
+    p.add_argument(
+        "--resume",
+        default=None,
+        help="continue a run directory from its latest checkpoint, with the "
+        "run's own config (no CONFIG needed; a CONFIG given must match it)",
+    )
     p.add_argument("--help-config", action="store_true", help="list every config key and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rllm.config import ConfigError, config_help, load_config
+    from rllm.cli._resume import load_run_config, report_interrupted
+    from rllm.config import ConfigError, config_help
 
     if args.help_config:
         print(config_help())
         return 0
-    overrides = list(args.overrides)
-    if args.resume:
-        overrides.append(f"trainer.resume={args.resume}")
     try:
-        config = load_config(args.config, overrides)
+        config = load_run_config(args.config, list(args.overrides), args.resume)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
@@ -58,9 +62,13 @@ def run(args: argparse.Namespace) -> int:
     if config.trainer.backend == "verl" and importlib.util.find_spec("verl") is None:
         return _run_in_verl_environment(args.argv)
 
+    from rllm.training.interrupt import TrainingInterrupted
     from rllm.training.trainer import AgentTrainer, format_result_table
 
-    result = AgentTrainer(config=config, progress=not args.no_progress).train()
+    try:
+        result = AgentTrainer(config=config, progress=not args.no_progress).train()
+    except TrainingInterrupted as exc:
+        return report_interrupted(exc, "rllm train")
     print(format_result_table(result))
     return 0
 

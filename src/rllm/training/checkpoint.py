@@ -29,6 +29,7 @@ __all__ = [
     "find_resumable_checkpoint",
     "latest_checkpoint",
     "load_checkpoint",
+    "prune_checkpoints",
     "recover_checkpoints",
     "save_checkpoint",
 ]
@@ -132,6 +133,26 @@ def recover_checkpoints(run_dir: str | os.PathLike) -> list[str]:
             shutil.rmtree(folder, ignore_errors=True)
             done.append(f"removed {folder.name}, left by a killed save")
     return done
+
+
+def prune_checkpoints(run_dir: str | os.PathLike, keep: int | None) -> list[str]:
+    """Remove all but the `keep` newest step folders (None: keep all), never the one `latest` names; returns the
+    names removed. Each folder is first renamed out of the way (`.step_N.prune-PID`), so a kill midway leaves a
+    staging-like folder that `recover_checkpoints` removes, never a half-deleted checkpoint that looks like one."""
+    root = Path(run_dir) / "checkpoints"
+    if keep is None or not root.is_dir():
+        return []
+    pointer = root / "latest"
+    latest = pointer.read_text(encoding="utf-8").strip() if pointer.exists() else None
+    removed = []
+    for folder in sorted(root.glob("step_*"))[:-keep]:
+        if folder.name == latest:
+            continue
+        aside = folder.with_name(f".{folder.name}.prune-{os.getpid()}")
+        os.replace(folder, aside)
+        shutil.rmtree(aside, ignore_errors=True)
+        removed.append(folder.name)
+    return removed
 
 
 def find_resumable_checkpoint(run_dir: str | os.PathLike) -> tuple[Path | None, list[str]]:

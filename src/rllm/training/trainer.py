@@ -57,7 +57,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import random
+import shutil
+import signal
 import sys
 import time
 import warnings
@@ -68,6 +71,7 @@ from typing import Any
 from rllm import runs
 from rllm._deprecation import moved_attribute
 from rllm.config import ConfigError, TrainConfig, override_config
+from rllm.engine.failures import raise_if_all_infra_errors
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.errors import RllmError
 from rllm.metrics import summarize_episodes
@@ -82,12 +86,20 @@ from rllm.training.advantages import (
     trajectory_reward,
 )
 from rllm.training.batch import build_rows, trained_steps
-from rllm.training.checkpoint import find_resumable_checkpoint, load_checkpoint, save_checkpoint, verify_checkpoint
+from rllm.training.checkpoint import (
+    find_resumable_checkpoint,
+    load_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+    verify_checkpoint,
+)
 from rllm.training.distill import apply_distillation, make_teacher
+from rllm.training.interrupt import TrainingInterrupted, say, stop_signals
 from rllm.training.off_policy import merge_mismatch_sums, mismatch_metrics, mismatch_sums
+from rllm.training.resume import ResumeError, check_resumed_config, resume_run_dir
 from rllm.types import Episode
 from rllm.viewer import view_command
-from rllm.workflows.resolve import workflow_for_config
+from rllm.workflows.resolve import check_config_args, workflow_for_config
 
 __all__ = ["AgentTrainer"]
 
@@ -129,15 +141,34 @@ class AgentTrainer:
         )  # fmt: skip
         self.train_dataset = train_dataset if train_dataset is not None else cfg.data.make_tasks("train")
         self.val_dataset = val_dataset if val_dataset is not None else cfg.data.make_tasks("val")
+        tasks = [task for task in (*self.train_dataset[:64], *self.val_dataset[:64]) if isinstance(task, dict)]
+        check_config_args(cfg, self.workflow_class, self.workflow_args, tasks)  # a typo: one line, before any model
         self._model, self._tokenizer, self.progress = model, tokenizer, progress
         self.teacher = None  # on-policy distillation's teacher (distill.teacher), loaded by setup()
         self.run_dir: Path | None = None
+        self._created_run_dir = False  # this process made run_dir (a failed start removes it while still empty)
+        self._stop_signal: int | None = None  # the SIGINT/SIGTERM that asked the run to stop (rllm.training.interrupt)
+        self._main_task: asyncio.Task | None = None
+        self._saved_step: int | None = None  # the step of the newest checkpoint on disk
+        self._signals = 0  # SIGINT/SIGTERM received; the second aborts at once
+        self._removed_run_dir = False
 
     # ---- public ---------------------------------------------------------------------------------------------
 
     def train(self) -> dict[str, Any]:
-        """Run the whole loop; returns validation before/after, the run directory and the last step's metrics."""
-        return asyncio.run(self._train())
+        """Run the whole loop; returns validation before/after, the run directory and the last step's metrics.
+        Ctrl-C or SIGTERM stop it with its state saved and raise `TrainingInterrupted` (rllm.training.interrupt)."""
+        try:
+            with stop_signals(self._on_stop_signal):
+                return asyncio.run(self._train())
+        except (_Stopped, KeyboardInterrupt) as exc:
+            if self._stop_signal is None:  # not ours (no handler in this thread, or raised by user code)
+                raise
+            # after the run's clean-up (a run directory that held nothing yet is gone): the one line to show
+            abandoned = exc.abandoned if isinstance(exc, _Stopped) else getattr(self, "step", 0) + 1
+            raise TrainingInterrupted(
+                self._stop_signal, self.run_dir, self._saved_step, abandoned=abandoned, removed=self._removed_run_dir
+            ) from None
 
     # ---- the loop -------------------------------------------------------------------------------------------
 
@@ -145,6 +176,8 @@ class AgentTrainer:
         cfg = self.config
         log: RunLog | None = None
         result: dict[str, Any] = {}
+        self._main_task = asyncio.current_task()
+        failed = True
         try:
             self.setup()
             start_step = self.step
@@ -154,16 +187,27 @@ class AgentTrainer:
             if start_step == 0:
                 self.val_history.append({"step": 0, **await self._validate(log, 0)})
             last = await self._loop(log, start_step)
+            if self._stop_signal is not None and self.step < cfg.trainer.total_steps:
+                if self._saved_step != self.step:
+                    self._save()
+                raise _Stopped(abandoned=None)
             # a resumed run with no step left (killed after its last save) has its last step's metrics in the log
             result["last_metrics"] = last or _logged_step_metrics(self.run_dir, self.step)
             if self.step == cfg.trainer.total_steps and self.val_history[-1]["step"] != self.step:
                 self.val_history.append({"step": self.step, **await self._validate(log, self.step)})
             if self.step > start_step or self.resumed_from is None:
                 self._save()  # else the checkpoint resumed from is this state already: never save a step twice
+            failed = False
+        except asyncio.CancelledError:
+            if self._stop_signal is None or self._signals > 1:  # not ours, or asyncio.run's clean-up after an abort
+                raise
+            raise _Stopped(abandoned=getattr(self, "step", 0) + 1) from None  # the step in progress is dropped
         finally:
             if log is not None:
                 log.close()
             await self.close()
+            if failed:
+                self._remove_failed_start()
         result.update(val_before=self.val_history[0], val_after=self.val_history[-1], steps=self.step)
         write_json(self.run_dir / "result.json", result)
         return result
@@ -176,6 +220,47 @@ class AgentTrainer:
         finally:
             if getattr(self, "backend", None) is not None:
                 self.backend.close()
+
+    def _on_stop_signal(self, signum: int) -> None:
+        """A SIGINT/SIGTERM (`rllm.training.interrupt`; runs in the main thread between two bytecodes). The first:
+        when the state before the step in progress is on disk (or nothing was trained yet), that step is abandoned
+        (the run's task is cancelled at its next await); else the step is finished, saved, and the run stops."""
+        self._signals += 1
+        if self._signals > 1:
+            return  # stop_signals raises KeyboardInterrupt: stopped at once
+        self._stop_signal = signum
+        task, step = self._main_task, getattr(self, "step", 0)
+        if task is None or task.done():
+            return  # not started yet: the loop sees the flag
+        if step == 0 or self._saved_step == step:
+            task.cancel()
+            task.get_loop().call_soon_threadsafe(lambda: None)  # wake the loop if it waits in select()
+        else:
+            last = f"step_{self._saved_step:06d}" if self._saved_step else "none yet"
+            say(
+                f"{signal.Signals(signum).name}: finishing step {step + 1}, then saving a checkpoint and stopping "
+                f"(again to stop at once; the last checkpoint on disk: {last})"
+            )
+
+    def _save_due(self, step: int) -> bool:
+        """`trainer.save_every` steps; automatic (null): every step with LoRA (a small checkpoint: ~0.2 s for
+        SmolLM2-135M's or Qwen2.5-0.5B's adapters and their AdamW moments on a 2-core CPU), with full fine-tuning
+        once `trainer.save_every_minutes` have passed since the last save (SmolLM2-135M's full checkpoint is 1.5 GiB,
+        ~5 s)."""
+        cfg = self.config.trainer
+        if cfg.save_every is not None:
+            return cfg.save_every > 0 and step % cfg.save_every == 0
+        if self.config.model.lora.enabled:
+            return True
+        return time.monotonic() - self._last_save_time >= 60 * cfg.save_every_minutes
+
+    def _remove_failed_start(self) -> None:
+        """A run this process created that failed or was stopped before it logged anything (model not found, bad
+        workflow, Ctrl-C while loading) leaves no directory behind: `rllm view` would list it as a stopped run, and
+        a retry with the same trainer.name would be refused."""
+        if self._created_run_dir and self.run_dir is not None and runs.holds_nothing(self.run_dir):
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            self._removed_run_dir = True
 
     async def _loop(self, log: RunLog, start_step: int) -> dict[str, Any]:
         cfg = self.config.trainer
@@ -195,7 +280,7 @@ class AgentTrainer:
                 self.step = step
                 if cfg.val_every and step % cfg.val_every == 0 and step < cfg.total_steps:
                     self.val_history.append({"step": step, **await self._validate(log, step)})
-                if cfg.save_every and step % cfg.save_every == 0 and step < stop:
+                if self._save_due(step) and step < stop:
                     if pipeline is not None:
                         await pipeline.settle()  # partial rollouts: the step in flight is finished, then saved
                     self._save()  # the loop's last step is saved once, after it (with the final validation)
@@ -203,6 +288,8 @@ class AgentTrainer:
                     pipeline.release()  # the next rollouts start on the weights just pushed (and validated)
                 bar.set_postfix(self._progress_postfix(metrics))
                 bar.update()
+                if self._stop_signal is not None:
+                    break  # asked to stop: _train saves this step (unless just saved) and reports
         except BaseException:
             if pipeline is not None:
                 await pipeline.close(settle=False)
@@ -282,6 +369,7 @@ class AgentTrainer:
         log.log(step, metrics)
         if cfg.trainer.log_episodes:
             log.log_episodes(step, episodes, "train", trained_steps(batch.trajectories, rows))
+        raise_if_all_infra_errors(episodes, f"training step {step}")  # nothing was trained: stop with the cause
         self._check_finite(step, update, batch.rewards)
         return metrics
 
@@ -327,7 +415,9 @@ class AgentTrainer:
         log.log(step, {f"val/{k}": v for k, v in summary.items()})
         if self.config.trainer.log_episodes:
             log.log_episodes(step, episodes, "val")
-        return {k: summary[k] for k in ("success_rate", "reward_mean", "turns_mean", "episodes")}
+        raise_if_all_infra_errors(episodes, f"the validation at step {step}")
+        kept = ("success_rate", "reward_mean", "turns_mean", "episodes")
+        return {k: v for k, v in summary.items() if k in kept or k.startswith("termination/")}
 
     async def _greedy_baselines(self, tasks: list[dict]) -> dict[str, float]:
         """ReMax: one greedy rollout per task; its reward is the baseline of the task's group (per role)."""
@@ -357,14 +447,20 @@ class AgentTrainer:
         self.sampler = TaskSampler(self.train_dataset, cfg.trainer.seed)
         self.step, self.val_history, self._nonfinite_streak, self._signal_checked = 0, [], 0, False
         self.pending_rollouts: dict[int, StepRollouts] = {}  # async: sampled, not yet trained (RolloutPipeline)
-        checkpoint = _find_checkpoint(Path(cfg.trainer.resume)) if cfg.trainer.resume else None
+        checkpoint = None
+        if cfg.trainer.resume:
+            resume_run_dir(cfg.trainer.resume)  # a path that is no run: one line, before anything loads
+            checkpoint = _find_checkpoint(Path(cfg.trainer.resume))
         self.resumed_from = checkpoint
         if checkpoint is not None:
             self.run_dir = checkpoint.parent.parent
+            check_resumed_config(self.run_dir, cfg, _checkpoint_step(checkpoint))
         elif cfg.trainer.resume:
+            check_resumed_config(Path(cfg.trainer.resume), cfg, 0)
             self._restart_run_dir(Path(cfg.trainer.resume))
         else:
             self._new_run_dir()
+        self._last_save_time = time.monotonic()
         self.backend = make_backend(cfg, self.run_dir, model=self._model, tokenizer=self._tokenizer)
         self.teacher = None
         if cfg.distill.teacher is not None:
@@ -375,6 +471,7 @@ class AgentTrainer:
                 device=cfg.model.device,
             )
         resumed_version = self._resume(checkpoint) if checkpoint is not None else None
+        self._saved_step = self.step if checkpoint is not None else None
         if cfg.rollout.server == "vllm":
             from rllm.training.rollout_server import start_vllm_rollout
 
@@ -411,6 +508,7 @@ class AgentTrainer:
     def _new_run_dir(self) -> None:
         cfg = self.config
         self.run_dir = create_run_dir(cfg.trainer.run_dir, cfg.trainer.name, *self._run_name_parts())
+        self._created_run_dir = True
         write_manifest(self.run_dir, self.run_kind, cfg)
 
     def _run_name_parts(self) -> tuple[str, ...]:
@@ -418,11 +516,15 @@ class AgentTrainer:
 
     def _restart_run_dir(self, run_dir: Path) -> None:
         """`--resume` of a run killed before its first checkpoint: it starts over in its own directory, what it
-        logged is dropped (it is logged again), its manifest and config are written again (one may be torn)."""
+        logged is dropped (it is logged again). Its config.yaml (written atomically) is kept, never rewritten; only
+        a run killed before it was written gets it (and the manifest, written just before it) now."""
         self.run_dir = run_dir
         for name in ("metrics.jsonl", "episodes.jsonl"):
             (run_dir / name).unlink(missing_ok=True)
-        write_manifest(run_dir, self.run_kind, self.config)
+        for leftover in run_dir.glob(".config.yaml.tmp-*"):
+            leftover.unlink()
+        if not (run_dir / "config.yaml").exists():
+            write_manifest(run_dir, self.run_kind, self.config)
 
     async def _close_rollout(self) -> None:
         if getattr(self, "rollout_model", None) is not None:
@@ -441,6 +543,17 @@ class AgentTrainer:
             "pending_rollouts": [self.pending_rollouts[step].to_state() for step in sorted(self.pending_rollouts)],
         }
         save_checkpoint(self.run_dir, self.step, {"trainer": trainer_state}, write=self.backend.save)
+        self._saved_step, self._last_save_time = self.step, time.monotonic()
+        prune_checkpoints(self.run_dir, self.config.trainer.keep_checkpoints)
+
+
+class _Stopped(Exception):
+    """Raised out of the run's task when a signal stopped it; `train()` turns it into `TrainingInterrupted` once
+    the clean-up is done. `abandoned`: the step in progress that was dropped (None: stopped between steps)."""
+
+    def __init__(self, abandoned: int | None) -> None:
+        super().__init__(abandoned)
+        self.abandoned = abandoned
 
 
 @dataclass
@@ -650,10 +763,18 @@ def _find_checkpoint(path: Path) -> Path | None:
         warnings.warn(f"--resume {path}: {note}", RuntimeWarning, stacklevel=2)
     if found is None:
         if not is_unstarted_train_run(path):
-            raise FileNotFoundError(f"--resume {path}: no checkpoint found (expected {path}/checkpoints/latest)")
+            raise ResumeError(
+                f"--resume {path}: no checkpoint found (expected {path}/checkpoints/latest) and it is "
+                "not a training run stopped before its first one; give a training run's folder"
+            )
         warnings.warn(f"--resume {path}: the run was stopped before its first checkpoint; it starts over",
                       RuntimeWarning, stacklevel=2)  # fmt: skip
     return found
+
+
+def _checkpoint_step(checkpoint: Path) -> int:
+    """The step of a (verified) checkpoint folder, from its manifest: nothing is loaded."""
+    return int(json.loads((checkpoint / "manifest.json").read_text(encoding="utf-8"))["step"])
 
 
 def _logged_step_metrics(run_dir: Path, step: int) -> dict[str, Any]:
@@ -716,10 +837,27 @@ def format_result_table(result: dict[str, Any]) -> str:
         f"{'':24}{'before':>10}{'after':>10}",
         f"{'val success rate':24}{before['success_rate']:>10.3f}{after['success_rate']:>10.3f}",
         f"{'val mean reward':24}{before['reward_mean']:>10.3f}{after['reward_mean']:>10.3f}",
+        *_termination_rows(before, after, result.get("last_metrics") or {}),
         f"validation tasks: {after.get('episodes', 0)}   steps: {result['steps']}   run: {result['run_dir']}",
         f"see its episodes and trained tokens: {view_command(result['run_dir'])}",
     ]
     return "\n".join(lines)
+
+
+def _termination_rows(before: dict, after: dict, last_step: dict) -> list[str]:
+    """Rows of the final table for how episodes ended, when any ended otherwise than by the env (`env_done`): a
+    timeout or an infra error there means the numbers above are not the model's whole story. The last training
+    step's fractions are in the row's note."""
+    summaries = (before, after, last_step)
+    reasons = sorted({k for s in summaries for k, v in s.items() if k.startswith("termination/") and v})
+    if reasons in ([], ["termination/env_done"]):
+        return []
+    rows = []
+    for key in reasons:
+        train = f"   (last training step: {last_step[key]:.3f})" if key in last_step else ""
+        name = "ended " + key.removeprefix("termination/")
+        rows.append(f"{name:24}{before.get(key, 0.0):>10.3f}{after.get(key, 0.0):>10.3f}{train}")
+    return rows
 
 
 def __getattr__(name: str) -> Any:
