@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 
 from rllm.cli import eval as eval_cmd
 from rllm.cli import fetch as fetch_cmd
@@ -28,9 +29,29 @@ from rllm.cli import view as view_cmd
 __all__ = ["main"]
 
 
+class _IntermixedParser(argparse.ArgumentParser):
+    """A subcommand's parser that takes its options before or after the overrides (`rllm train CONFIG --no-progress
+    trainer.total_steps=20`): plain argparse stops collecting positionals at the first option and then refuses the
+    rest. Parsers with their own subcommands (`rllm serve gateway`) cannot be parsed this way and parse as usual."""
+
+    _intermixing = False
+
+    def parse_known_args(
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        nested = any(a.nargs in (argparse.PARSER, argparse.REMAINDER) for a in self._get_positional_actions())
+        if self._intermixing or nested:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True  # parse_known_intermixed_args calls parse_known_args itself
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rllm", description="Train and evaluate language agents with RL.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_IntermixedParser)
     eval_cmd.add_parser(sub)
     fetch_cmd.add_parser(sub)
     serve_cmd.add_parser(sub)
@@ -38,7 +59,30 @@ def build_parser() -> argparse.ArgumentParser:
     swe_cmd.add_parser(sub)
     train_cmd.add_parser(sub)
     view_cmd.add_parser(sub)
+    for command_parser in sub.choices.values():
+        command_parser.set_defaults(parser=command_parser)  # for the usage of a command that lacks its config
     return parser
+
+
+# commands that run a config, and an example of one: without it they print their usage rather than train defaults
+_CONFIG_EXAMPLES = {
+    "train": "configs/frozenlake_grpo.yaml",
+    "sft": "configs/arithmetic_sft.yaml",
+    "dpo": "configs/arithmetic_dpo.yaml",
+    "rft": "configs/arithmetic_sft.yaml",
+}
+
+
+def _require_config(args: argparse.Namespace) -> None:
+    """Exit with the command's usage when it was given no config (a run directory to resume, or `--help-config`,
+    is enough)."""
+    example = _CONFIG_EXAMPLES.get(args.command)
+    if example is None or args.config or getattr(args, "resume", None) or getattr(args, "help_config", False):
+        return
+    command = f"rllm {args.command} {example}"
+    args.parser.error(
+        f"give a config, e.g. {command} (key=value overrides may follow; every key: rllm train --help-config)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("default", message=".*deprecated and will be removed in the next release",
                             category=DeprecationWarning)  # fmt: skip
     args = build_parser().parse_args(argv)
+    _require_config(args)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as typed (train may hand it over)
     try:
         return int(args.run(args) or 0)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 
 
@@ -51,8 +52,13 @@ def _make_model(args: argparse.Namespace):
             "--upstream needs --model (the served model's name) and --tokenizer (its tokenizer's name "
             "or folder: prompts are rendered here and sent as token ids, so the ids are exact)"
         )
+    from rllm.models.endpoint import check_endpoint
     from rllm.models.openai import OpenAIClient
 
+    # one request first: a gateway in front of nothing would answer every agent call with a retried 502
+    check_endpoint(
+        args.upstream, api_key=os.environ.get("OPENAI_API_KEY"), key_hint="$OPENAI_API_KEY", what="--upstream"
+    )
     return OpenAIClient(args.upstream, args.model, tokenizer=args.tokenizer)
 
 

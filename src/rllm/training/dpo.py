@@ -76,15 +76,17 @@ class DPOTrainer(OfflineTrainer):
 def load_dpo_pairs(config: TrainConfig, tokenizer: Any) -> tuple[list[PreferencePair], dict[str, int]]:
     """The pairs `config.dpo` names (exactly one of `episodes` and `preferences`), length-checked."""
     from rllm.runs import read_episode_records
-    from rllm.training.sft_data import read_jsonl
+    from rllm.training.sft_data import check_data_path, read_jsonl
 
     dpo = config.dpo
     if (dpo.episodes is None) == (dpo.preferences is None):
         raise ConfigError("rllm dpo needs exactly one data source: dpo.episodes (a run directory or its "
                           "episodes.jsonl) or dpo.preferences (a JSONL of prompt/chosen/rejected records)")  # fmt: skip
     if dpo.preferences is not None:
+        check_data_path("dpo.preferences", dpo.preferences, run=False)
         return pairs_from_preferences(read_jsonl(dpo.preferences), tokenizer, max_length=dpo.max_length,
                                       overlong=dpo.overlong)  # fmt: skip
+    check_data_path("dpo.episodes", dpo.episodes, run=True)
     return pairs_from_episodes(read_episode_records(dpo.episodes), split=dpo.split, roles=dpo.roles,
                                max_pairs_per_task=dpo.max_pairs_per_task, max_length=dpo.max_length,
                                overlong=dpo.overlong)  # fmt: skip

@@ -29,7 +29,14 @@ from typing import Any
 from rllm.config import AlgorithmConfig, ConfigError, TrainConfig, override_config
 from rllm.runs import RunLog, write_json
 from rllm.training.batch import TrainingRow
-from rllm.training.sft_data import read_jsonl, rows_from_messages, rows_from_trajectories, select_trajectories
+from rllm.training.sft_data import (
+    check_data_path,
+    check_data_paths,
+    read_jsonl,
+    rows_from_messages,
+    rows_from_trajectories,
+    select_trajectories,
+)
 from rllm.training.trainer import AgentTrainer
 
 __all__ = ["OfflineTrainer", "SFTTrainer", "load_sft_rows"]
@@ -46,6 +53,8 @@ class OfflineTrainer(AgentTrainer):
                  progress: bool = True, **workflow: Any) -> None:  # fmt: skip
         if config.trainer.backend != "torch":
             raise ConfigError(f"rllm {self.section} trains on the torch backend only: set trainer.backend=torch")
+        if examples is None:
+            check_data_paths(config, self.section)  # a missing file: one line now, not after the tokenizer loads
         vision = None
         if tokenizer is None:
             from rllm.models.registry import load_tokenizer, load_vision
@@ -141,8 +150,10 @@ def load_sft_rows(config: TrainConfig, tokenizer: Any, *,
         raise ConfigError("rllm sft needs exactly one data source: sft.episodes (a run directory or its "
                           "episodes.jsonl) or sft.messages (a JSONL of conversations)")  # fmt: skip
     if sft.messages is not None:
+        check_data_path("sft.messages", sft.messages, run=False)
         return rows_from_messages(read_jsonl(sft.messages), tokenizer, max_length=sft.max_length,
                                   overlong=sft.overlong, vision=vision)  # fmt: skip
+    check_data_path("sft.episodes", sft.episodes, run=True)
     pairs, stats = select_trajectories(
         read_episode_records(sft.episodes), split=sft.split, roles=sft.roles, correct_only=sft.correct_only,
         min_reward=sft.min_reward, task_pass_rate=sft.task_pass_rate, max_per_task=sft.max_per_task,

@@ -37,6 +37,7 @@ import json
 import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from rllm.errors import RllmError
@@ -45,6 +46,8 @@ from rllm.types import Episode, ModelOutput, Step, Trajectory
 
 __all__ = [
     "TrainingDataError",
+    "check_data_path",
+    "check_data_paths",
     "export_trl",
     "fit_length",
     "read_jsonl",
@@ -148,6 +151,33 @@ def rows_from_trajectories(pairs: Sequence[TrajectoryRef], *, max_length: int | 
 
 
 # ---- messages ------------------------------------------------------------------------------------------------
+
+
+# each offline section's data paths, and whether each is a run (a directory with episodes.jsonl, or that file)
+_DATA_PATHS = {"sft": {"episodes": True, "messages": False}, "dpo": {"episodes": True, "preferences": False}}
+
+
+def check_data_paths(config: Any, section: str) -> None:
+    """`check_data_path` for each data path `config.<section>` sets ("sft" or "dpo")."""
+    for field, run in _DATA_PATHS.get(section, {}).items():
+        path = getattr(getattr(config, section), field)
+        if path is not None:
+            check_data_path(f"{section}.{field}", path, run=run)
+
+
+def check_data_path(key: str, path: str | os.PathLike, *, run: bool) -> None:
+    """`TrainingDataError` naming the setting `key` when `path` is missing, checked before a tokenizer or model
+    loads. `run`: a run directory (it must hold episodes.jsonl) or that file; else a JSONL file."""
+    target = Path(path)
+    if run and target.is_dir():
+        if not (target / "episodes.jsonl").is_file():
+            hint = "give a run directory (rllm eval and rllm train write one) or an episodes.jsonl"
+            raise TrainingDataError(f"{key}={path}: that directory has no episodes.jsonl; {hint}")
+        return
+    if target.is_file():
+        return
+    what = "a run directory (e.g. runs/eval-...) or its episodes.jsonl" if run else "a JSONL file, one record a line"
+    raise TrainingDataError(f"{key}={path}: no such file{' or directory' if run else ''}; give {what}")
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:

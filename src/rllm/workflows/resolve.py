@@ -10,6 +10,9 @@
 - A `workflow_args` key the workflow's `__init__` does not take is refused here, naming the key, the workflow and
   what it takes, instead of a TypeError from deep inside the engine at the first rollout (switching a config's
   `workflow` keeps its `workflow_args`: math's single-turn `system_prompt` is not an argument of `agent_env`).
+- `check_config_args` does the same for a config's `agent_args` and `env_args` once the tasks exist (an env takes
+  its keywords, and a task row's keys, through `from_dict`), with `rllm.arguments`' rule for classes that take
+  `**kwargs`; `data.task_args` is checked where the tasks are made (`DataConfig.make_tasks`).
 """
 
 from __future__ import annotations
@@ -17,15 +20,15 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from rllm.errors import RllmError
+from rllm.arguments import UnknownArgumentError, accepted_keywords, check_keywords, did_you_mean
 from rllm.workflows import get_workflow
 from rllm.workflows.agent_env import AgentEnvWorkflow
 from rllm.workflows.base import Workflow
 
-__all__ = ["WorkflowArgsError", "resolve_workflow", "workflow_for_config"]
+__all__ = ["WorkflowArgsError", "check_config_args", "resolve_workflow", "workflow_for_config"]
 
 
-class WorkflowArgsError(RllmError, TypeError):
+class WorkflowArgsError(UnknownArgumentError):
     """`workflow_args` has a key the workflow does not take."""
 
 
@@ -75,10 +78,26 @@ def _check_workflow_args(workflow_class: type, workflow_args: dict[str, Any] | N
     takes = [name for name in parameters if name != "self"]
     unknown = sorted(set(workflow_args or {}) - set(takes))
     if unknown:
+        hint = did_you_mean(unknown[0], takes, "workflow_args")
         raise WorkflowArgsError(
-            f"workflow_args {unknown}: {workflow_class.__name__}.__init__ takes no such argument (it takes {takes}); "
-            "remove them (e.g. workflow_args={} on the command line when switching a config's workflow)"
+            f"workflow_args {unknown}: {workflow_class.__name__}.__init__ takes no such argument{hint} (it takes "
+            f"{takes}); remove them (e.g. workflow_args={{}} on the command line when switching a config's workflow)"
         )
+
+
+def check_config_args(config: Any, workflow_class: type, workflow_args: dict[str, Any], tasks: list[dict]) -> None:
+    """Refuse a key of `config.agent_args` / `config.env_args` that the agent / env the resolved agent/env workflow
+    builds does not take (module docstring), before any model loads: `UnknownArgumentError` naming the key, the
+    closest valid names and all of them. Other workflows get neither, so there is nothing to check."""
+    if not issubclass(workflow_class, AgentEnvWorkflow):
+        return
+    agent_class, env_class = workflow_args["agent_class"], workflow_args["env_class"]
+    agent_keywords = accepted_keywords(agent_class)
+    check_keywords(config.agent_args, agent_keywords, setting="agent_args", goes_to=agent_class.__name__)
+    env_keywords = accepted_keywords(env_class)
+    if env_keywords is not None:  # a row's keys reach the env too: the env_args are their defaults
+        env_keywords = (env_keywords - {"task"}) | {key for task in tasks[:64] for key in task}
+    check_keywords(config.env_args, env_keywords, setting="env_args", goes_to=env_class.__name__)
 
 
 def workflow_for_config(
