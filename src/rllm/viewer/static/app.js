@@ -82,7 +82,7 @@ async function showRuns() {
 // An eval run's success rate, or a training run's last validation one (with its step).
 function successText(success) {
   if (!success) return "—";
-  return fmt(success.value) + (success.source === "eval" ? " (eval)" : ` (validation, step ${success.step})`);
+  return Number(success.value).toFixed(3) + (success.source === "eval" ? " (eval)" : ` (validation, step ${success.step})`);
 }
 
 // ---- one run: curves and the episode table ------------------------------------------------------------------
@@ -93,11 +93,12 @@ const VALIDATION = [
   ["validation success rate", (k) => k === "val/success_rate"],
   ["validation reward", (k) => k === "val/reward_mean"],
 ];
+const SKIPPED = ["skipped updates", (k) => k === "skipped_nonfinite"];
 const KIND_CHARTS = {
-  sft: [["loss", (k) => k === "loss"], ...VALIDATION, ["grad norm", (k) => k === "grad_norm"], ["entropy", (k) => k === "entropy"]],
+  sft: [["loss", (k) => k === "loss"], ...VALIDATION, ["grad norm", (k) => k === "grad_norm"], ["entropy", (k) => k === "entropy"], SKIPPED],
   dpo: [["loss", (k) => k === "loss"], ["preference accuracy", (k) => k === "rewards/accuracies"],
     ["implicit rewards", (k) => ["rewards/chosen", "rewards/rejected", "rewards/margins"].includes(k)], ...VALIDATION,
-    ["grad norm", (k) => k === "grad_norm"]],
+    ["grad norm", (k) => k === "grad_norm"], SKIPPED],
 };
 const CHARTS = [
   ["reward", (k) => /^(val\/)?reward_mean$/.test(k) || /^(val\/)?role\/[^/]+\/reward_mean$/.test(k)],
