@@ -43,7 +43,7 @@ def main() -> None:
         line = page.locator("[data-testid=episodes] tr[data-line]").first.get_attribute("data-line")
         shot(f"#/run/{run}/episode/{line}", "conversation.png")
         shot(f"#/run/{run}/episode/{line}?view=tokens", "overlay.png")
-        page.locator(".overlay .tok.trn").first.hover()
+        page.locator(".overlay .tok.trn, .overlay .tok.zero").first.hover()  # a trained token, whatever its advantage
         page.screenshot(path=str(args.out / "overlay.png"))
         task = _improved_task(server.url, run, last)
         shot(f"#/compare?a={run}&b={run}&split=val&sa=0&sb={last}&task={task}", "compare.png")
