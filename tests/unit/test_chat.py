@@ -1,4 +1,6 @@
 import copy
+import json
+import warnings
 
 import pytest
 
@@ -132,15 +134,20 @@ def _conversations():
     yield [{"role": "user", "content": ("tuple", "not plain")}]
 
 
+@pytest.mark.filterwarnings("ignore:the chat template .* ignores `tools`")
 @pytest.mark.parametrize("tools", [None, TOOLS])
 @pytest.mark.parametrize("add_generation_prompt", [True, False])
 def test_render_text_equals_apply_chat_template(shipped_tokenizer, tools, add_generation_prompt):
     """The fast path (transformers' compiled template called directly) renders exactly what apply_chat_template
-    renders, and inputs it does not take (reasoning fields, non-JSON values) fall back to it."""
+    renders, and inputs it does not take (reasoning fields, non-JSON values) fall back to it. (Tools a template
+    ignores are in the system message on both paths.)"""
+    from rllm.models.chat import describe_ignored_tools
+
     for messages in _conversations():
         try:
+            shown = describe_ignored_tools(shipped_tokenizer, messages, tools) if tools else messages
             expected = shipped_tokenizer.apply_chat_template(
-                messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
+                shown, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
             )
         except Exception as exc:  # a template that rejects this shape must reject it on both paths
             with pytest.raises(type(exc)):
@@ -170,3 +177,100 @@ def test_an_image_for_a_text_only_model_is_refused_naming_the_model(shipped_toke
         render_text(shipped_tokenizer, messages)
     with pytest.raises(ImageError, match="text-only"):
         ChatRenderer(shipped_tokenizer).render([{"role": "user", "content": [{"type": "image", "path": "x.png"}]}])
+
+
+# ---- tools with a template that ignores them (SmolLM2's) ----
+
+
+def _swe_first_prompt(tokenizer):
+    """The SWE agent's first prompt, rendered as a rollout renders it: the agent's messages, the env's tools."""
+    from rllm.agents.swe import SWEAgent
+    from rllm.envs.swe.env import issue_prompt
+    from rllm.envs.swe.tools import tool_schemas
+
+    agent = SWEAgent()
+    agent.reset()
+    issue = issue_prompt({"problem_statement": "calc.clamp(5, 0, 5) returns 0."})
+    agent.update_from_env(issue, 0.0, False, {"tools": tool_schemas("r2egym")})
+    renderer = ChatRenderer(tokenizer, tools=agent.tools)
+    return agent, renderer, renderer.render(agent.chat_completions)
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """Forget which models were warned about (the warning is once per model and process)."""
+    import rllm.models.chat as chat
+
+    monkeypatch.setattr(chat, "_warned", set(), raising=False)
+
+
+def test_tools_a_template_ignores_go_into_its_system_message_once(smollm2_tokenizer, fresh_warnings):
+    with pytest.warns(UserWarning) as caught:
+        agent, _, ids = _swe_first_prompt(smollm2_tokenizer)
+        _swe_first_prompt(smollm2_tokenizer)  # a second rollout of the same model: no second warning
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    assert str(caught[0].message) == (
+        f"the chat template of {smollm2_tokenizer.name_or_path!r} ignores `tools`, so rllm put the 4 tools in the "
+        "system message, with the <tool_call> JSON call format rllm parses (README: Tools and MCP)"
+    )
+    text = smollm2_tokenizer.decode(ids, skip_special_tokens=False)
+    for tool in agent.tools:  # each tool's name, description and parameters, as its JSON schema
+        assert json.dumps(tool) in text
+        assert f'"name": "{tool["function"]["name"]}"' in text and tool["function"]["description"] in text
+    # appended to the agent's own system message, in the call format rllm's parser reads
+    system = text.split("<|im_end|>")[0]
+    assert system.startswith("<|im_start|>system\n" + agent.system_prompt + "\n\n# Tools\n")
+    assert system.endswith('<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+    assert text.count("# Tools") == 1 and "named SmolLM" not in text
+
+
+@pytest.mark.filterwarnings("ignore:the chat template .* ignores `tools`")
+def test_calls_written_as_described_parse_and_the_turns_still_extend(smollm2_tokenizer):
+    agent, renderer, ids = _swe_first_prompt(smollm2_tokenizer)
+    reply = '<tool_call>\n{"name": "execute_bash", "arguments": {"cmd": "grep -n high calc.py"}}\n</tool_call>'
+    output = _sample(smollm2_tokenizer, ids, reply)
+    renderer.record(output)
+    action = agent.update_from_model(output)
+    (call,) = action.action["tool_calls"]
+    assert (call["name"], call["arguments"]) == ("execute_bash", {"cmd": "grep -n high calc.py"})
+    agent.update_from_env("12:    if x >= high + 1:", 0.0, False, {})
+    context = ids + output.completion_ids
+    next_ids = renderer.render(agent.chat_completions)
+    assert renderer.extended and renderer.mismatches == 0 and next_ids[: len(context)] == context
+    assert next_ids == render_messages(smollm2_tokenizer, agent.chat_completions, tools=agent.tools)
+
+
+def test_a_template_that_renders_tools_is_left_alone(qwen_tokenizer, fresh_warnings):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning either
+        _, _, ids = _swe_first_prompt(qwen_tokenizer)
+        text = render_text(qwen_tokenizer, messages, tools=TOOLS)
+    assert text == qwen_tokenizer.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True, tokenize=False)
+    assert text.count('"name": "calc"') == 1 and text.count("# Tools") == 1
+    assert qwen_tokenizer.decode(ids).count("# Tools") == 1
+
+
+def test_without_a_system_message_one_is_added_for_the_tools(smollm2_tokenizer, fresh_warnings):
+    from rllm.tools.parsing import tools_system_prompt
+
+    messages = [{"role": "user", "content": "2+2?"}]
+    with pytest.warns(UserWarning, match="put the tool in the system message"):
+        text = render_text(smollm2_tokenizer, messages, tools=TOOLS)
+    expected = [{"role": "system", "content": tools_system_prompt(TOOLS)}, *messages]
+    assert text == smollm2_tokenizer.apply_chat_template(expected, add_generation_prompt=True, tokenize=False)
+
+
+def test_a_template_that_ignores_tools_and_calls_in_another_format_is_refused():
+    from rllm.errors import RllmError
+    from rllm.models.fake import FakeTokenizer
+
+    class MistralLike(FakeTokenizer):  # prints [TOOL_CALLS] for replies, never the tools it is given
+        chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}[TOOL_CALLS]"
+
+        def apply_chat_template(self, messages, tools=None, add_generation_prompt=True, tokenize=False):
+            return super().apply_chat_template(messages, None, add_generation_prompt, tokenize)
+
+    with pytest.raises(RllmError, match="ignores `tools` and writes tool calls in the mistral format"):
+        render_text(MistralLike(), [{"role": "user", "content": "hi"}], tools=TOOLS)
+    assert render_text(FakeTokenizer(), [{"role": "user", "content": "hi"}], tools=TOOLS).count("calc") == 1

@@ -191,6 +191,11 @@ def test_tool_calling_round_trip_extends_by_prefix(shipped_tokenizer, stream):
     assert session.token_mismatches() == 0
     assert_extends(session.records)
     assert session.records[2].rendered_messages[-4] == {"role": "assistant", "content": f"Let me add.\n{CALL_TEXT}"}
+    # the tools are described once, by the template (Qwen) or in the system message (SmolLM2), as recorded
+    first = session.records[0]
+    assert shipped_tokenizer.decode(first.prompt_ids).count("# Tools") == 1
+    text = shipped_tokenizer.apply_chat_template(first.rendered_messages, tools=TOOLS, tokenize=False)
+    assert first.prompt_ids == shipped_tokenizer.encode(text + "<|im_start|>assistant\n", add_special_tokens=False)
 
 
 def _create(sdk: openai.OpenAI, messages: list, stream: bool) -> dict:

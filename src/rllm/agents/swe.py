@@ -1,8 +1,9 @@
 """`SWEAgent`: a multi-turn tool-calling agent that fixes a repository (R2E-Gym/DeepSWE style), for `SWEEnv`.
 
-It is `ToolAgent` (tool schemas rendered by the model's own chat template, calls parsed from `<tool_call>` blocks
-or taken from an OpenAI-compatible server's parsed calls) with a software-engineering system prompt and two kinds of
-context management for long tool outputs:
+It is `ToolAgent` (tool schemas rendered by the model's own chat template, or appended to the system message where
+the template ignores them, as SmolLM2's does: `rllm.models.chat.describe_ignored_tools`; calls parsed from
+`<tool_call>` blocks or taken from an OpenAI-compatible server's parsed calls) with a software-engineering system
+prompt and two kinds of context management for long tool outputs:
 - `max_observation_chars`: each tool result is cut to this size as it arrives (head and tail kept, a marker says how
   much was cut). The env cuts too (`max_output_chars`); this is the agent's own, tighter budget. Cutting on arrival
   keeps every turn's prompt an extension of the previous one (token exactness, DESIGN.md).

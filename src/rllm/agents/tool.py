@@ -1,7 +1,8 @@
 """`ToolAgent`: a multi-turn agent that calls tools and ends with a final answer.
 
 The env's first observation is the question, and its info carries the tools' JSON schemas (`info["tools"]`), which
-the engine renders into the prompt with the model's own chat template (`tools=` of `apply_chat_template`). Each reply
+the engine renders into the prompt with the model's own chat template (`tools=` of `apply_chat_template`; a template
+that ignores them, SmolLM2's, gets them in the system message: `rllm.models.chat.describe_ignored_tools`). Each reply
 is parsed for tool calls: the calls an OpenAI-compatible server already parsed (`ModelOutput.tool_calls`) are used as
 they are; otherwise they are parsed from the text for the template's family (`rllm.tools.parsing`, Qwen/Hermes
 `<tool_call>` JSON), and a reply that is nothing but one JSON call without the tags counts as that call (small

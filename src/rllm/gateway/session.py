@@ -10,8 +10,9 @@ tool-call id this session generated, or whose content equals the content this se
 replies are told apart), and tool-call ids are unique within a session. Then `ChatRenderer` sees a history that
 extends its previous prompt + completion, and the turns of the session merge into one training row.
 
-Templates that ignore `tools=` (SmolLM2's) get the tools described in the system message instead
-(`rllm.tools.parsing.tools_system_prompt`), the same way on every call, so prompts still extend.
+Templates that ignore `tools=` (SmolLM2's) get the tools described in the system message instead, by the renderer
+(`rllm.models.chat.describe_ignored_tools`), the same way on every call, so prompts still extend; the session hands
+the handler the messages and tools as they are, and records what was rendered (the description included).
 
 Calls of one session are served one at a time (a lock): a conversation's prompt must render after the previous
 reply was recorded. Independent conversations belong in separate sessions.
@@ -36,6 +37,7 @@ from rllm.gateway.openai_format import (
     token_pieces,
 )
 from rllm.models.base import SamplingParams
+from rllm.models.chat import describe_ignored_tools
 from rllm.types import ModelOutput
 
 __all__ = ["CallRecord", "GatewaySession", "Handler", "SessionClosedError"]
@@ -133,14 +135,15 @@ class GatewaySession:
         """Render (history restored), sample through the handler, record, and build the reply."""
         async with self._lock:
             messages = self.restore_history(request.messages)
-            if request.tools and self.tokenizer is not None:
-                messages = _describe_tools(self.tokenizer, messages, request.tools)
             overrides, ignored = sampling_overrides(request, self.sampling, self.honor_sampling)
             self.ignored.update(ignored)
             output = await self._call_handler(messages, request.tools, overrides)
             reply, errors = self._reply(output, request)
+            rendered = messages
+            if request.tools and self.tokenizer is not None:  # the handler's renderer described them the same way
+                rendered = describe_ignored_tools(self.tokenizer, messages, request.tools)
             self.records.append(CallRecord(
-                messages=request.raw_messages, rendered_messages=messages, tools=request.tools, output=output,
+                messages=request.raw_messages, rendered_messages=rendered, tools=request.tools, output=output,
                 content=reply.content, tool_calls=reply.tool_calls, finish_reason=reply.finish_reason,
                 ignored_sampling=ignored, tool_call_errors=errors))  # fmt: skip
             self._produced.append(_Produced(output.text, reply.content, {c["id"] for c in reply.tool_calls}))
@@ -271,15 +274,3 @@ def _cut_at_stop(text: str, stop: list[str]) -> str:
     """OpenAI returns the text before the stop string; the sampled text (and ids) keep it."""
     cuts = [i for i in (text.find(s) for s in stop) if i >= 0]
     return text[: min(cuts)] if cuts else text
-
-
-def _describe_tools(tokenizer: Any, messages: list[dict], tools: list[dict]) -> list[dict]:
-    """For templates that ignore `tools=`: the tools described in the system message (module docstring)."""
-    from rllm.tools.parsing import template_renders_tools, tools_system_prompt
-
-    if template_renders_tools(tokenizer):
-        return messages
-    if messages and messages[0]["role"] == "system":
-        system = {**messages[0], "content": tools_system_prompt(tools, messages[0].get("content"))}
-        return [system, *messages[1:]]
-    return [{"role": "system", "content": tools_system_prompt(tools)}, *messages]

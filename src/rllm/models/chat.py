@@ -13,17 +13,33 @@ is rendered in full; if those ids still start with the previous prompt + complet
 (the rows merge), otherwise `mismatches` counts it and training starts a new row: an agent that rewrote history,
 stored a reply that differs from the sample, or a template that prints earlier turns differently once later ones
 exist. `extended` tells which happened to the last prompt, the same rule `training.batch.build_rows` merges by.
+
+Tools with a template that ignores them (SmolLM2-Instruct's prints only role and content, and drops `tools=`
+silently): `describe_ignored_tools` writes the tools into the system message instead, as JSON schemas with the
+Hermes `<tool_call>` call format that `rllm.tools.parsing` parses (word for word what Qwen2.5's template writes), and
+warns once per model. Every text renderer goes through it (`render_text`, hence `ChatRenderer`, the local and
+OpenAI clients, SFT data; `VisionProcessor.render_text`; the gateway's record of what was rendered), so a prompt
+never describes its tools twice. The description is the same on every turn, so multi-turn prompts still extend.
 """
 
 from __future__ import annotations
 
+import threading
+import warnings
 from typing import Any
 
-from rllm.errors import ImageError
+from rllm.errors import ImageError, RllmError
 from rllm.images import VLM_NEEDED, has_images
 from rllm.types import ModelOutput
 
-__all__ = ["ChatRenderer", "encode_text", "render_messages", "render_text"]
+__all__ = [
+    "ChatRenderer",
+    "chat_template_renders_tools",
+    "describe_ignored_tools",
+    "encode_text",
+    "render_messages",
+    "render_text",
+]
 
 
 def render_text(
@@ -38,10 +54,14 @@ def render_text(
     Measured on SmolLM2's template: about half the per-call cost. Anything else takes `apply_chat_template`; a
     test checks both give the same text on the shipped tokenizers, with tools and tool calls.
 
+    `tools` the template ignores are described in the system message (`describe_ignored_tools`).
+
     A tokenizer renders text only: messages with an image are refused (`ImageError`, naming the model), not printed
     into the prompt as the template would print a list (a text-only model would then train on base64 noise)."""
     if has_images(messages):
         raise _text_only_error(tokenizer, messages)
+    if tools:
+        messages = describe_ignored_tools(tokenizer, messages, tools)
     template = _fast_template(tokenizer, tools)
     if template is not None and _plain_messages(messages):
         plain = [{key: value for key, value in message.items() if value is not None} for message in messages]
@@ -59,6 +79,113 @@ def _text_only_error(tokenizer: Any, messages: list[dict]) -> ImageError:
     return ImageError(f"messages[{index}] holds an image, but the model {name!r} is a text-only model (its prompts are "
                       f"rendered by a tokenizer's chat template): {VLM_NEEDED} (to evaluate one, serve it behind an "
                       "OpenAI-compatible server and give rllm's client no tokenizer)")  # fmt: skip
+
+
+# A tool no real conversation has: whether it shows up in a render says whether the template prints `tools`.
+_PROBE_NAME = "rllm_probe_tool_5f3c9a"
+_PROBE_FUNCTION = {"name": _PROBE_NAME, "description": "rllm probe", "parameters": {"type": "object", "properties": {}}}
+_PROBE_TOOL = {"type": "function", "function": _PROBE_FUNCTION}
+_renders_tools: dict[tuple, bool] = {}  # (renderer class, template, starts with a system message) -> answer
+_warned: set[tuple] = set()  # (model name, template) already warned about
+_warn_lock = threading.Lock()
+
+
+def describe_ignored_tools(tokenizer: Any, messages: list[dict], tools: list[Any]) -> list[dict]:
+    """`messages` to render with `tools`: unchanged when the chat template prints the tools itself; otherwise with the
+    tools described in the system message (`rllm.tools.parsing.tools_system_prompt`: their JSON schemas and the
+    `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` format that `parse_tool_calls` reads back).
+
+    Choices: an existing system message keeps its text and gets the description appended after a blank line (an
+    agent's instructions stay first); without one, a system message holding only the description is added (so a
+    template's default system prompt, e.g. SmolLM2's "You are a helpful AI assistant named SmolLM", is replaced,
+    as it is by any system message). The first time per model, a `UserWarning` says so. A template that ignores
+    tools but writes calls in another format (Mistral's `[TOOL_CALLS]`, Llama 3's `<|python_tag|>`) is refused
+    (`RllmError`): rllm could not parse the calls the model was told to write. `tokenizer` may also be a VLM's
+    processor (anything with `apply_chat_template` and `chat_template`)."""
+    first = messages[0] if messages else None
+    has_system = isinstance(first, dict) and first.get("role") == "system"
+    if chat_template_renders_tools(tokenizer, with_system=has_system):
+        return messages
+    from rllm.tools.parsing import detect_family, tools_system_prompt
+
+    name = _model_name(tokenizer)
+    family = detect_family(tokenizer)
+    if family != "hermes":
+        raise RllmError(
+            f"the chat template of {name!r} ignores `tools` and writes tool calls in the {family} format, which rllm "
+            "cannot parse (it parses <tool_call> JSON): describe the tools in your system prompt yourself and parse "
+            "the replies, or use a model whose template renders tools"
+        )
+    _warn_once(tokenizer, name, len(tools))
+    schemas = [_tool_schema(tool) for tool in tools]
+    if not has_system:
+        return [{"role": "system", "content": tools_system_prompt(schemas)}, *messages]
+    content = first.get("content")
+    if isinstance(content, list):  # content parts: the description is one more text part
+        content = [*content, {"type": "text", "text": "\n\n" + tools_system_prompt(schemas)}]
+    else:
+        content = tools_system_prompt(schemas, content)
+    return [{**first, "content": content}, *messages[1:]]
+
+
+def chat_template_renders_tools(tokenizer: Any, *, with_system: bool = False) -> bool:
+    """Whether the chat template prints the `tools` it is given, for conversations that start (`with_system`) or do
+    not start with a system message (a template may print them in the system block only). Found by rendering a
+    probe tool with a unique name, once per template (cached); a template that fails on the probe falls back to
+    `rllm.tools.parsing.template_renders_tools` (does the template text mention `tools`)."""
+    key = (type(tokenizer), _template_key(tokenizer), with_system)
+    answer = _renders_tools.get(key)
+    if answer is None:
+        answer = _renders_tools[key] = _probe_renders_tools(tokenizer, with_system)
+    return answer
+
+
+def _probe_renders_tools(tokenizer: Any, with_system: bool) -> bool:
+    probe = [{"role": "user", "content": "rllm probe"}]
+    if with_system:
+        probe.insert(0, {"role": "system", "content": "rllm probe"})
+    try:
+        text = tokenizer.apply_chat_template(probe, tools=[_PROBE_TOOL], add_generation_prompt=True, tokenize=False)
+    except Exception:  # a template with rules of its own: judge by its text
+        from rllm.tools.parsing import template_renders_tools
+
+        return template_renders_tools(tokenizer)
+    return _PROBE_NAME in str(text)
+
+
+def _template_key(tokenizer: Any) -> Any:
+    template = getattr(tokenizer, "chat_template", None)
+    return template if template is None or isinstance(template, str) else repr(template)
+
+
+def _model_name(tokenizer: Any) -> str:
+    inner = getattr(tokenizer, "tokenizer", None)  # a processor names its model through its tokenizer
+    name = getattr(tokenizer, "name_or_path", None) or getattr(inner, "name_or_path", None)
+    return str(name) if name else type(tokenizer).__name__
+
+
+def _warn_once(tokenizer: Any, name: str, count: int) -> None:
+    key = (name, _template_key(tokenizer))
+    with _warn_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    tools = "the tool" if count == 1 else f"the {count} tools"
+    message = (
+        f"the chat template of {name!r} ignores `tools`, so rllm put {tools} in the system message, with the "
+        "<tool_call> JSON call format rllm parses (README: Tools and MCP)"
+    )
+    warnings.warn(message, UserWarning, stacklevel=4)
+
+
+def _tool_schema(tool: Any) -> dict:
+    """A tool as its JSON schema; a Python function (which `apply_chat_template` also takes) is converted the way
+    transformers converts it."""
+    if isinstance(tool, dict):
+        return tool
+    from transformers.utils import get_json_schema
+
+    return get_json_schema(tool)
 
 
 _REASONING_KEYS = frozenset({"reasoning_content", "thinking", "reasoning"})  # transformers aliases these: slow path

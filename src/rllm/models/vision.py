@@ -39,6 +39,7 @@ from torch import Tensor, nn
 
 from rllm.errors import ImageError
 from rllm.images import decode_image, message_image_urls, normalize_images
+from rllm.models.chat import describe_ignored_tools
 
 __all__ = [
     "ImageSpan", "ProcessedImage", "VisionProcessor", "check_supported", "image_key", "image_spans", "inputs_embeds",
@@ -113,6 +114,8 @@ class VisionProcessor:
         """(the chat template's text with each image expanded to its placeholder tokens, the images' URLs in
         order). Images may be in any form `rllm.images` accepts."""
         messages = normalize_images(messages)
+        if tools:  # a template that ignores them gets them in the system message (rllm.models.chat)
+            messages = describe_ignored_tools(self.processor, messages, tools)
         urls = message_image_urls(messages)
         placeholders = [_with_placeholders(m) for m in messages]
         text = self.processor.apply_chat_template(

@@ -302,8 +302,9 @@ def detect_family(tokenizer_or_template: Any) -> str:
 
 
 def template_renders_tools(tokenizer_or_template: Any) -> bool:
-    """Whether the chat template uses its `tools` argument. When not (SmolLM2), put `tools_system_prompt(...)` into
-    the system message yourself."""
+    """Whether the chat template text mentions its `tools` argument: a quick guess from the text. Rendering decides
+    by rendering a probe tool (`rllm.models.chat.chat_template_renders_tools`), and describes the tools in the system
+    message where the template ignores them (`rllm.models.chat.describe_ignored_tools`)."""
     return "tools" in _template_text(tokenizer_or_template)
 
 
