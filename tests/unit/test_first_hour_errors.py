@@ -104,9 +104,10 @@ def test_a_missing_data_path_is_named_before_anything_loads(tmp_path, monkeypatc
 
 
 def test_train_and_rft_without_a_config_print_their_usage(capsys):
-    for command in ("train", "rft", "sft", "dpo"):
+    for argv in (["train"], ["rft"], ["sft"], ["dpo"], ["train", "trainer.total_steps=3"]):  # an override: no config
+        command = argv[0]
         with pytest.raises(SystemExit) as caught:
-            main([command])
+            main(argv)
         assert caught.value.code == 2
         err = capsys.readouterr().err
         assert err.startswith(f"usage: rllm {command} ") and f"error: give a config, e.g. rllm {command} " in err

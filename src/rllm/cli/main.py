@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from rllm.cli import eval as eval_cmd
 from rllm.cli import fetch as fetch_cmd
@@ -77,7 +78,9 @@ def _require_config(args: argparse.Namespace) -> None:
     """Exit with the command's usage when it was given no config (a run directory to resume, or `--help-config`,
     is enough)."""
     example = _CONFIG_EXAMPLES.get(args.command)
-    if example is None or args.config or getattr(args, "resume", None) or getattr(args, "help_config", False):
+    if example is None or getattr(args, "resume", None) or getattr(args, "help_config", False):
+        return
+    if args.config and not ("=" in args.config and not Path(args.config).exists()):  # an override is no config
         return
     command = f"rllm {args.command} {example}"
     args.parser.error(
