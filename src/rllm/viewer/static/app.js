@@ -402,8 +402,8 @@ async function showCompare(params) {
   const head = h("div", {});
   const sides = h("div", { class: "cols" });
   fill(app, h("h1", {}, "Compare"), head, sides);
-  head.append(h("div", { class: "filters" }, h("label", {}, "task id in run a",
-    h("input", { value: taskId, name: "task", onchange: (e) => go({ task: e.target.value, key: "" }) }))));
+  const idInput = h("input", { value: taskId, name: "task", onchange: (e) => go({ task: e.target.value, key: "" }) });
+  head.append(h("div", { class: "filters" }, h("label", {}, "task id in run a", idInput)));
   let key = params.get("key") || "";
   if (!key && taskId && runA) {
     const found = await api(`run/${encodeURIComponent(runA)}/episodes?` + new URLSearchParams({ task_id: taskId, per_page: 1, ...(split ? { split } : {}) }));
@@ -442,6 +442,7 @@ async function showCompare(params) {
     const page = await api(`run/${encodeURIComponent(runId)}/episodes?` + new URLSearchParams({ task_key: key, split: place.split, step: place.step, per_page: 100 }));
     const ok = page.rows.filter((r) => r.correct).length;
     const ids = [...new Set(page.rows.map((r) => r.task_id))].join(", ");
+    if (side === "a" && !idInput.value) idInput.value = ids;
     col.append(h("div", { class: "card", "data-testid": "compare-summary" },
       `${runId} · ${place.split} step ${place.step}: ${page.total} episodes of this task, ${ok} correct, mean reward ` +
       fmt(page.rows.reduce((n, r) => n + (r.reward || 0), 0) / Math.max(1, page.rows.length)) + ` · task id here: ${ids}`));
