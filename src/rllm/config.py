@@ -428,15 +428,15 @@ class TrainerConfig(_Section):
     save_every: int | None = Field(
         None,
         ge=0,
-        description="Checkpoint every this many steps; null: automatic (every step with LoRA, with full fine-tuning "
-        "the first step that ends trainer.save_every_minutes after the last save); 0: only at the end. Ctrl-C and "
-        "SIGTERM save the state too (rllm.training.interrupt).",
+        description="Checkpoint every this many steps; null: automatic (every step with LoRA, and with full "
+        "fine-tuning or asynchronous training the first step that ends trainer.save_every_minutes after the last "
+        "save); 0: only at the end. Ctrl-C and SIGTERM save the state too (rllm.training.interrupt).",
     )
     save_every_minutes: float = Field(
         10.0,
         gt=0,
-        description="Automatic checkpoints (save_every: null) with full fine-tuning: at most one per this many "
-        "minutes (a full checkpoint holds the weights and two AdamW moments).",
+        description="Automatic checkpoints (save_every: null) with full fine-tuning or asynchronous training: at "
+        "most one per this many minutes (a full checkpoint holds the weights and two AdamW moments).",
     )
     keep_checkpoints: int | None = Field(
         3,

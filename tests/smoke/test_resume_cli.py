@@ -62,9 +62,10 @@ def test_a_failed_start_leaves_no_run_directory(tmp_path):
 
 
 def test_resume_trains_with_the_runs_own_config(tmp_path, tiny_model_dir):
-    common = [CONFIG, *TINY, f"model.name={tiny_model_dir}", f"trainer.run_dir={tmp_path / 'runs'}", "--no-progress"]
+    common = [CONFIG, *TINY, f"model.name={tiny_model_dir}", f"trainer.run_dir={tmp_path / 'runs'}"]
     run_dir = tmp_path / "runs" / "a"
-    out = run_rllm("train", *common, "trainer.name=a", "trainer.total_steps=2", "trainer.stop_after=1", cwd=tmp_path)
+    first = ["trainer.name=a", "trainer.total_steps=2", "trainer.stop_after=1", "--no-progress"]
+    out = run_rllm("train", *common, *first, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     config_yaml = (run_dir / "config.yaml").read_bytes()
 
@@ -102,8 +103,8 @@ def _start(tmp_path: Path, tiny_model_dir: Path, name: str, *extra: str) -> subp
         f"trainer.run_dir={tmp_path / 'runs'}",
         f"trainer.name={name}",
         "trainer.total_steps=1000",
-        "--no-progress",
         *extra,
+        "--no-progress",
     ]
     return subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -49,6 +49,11 @@ def test_sft_on_the_episodes_of_an_eval_run(tmp_path, tiny_model_dir, attempts):
     steps = [m for m in load_metrics(run_dir) if "loss" in m]
     assert [m["step"] for m in steps] == [1, 2, 3, 4, 5, 6]  # 2 epochs x 8 rows / 3 a step
     assert load_config(run_dir / "config.yaml").sft.episodes == str(attempts)
+    # `--resume` without the config: the run's own (its data, its 6 steps), its config.yaml untouched
+    config_yaml = (run_dir / "config.yaml").read_bytes()
+    out = run_rllm("sft", "--resume", str(run_dir), "--no-progress", cwd=tmp_path, timeout=300)
+    assert out.returncode == 0 and "steps: 6" in out.stdout, out.stderr[-2000:]
+    assert (run_dir / "config.yaml").read_bytes() == config_yaml
     out = run_rllm("sft", CONFIG, f"sft.episodes={attempts}", "sft.correct_only=false", *common,
                    "--export-trl", str(tmp_path / "rows.jsonl"), cwd=tmp_path, timeout=300)  # fmt: skip
     assert out.returncode == 0, out.stderr

@@ -119,3 +119,18 @@ def test_a_manifest_that_is_not_json_names_the_file_and_falls_back(tmp_path):
     (found / "manifest.json").write_text("not json")
     with pytest.raises(CheckpointError, match=r"no intact checkpoint to resume from: .*step_000002.*step_000001"):
         find_resumable_checkpoint(tmp_path)
+
+
+def test_pruning_keeps_the_newest_and_what_latest_names_and_a_killed_prune_is_cleaned_up(tmp_path):
+    from rllm.training.checkpoint import find_resumable_checkpoint, prune_checkpoints
+
+    for step in range(1, 6):
+        save_checkpoint(tmp_path, step, {"trainer": {"pos": step}})
+    assert prune_checkpoints(tmp_path, None) == []  # keep all
+    assert prune_checkpoints(tmp_path, 2) == ["step_000001", "step_000002", "step_000003"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step_000004", "step_000005"]
+    # a prune killed after setting a folder aside leaves a dot-folder, which the next resume removes, never restores
+    (tmp_path / "checkpoints" / "step_000004").rename(tmp_path / "checkpoints" / ".step_000004.prune-7")
+    found, notes = find_resumable_checkpoint(tmp_path)
+    assert found.name == "step_000005" and notes == ["removed .step_000004.prune-7, left by a killed save"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step_000005"]

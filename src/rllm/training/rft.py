@@ -24,21 +24,29 @@ from pathlib import Path
 from typing import Any
 
 from rllm.config import TrainConfig, override_config
-from rllm.runs import create_run_dir, write_json, write_manifest
+from rllm.runs import create_run_dir, holds_nothing, write_json, write_manifest
 
 __all__ = ["run_rft"]
 
 
 def run_rft(config: TrainConfig, *, resume: str | None = None, progress: bool = True) -> dict[str, Any]:
     """Attempts, keep, SFT (module docstring); returns the SFT result plus the attempts' summary and run dirs."""
+    if resume is not None:
+        return _attempts_then_sft(config, Path(resume), progress)
+    run_dir = create_run_dir(config.trainer.run_dir, config.trainer.name, "rft", config.data.task)
+    write_manifest(run_dir, "rft", config)
+    try:
+        return _attempts_then_sft(config, run_dir, progress)
+    except BaseException:  # failed or stopped before anything was kept: no empty run directory stays behind
+        if holds_nothing(run_dir):
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def _attempts_then_sft(config: TrainConfig, run_dir: Path, progress: bool) -> dict[str, Any]:
     from rllm.evaluation import evaluate
     from rllm.training.sft import SFTTrainer
 
-    if resume is not None:
-        run_dir = Path(resume)
-    else:
-        run_dir = create_run_dir(config.trainer.run_dir, config.trainer.name, "rft", config.data.task)
-        write_manifest(run_dir, "rft", config)
     attempts_dir = run_dir / "attempts"
     tasks = config.data.make_tasks("train")[: config.rft.tasks]
     if not (attempts_dir / "summary.json").exists():

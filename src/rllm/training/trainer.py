@@ -243,14 +243,15 @@ class AgentTrainer:
             )
 
     def _save_due(self, step: int) -> bool:
-        """`trainer.save_every` steps; automatic (null): every step with LoRA (a small checkpoint: ~0.2 s for
-        SmolLM2-135M's or Qwen2.5-0.5B's adapters and their AdamW moments on a 2-core CPU), with full fine-tuning
-        once `trainer.save_every_minutes` have passed since the last save (SmolLM2-135M's full checkpoint is 1.5 GiB,
-        ~5 s)."""
+        """`trainer.save_every` steps; automatic (null): every step with LoRA (a small checkpoint, ~0.2 s for the
+        adapters of SmolLM2-135M or Qwen2.5-0.5B with their AdamW moments on a 2-core CPU), else once
+        `trainer.save_every_minutes` have passed since the last save: full fine-tuning (SmolLM2-135M's checkpoint is
+        1.5 GiB, ~5 s; Qwen2.5-0.5B's 7 GiB, ~20 s), and asynchronous training (`rollout.max_staleness` > 0), whose
+        saves wait for the rollouts in flight and so would take the overlap away at every step."""
         cfg = self.config.trainer
         if cfg.save_every is not None:
             return cfg.save_every > 0 and step % cfg.save_every == 0
-        if self.config.model.lora.enabled:
+        if self.config.model.lora.enabled and not self.config.rollout.max_staleness:
             return True
         return time.monotonic() - self._last_save_time >= 60 * cfg.save_every_minutes
 
