@@ -50,6 +50,7 @@ from typing import Any, Self
 
 import torch
 
+from rllm.cpus import governor, set_torch_threads
 from rllm.errors import ImageError, InfraError
 from rllm.images import VLM_NEEDED
 from rllm.models.base import ImagePrompt, Prompt, SamplingParams
@@ -97,8 +98,9 @@ class LocalModel:
         """`dtype` (e.g. "bfloat16") runs inference in that dtype: when it differs from the model's, LocalModel
         keeps its OWN converted copy and leaves the passed model (the trainer's fp32 weights) alone; logprobs then
         carry that dtype's rounding. `eos_token_ids` overrides the stop tokens (default: the tokenizer's EOS plus
-        the generation config's); pass `()` to never stop on a token (benchmarks). `num_threads` sets torch's
-        intra-op threads on the worker (default: what torch uses in the constructing thread). `prefix_cache_tokens`
+        the generation config's); pass `()` to never stop on a token (benchmarks). `num_threads` fixes torch's
+        intra-op threads on the worker (default on a CPU: chosen before each decode step from the cores other
+        processes leave free, `rllm.cpus.ThreadGovernor`; `OMP_NUM_THREADS` fixes it too). `prefix_cache_tokens`
         bounds the K/V kept from finished sequences so a prompt sharing a prefix with one (the next turn of a
         multi-turn rollout, the same task sampled again) prefills only the rest; 0 disables it (running prompts
         still share their common prefixes, see `rllm.models.local_scheduler`). The store is kept while the model
@@ -127,7 +129,9 @@ class LocalModel:
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.context_length = int(getattr(config, "max_position_embeddings", None) or 2048)
         self.vocab_size = int(config.vocab_size)
-        self._num_threads = num_threads or torch.get_num_threads()
+        self._num_threads = num_threads
+        # On a CPU without a fixed count, the thread count follows the cores other processes leave free (rllm.cpus)
+        self._threads = governor() if num_threads is None and self.model.device.type == "cpu" else None
         self._scheduler = BatchScheduler(
             model,
             eos_ids=self.eos_token_ids,
@@ -295,17 +299,25 @@ class LocalModel:
     # ------------------------------------------------------------ the worker
 
     def _run_worker(self) -> None:
-        torch.set_num_threads(self._num_threads)  # intra-op threads are per thread with OpenMP
         if self.model.device.type == "cuda":  # streams and graph captures follow the thread's current device
             torch.cuda.set_device(self.model.device)
+        if self._num_threads:
+            torch.set_num_threads(self._num_threads)  # intra-op threads are per thread with OpenMP
         pending: deque[GenerationRequest] = deque()
         scheduler = self._scheduler
         with torch.inference_mode():
             while True:
                 block = not scheduler.active and not pending
+                if self._threads is not None:
+                    self._threads.set_busy(False)  # while waiting, the trainer may have the cores
                 if self._drain_inbox(pending, block=block) is _STOP:
                     break
+                if self._threads is not None:
+                    self._threads.set_busy(True)
+                    set_torch_threads(self._threads.threads())
                 self._step_safely(pending)
+        if self._threads is not None:
+            self._threads.set_busy(False)
         error = RuntimeError("LocalModel was closed before this request finished")
         for request in [*scheduler.active, *pending]:
             request.deliver(request, error)

@@ -50,6 +50,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from rllm.cpus import usable_cores
 from rllm.rewards.base import RewardOutput
 
 __all__ = [
@@ -386,7 +387,7 @@ def _pool_size() -> int:
     try:
         return max(1, int(os.environ["RLLM_MATH_WORKERS"]))
     except (KeyError, ValueError):
-        return min(4, os.cpu_count() or 1)
+        return min(4, usable_cores())
 
 
 _POOL = _WorkerPool(_pool_size())

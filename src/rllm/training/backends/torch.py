@@ -48,7 +48,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from functools import partial
+from functools import partial, wraps
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -56,6 +56,7 @@ import torch
 from torch import Tensor, nn
 
 from rllm.config import AlgorithmConfig, ModelConfig, OptimConfig
+from rllm.cpus import governor
 from rllm.training.backends.base import UpdateLog, mini_batch_order, push_weights_to
 from rllm.training.backends.torch_model import (
     apply_lora,
@@ -84,6 +85,18 @@ __all__ = ["TorchBackend", "score_rows"]
 
 STATE_FORMAT = 1
 STATE_FILE = "backend.pt"
+
+
+def _computing(method: Any) -> Any:
+    """Mark the calling thread busy for the method's duration: generation running at the same time (asynchronous
+    training) then shares the free cores with it instead of oversubscribing them (`rllm.cpus.ThreadGovernor`)."""
+
+    @wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with governor().computing():
+            return method(*args, **kwargs)
+
+    return wrapper
 
 
 class TorchBackend:
@@ -195,6 +208,7 @@ class TorchBackend:
 
     # ------------------------------------------------------------ no-grad queries
 
+    @_computing
     @torch.no_grad()
     def compute_logprobs(self, rows: Sequence[TrainingRow], *, temperature: float, reference: bool = False,
                          all_positions: bool = False) -> list[list[float]]:  # fmt: skip
@@ -213,6 +227,7 @@ class TorchBackend:
                               temperature=temperature, all_positions=all_positions, gather=self.gather_logits,
                               autocast_dtype=self.autocast_dtype, vision=self.vision)  # fmt: skip
 
+    @_computing
     @torch.no_grad()
     def compute_values(self, rows: Sequence[TrainingRow]) -> list[list[float]]:
         """Critic values, token-aligned like `row.old_logprobs` (entry t: the value of the state in which token t
@@ -229,6 +244,7 @@ class TorchBackend:
 
     # ------------------------------------------------------------ the update
 
+    @_computing
     def update(self, rows: Sequence[TrainingRow], *, temperature: float, norm_length: int | None = None,
                objective: Literal["policy", "sft"] = "policy",
                pack_length: int | None = None) -> dict[str, float]:  # fmt: skip
@@ -302,6 +318,7 @@ class TorchBackend:
         self.scheduler.step()
         log.steps += 1
 
+    @_computing
     def update_pairs(self, pairs: Sequence[PreferencePair], *, loss: str = "sigmoid", beta: float = 0.1,
                      live_reference: bool = False) -> dict[str, float]:  # fmt: skip
         """One DPO optimizer step on `pairs` (`losses.dpo_loss`, mean over pairs). The reference log-probabilities

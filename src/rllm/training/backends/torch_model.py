@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from rllm.config import LoraConfig
+from rllm.cpus import set_torch_threads
 from rllm.errors import ImageError
 from rllm.images import VLM_NEEDED
 from rllm.models.lm_head import backbone_and_head, output_logits
@@ -177,6 +178,8 @@ def forward_targets(
     applies (with `gather`).
     """
     device = batch["input_ids"].device
+    if device.type == "cpu":  # this forward and its backward use the cores other processes leave free
+        set_torch_threads()
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
     images = batch.get("image_spans")
     if images:  # a VLM's rows: the image features replace the image tokens' embeddings (rllm.models.vision)

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from rllm.config import ConfigError, TrainConfig
+from rllm.cpus import usable_cores
 from rllm.errors import ImageError, RllmError
 from rllm.training.backends.base import UpdateLog, mini_batch_order, push_weights_to
 from rllm.training.batch import TrainingRow, nonfinite_tokens
@@ -130,7 +131,7 @@ class VerlBackend:
         if address:
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
         else:  # a local Ray with this machine's CPUs: asking for more workers than cores fails in _place
-            ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=_OBJECT_STORE_BYTES, include_dashboard=False,
+            ray.init(num_cpus=usable_cores(), object_store_memory=_OBJECT_STORE_BYTES, include_dashboard=False,
                      runtime_env=runtime_env, log_to_driver=False)  # fmt: skip
 
     def _spawn_workers(self) -> None:

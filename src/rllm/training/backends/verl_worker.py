@@ -27,6 +27,7 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.engine_workers import ActorRolloutRefWorker
 from verl.workers.utils.padding import no_padding_2_padding
 
+from rllm.cpus import usable_cores
 from rllm.training.losses import actor_loss
 from rllm.training.off_policy import MISMATCH_SUM_KEYS, mismatch_sums
 
@@ -70,7 +71,7 @@ class RllmVerlWorker(ActorRolloutRefWorker):
             # Ray starts workers with OMP_NUM_THREADS=1; on CPUs the node's cores are the compute: share them out
             # between the node's workers (measured: one worker on 2 cores is 2x slower with a single thread).
             local_workers = int(os.environ.get("RAY_LOCAL_WORLD_SIZE", "1"))
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_workers))
+            torch.set_num_threads(max(1, usable_cores() // local_workers))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def set_lr_schedule(self, schedule: str, warmup: int, total: int) -> None:

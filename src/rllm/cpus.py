@@ -1,0 +1,262 @@
+"""How many CPU cores this process may really use, and how many compute threads torch should run on them.
+
+`usable_cores()` is the one answer to "how many cores": the CPUs this process may run on (`os.sched_getaffinity`,
+e.g. `taskset` or a container's cpuset) capped by its cgroup's CPU quota (cgroup v2 `cpu.max`, v1
+`cpu.cfs_quota_us / cpu.cfs_period_us`, the tightest along the cgroup's ancestors), rounded up as the JVM and Go
+do. `os.cpu_count()` counts the host's CPUs and is wrong in both cases. Every place that sizes a pool of compute
+threads or processes uses it.
+
+This module imports nothing heavy (no torch): `rllm.models.local` and `rllm.training.backends.torch` apply what it
+decides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["OthersLoad", "ThreadGovernor", "cgroup_quota_cores", "governor", "set_torch_threads", "threads_for",
+           "usable_cores"]  # fmt: skip
+
+_PROC_CGROUP = Path("/proc/self/cgroup")
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def usable_cores(*, proc_cgroup: Path = _PROC_CGROUP, cgroup_root: Path = _CGROUP_ROOT) -> int:
+    """The cores this process may use: its CPU affinity, capped by its cgroup's CPU quota (rounded up), at least 1."""
+    cores = _affinity_cores()
+    quota = cgroup_quota_cores(proc_cgroup=proc_cgroup, cgroup_root=cgroup_root)
+    if quota is not None:
+        cores = min(cores, max(1, math.ceil(quota - 1e-9)))
+    return max(1, cores)
+
+
+def _affinity_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def cgroup_quota_cores(*, proc_cgroup: Path = _PROC_CGROUP, cgroup_root: Path = _CGROUP_ROOT) -> float | None:
+    """The CPU quota of this process's cgroup in cores (quota / period; the tightest of the cgroup and its
+    ancestors), or None when there is none or it cannot be read. `proc_cgroup` is `/proc/self/cgroup`;
+    `cgroup_root` where the cgroup file systems are mounted (both parameters exist for tests)."""
+    try:
+        lines = proc_cgroup.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    quotas = []
+    for line in lines:
+        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if hierarchy == "0" and controllers == "":  # cgroup v2: one unified hierarchy
+            quotas += _quotas_along(cgroup_root, path, _v2_quota)
+        elif "cpu" in controllers.split(","):  # cgroup v1: the cpu controller's own hierarchy
+            quotas += _quotas_along(_v1_cpu_mount(cgroup_root, controllers), path, _v1_quota)
+    found = [quota for quota in quotas if quota is not None]
+    return min(found) if found else None
+
+
+def _quotas_along(mount: Path, path: str, read_quota) -> list[float | None]:
+    """The quota of the cgroup at `path` under `mount` and of each ancestor up to the mount. Inside a container
+    the path may name the host's hierarchy, which the container's mount does not have: then the mount's root is
+    the container's own cgroup."""
+    directory = mount / path.strip("/")
+    if not directory.is_dir():
+        directory = mount
+    quotas = []
+    while True:
+        quotas.append(read_quota(directory))
+        if directory == mount or mount not in directory.parents:
+            return quotas
+        directory = directory.parent
+
+
+def _v2_quota(directory: Path) -> float | None:
+    """`cpu.max` holds "<quota> <period>" in microseconds, quota "max" for none."""
+    try:
+        fields = (directory / "cpu.max").read_text(encoding="utf-8").split()
+    except OSError:
+        return None
+    if len(fields) != 2 or fields[0] == "max":
+        return None
+    return _ratio(fields[0], fields[1])
+
+
+def _v1_quota(directory: Path) -> float | None:
+    """`cpu.cfs_quota_us` (-1 for none) over `cpu.cfs_period_us`."""
+    try:
+        quota = (directory / "cpu.cfs_quota_us").read_text(encoding="utf-8").strip()
+        period = (directory / "cpu.cfs_period_us").read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return _ratio(quota, period)
+
+
+def _ratio(quota: str, period: str) -> float | None:
+    try:
+        quota_us, period_us = int(quota), int(period)
+    except ValueError:
+        return None
+    if quota_us <= 0 or period_us <= 0:
+        return None
+    return quota_us / period_us
+
+
+def _v1_cpu_mount(cgroup_root: Path, controllers: str) -> Path:
+    """Where the v1 cpu controller is mounted: `cpu,cpuacct` (as listed) or its `cpu` alias."""
+    for name in (controllers, "cpu", "cpu,cpuacct", "cpuacct,cpu"):
+        if (cgroup_root / name).is_dir():
+            return cgroup_root / name
+    return cgroup_root / "cpu"
+
+
+# ------------------------------------------------------------ torch's thread count on a shared machine
+
+
+def threads_for(cores: int, others_busy: float, busy_compute_threads: int = 1) -> int:
+    """Intra-op threads for one of this process's compute threads: the cores other processes leave free (rounded
+    to the nearest core), shared among the compute threads this process runs at once, at least 1."""
+    free = min(float(cores), cores - others_busy)
+    return max(1, min(cores, math.floor(free + 0.5)) // max(1, busy_compute_threads))
+
+
+class OthersLoad:
+    """The CPU time that OTHER processes used on this process's CPUs between two readings, in cores: the busy ticks
+    of those CPUs in `/proc/stat` minus this process's own CPU time. What they got, not what they wanted: while we
+    run N threads on N cores, two busy neighbours show as about one core, which is still enough to see them.
+    Where `/proc/stat` cannot be read (not Linux), `reading()` is None."""
+
+    def __init__(self, stat_path: Path = Path("/proc/stat")) -> None:
+        self.stat_path = stat_path
+        self.cpus = {f"cpu{cpu}" for cpu in os.sched_getaffinity(0)} if hasattr(os, "sched_getaffinity") else set()
+        self.ticks_per_second = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._last = self._snapshot()
+
+    def reading(self) -> tuple[float, float | None]:
+        """(seconds since the last reading, the cores others used in them or None), and start a new interval."""
+        now = self._snapshot()
+        last, self._last = self._last, now
+        seconds = now[0] - last[0]
+        if now[1] is None or last[1] is None or seconds <= 0:
+            return seconds, None
+        others = (now[1] - last[1]) / self.ticks_per_second - (now[2] - last[2])
+        return seconds, max(0.0, others / seconds)
+
+    def _snapshot(self) -> tuple[float, float | None, float]:
+        return time.monotonic(), self._busy_ticks(), time.process_time()
+
+    def _busy_ticks(self) -> float | None:
+        try:
+            with open(self.stat_path, encoding="ascii") as stat:
+                lines = [line.split() for line in stat if line.startswith("cpu")]
+        except OSError:
+            return None
+        busy = 0
+        for fields in lines:
+            if fields[0] in self.cpus and len(fields) >= 8:
+                ticks = [int(value) for value in fields[1:9]]  # user nice system idle iowait irq softirq steal
+                busy += sum(ticks) - ticks[3] - ticks[4]
+        return busy if lines else None
+
+
+class ThreadGovernor:
+    """Chooses torch's intra-op thread count for this process's compute threads (the local model's worker, the
+    trainer), from the cores this process may use (`usable_cores`), what other processes use of them
+    (`OthersLoad`, re-read at most every `interval` seconds) and how many compute threads of ours are busy at once
+    (`computing()`; when generation and training overlap, they share the free cores). `OMP_NUM_THREADS` in the
+    environment fixes the count (the user's choice wins).
+
+    Why (measured on 2 cores, see benchmarks/busy_machine.py): Linux shares a contended CPU fairly between sessions
+    (autogroups) and cgroups, not between threads, so two busy processes started elsewhere leave this process about
+    2/3 of a core however many threads it runs. Torch's OpenMP threads meet at a barrier after every operator: with
+    two threads each operator waits for the one the scheduler has just put aside, and generation plus a training
+    step took 2.3-2.8x longer with 2 threads than with 1. On an idle machine 2 threads are faster. Hence as many
+    threads as there are cores others leave free, re-decided while the work runs."""
+
+    def __init__(self, *, cores: int | None = None, load: OthersLoad | None = None, interval: float = 0.5,
+                 fixed: int | None = None) -> None:  # fmt: skip
+        self.cores = cores or usable_cores()
+        self.fixed = fixed if fixed is not None else _env_threads()
+        self.interval = interval
+        self._load = load or OthersLoad()
+        self._others = 0.0
+        self._read_at = time.monotonic()
+        self._has_read = False
+        self._busy: dict[int, int] = {}  # compute thread -> depth of its `computing()` sections
+        self._lock = threading.Lock()
+
+    def threads(self) -> int:
+        """The threads a compute thread should use now; cheap (a load reading at most every `interval` seconds), so
+        call it before each unit of work (a decode step, a micro-batch)."""
+        if self.fixed:
+            return self.fixed
+        with self._lock:
+            now = time.monotonic()
+            if not self._has_read:  # the first decision is the one a short phase (an eval) keeps: measure it
+                time.sleep(max(0.0, self._read_at + _FIRST_WINDOW_S - now))
+                now = time.monotonic()
+            if now - self._read_at >= self.interval or not self._has_read:
+                self._read_at, self._has_read = now, True
+                others = self._load.reading()[1]
+                if others is not None:
+                    self._others = others
+            return threads_for(self.cores, self._others, len(self._busy))
+
+    @contextlib.contextmanager
+    def computing(self) -> Iterator[None]:
+        """The calling thread computes inside this block: the free cores are shared with the other busy ones."""
+        self.set_busy(True)
+        try:
+            yield
+        finally:
+            self.set_busy(False)
+
+    def set_busy(self, busy: bool) -> None:
+        """Mark the calling thread busy (nested: each True needs its False) or idle."""
+        ident = threading.get_ident()
+        with self._lock:
+            depth = self._busy.get(ident, 0) + (1 if busy else -1)
+            if depth > 0:
+                self._busy[ident] = depth
+            else:
+                self._busy.pop(ident, None)
+
+
+# A first reading over less would be a few ticks of /proc/stat (10 ms each): measured, one prefill at 2 threads
+# beside two busy processes took 15 s where the 1-thread steps after it took 0.2 s each.
+_FIRST_WINDOW_S = 0.1
+_GOVERNOR: ThreadGovernor | None = None
+_GOVERNOR_LOCK = threading.Lock()
+
+
+def governor() -> ThreadGovernor:
+    """The process's one `ThreadGovernor` (created on first use: its first load reading spans what happened since,
+    model loading included)."""
+    global _GOVERNOR
+    with _GOVERNOR_LOCK:
+        if _GOVERNOR is None:
+            _GOVERNOR = ThreadGovernor()
+        return _GOVERNOR
+
+
+def set_torch_threads(threads: int | None = None) -> int:
+    """Set torch's intra-op threads on the CALLING thread (with OpenMP the count is per thread) to `threads`, or to
+    the governor's choice; returns the count. Only callers that already imported torch call this."""
+    import torch
+
+    count = threads or governor().threads()
+    if torch.get_num_threads() != count:
+        torch.set_num_threads(count)
+    return count
+
+
+def _env_threads() -> int | None:
+    try:
+        return max(1, int(os.environ["OMP_NUM_THREADS"]))
+    except (KeyError, ValueError):
+        return None
