@@ -89,9 +89,9 @@ def check_config_args(config: Any, workflow_class: type, workflow_args: dict[str
     """Refuse a key of `config.agent_args` / `config.env_args` that the agent / env the resolved agent/env workflow
     builds does not take (module docstring), before any model loads: `UnknownArgumentError` naming the key, the
     closest valid names and all of them. Other workflows get neither, so there is nothing to check."""
-    if not issubclass(workflow_class, AgentEnvWorkflow):
+    agent_class, env_class = workflow_args.get("agent_class"), workflow_args.get("env_class")
+    if not issubclass(workflow_class, AgentEnvWorkflow) or agent_class is None or env_class is None:
         return
-    agent_class, env_class = workflow_args["agent_class"], workflow_args["env_class"]
     agent_keywords = accepted_keywords(agent_class)
     check_keywords(config.agent_args, agent_keywords, setting="agent_args", goes_to=agent_class.__name__)
     env_keywords = accepted_keywords(env_class)
