@@ -70,6 +70,22 @@ def test_args_that_reach_their_class_pass_the_check():
     _check_args("data.task=mcp_kb", "env_args.result_hint=look it up")  # through ToolEnvironment.from_dict
 
 
+def test_env_args_of_a_users_own_from_dict_are_not_second_guessed():
+    """A user's `from_dict` may read any key of the row (here one its `__init__` does not take): refusing it would
+    be wrong, so only the envs rllm ships are checked."""
+    from rllm.envs.feedback import FeedbackEnv
+    from rllm.tasks.arithmetic import ArithmeticAgent
+
+    class GradedEnv(FeedbackEnv):
+        @classmethod
+        def from_dict(cls, task: dict) -> GradedEnv:
+            return cls(dict(task, question=f"{task['question']} (level {task.get('difficulty', 1)})"))
+
+    config = load_config(None, ["data.task=arithmetic", "data.val_size=2", "env_args.difficulty=3"])
+    workflow_class, workflow_args = workflow_for_config(config, agent_class=ArithmeticAgent, env_class=GradedEnv)
+    check_config_args(config, workflow_class, workflow_args, config.data.make_tasks("val"))
+
+
 def test_malformed_yaml_names_the_file_line_and_column_on_one_line(tmp_path):
     path = tmp_path / "mine.yaml"
     path.write_text("trainer:\n  total_steps: 3\n   name: [x\n")

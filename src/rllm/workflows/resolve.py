@@ -94,10 +94,17 @@ def check_config_args(config: Any, workflow_class: type, workflow_args: dict[str
         return
     agent_keywords = accepted_keywords(agent_class)
     check_keywords(config.agent_args, agent_keywords, setting="agent_args", goes_to=agent_class.__name__)
-    env_keywords = accepted_keywords(env_class)
+    env_keywords = accepted_keywords(env_class) if _from_dict_is_ours(env_class) else None
     if env_keywords is not None:  # a row's keys reach the env too: the env_args are their defaults
         env_keywords = (env_keywords - {"task"}) | {key for task in tasks[:64] for key in task}
     check_keywords(config.env_args, env_keywords, setting="env_args", goes_to=env_class.__name__)
+
+
+def _from_dict_is_ours(env_class: type) -> bool:
+    """Whether `env_class.from_dict` is one rllm ships. Those pass what they read on to `__init__` (the check above
+    relies on it); a user's own `from_dict` may read any key of the row, so its env_args cannot be checked."""
+    owner = next((k for k in env_class.__mro__ if "from_dict" in vars(k)), None)
+    return owner is not None and owner.__module__.split(".")[0] == "rllm"
 
 
 def workflow_for_config(
