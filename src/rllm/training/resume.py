@@ -26,6 +26,7 @@ from typing import Any
 
 from rllm.config import ConfigError, TrainConfig, TrainerConfig, load_config, override_config
 from rllm.errors import RllmError
+from rllm.runs import is_unstarted_train_run
 
 __all__ = [
     "PER_INVOCATION_KEYS",
@@ -66,7 +67,8 @@ def resume_run_dir(path: str | Path) -> Path:
             f"--resume {path}: no such run directory; give a run under trainer.run_dir (e.g. "
             f"--resume runs/<run name>), as printed by the run ('run: ...')"
         )
-    if not any((path / name).exists() for name in ("config.yaml", "manifest.json", "checkpoints")):
+    run_files = any((path / name).exists() for name in ("config.yaml", "manifest.json", "checkpoints"))
+    if not run_files and not is_unstarted_train_run(path):  # (an empty folder: a run killed as it was created)
         raise ResumeError(
             f"--resume {path}: not a run directory (no config.yaml, manifest.json or checkpoints/); "
             "give one run's folder, e.g. --resume runs/<run name>"

@@ -46,6 +46,10 @@ Choices:
   (`skipped_update=1`); nothing is dropped silently.
 - On-policy distillation (`distill.teacher`): a teacher model scores every sampled token and the per-token reverse
   KL becomes the advantage (`rllm.training.distill`), in `_update` after the estimator's advantages.
+- Stopping: a checkpoint every step with LoRA, by time otherwise (`_save_due`; at most `trainer.keep_checkpoints`
+  kept); Ctrl-C and SIGTERM drop or finish the step in progress, save and raise `TrainingInterrupted`
+  (`rllm.training.interrupt`); a resumed run keeps its own config (`rllm.training.resume`); a fresh run that fails or
+  stops before it logged anything removes its directory (`_remove_failed_start`).
 - Off-policy: every update measures the sampler-trainer mismatch (`mismatch/*`); `algorithm.off_policy` picks the
   PPO ratio's anchor and the importance correction (`rllm.training.off_policy`). `rollout.max_staleness` > 0 trains
   asynchronously (`RolloutPipeline`, below): rollouts of later steps run on a copy of the weights while the update
@@ -292,6 +296,7 @@ class AgentTrainer:
                 if self._stop_signal is not None:
                     break  # asked to stop: _train saves this step (unless just saved) and reports
         except BaseException:
+            bar.close()  # its line ends before what is printed next (an interruption's one line)
             if pipeline is not None:
                 await pipeline.close(settle=False)
             raise
