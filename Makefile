@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # (several GB) on machines whose disk can be nearly full.
 export PIP_NO_CACHE_DIR := 1
 
-.PHONY: demo test lint install models sandbox chromium vllm verl browsergym bench clean
+.PHONY: demo test lint install models sandbox chromium vllm verl browsergym bench bench-busy clean
 
 # The main job: GRPO + LoRA on the embedded Qwen2.5-Coder-0.5B, on a CPU (about 8 minutes on 2 cores).
 demo: models
@@ -108,6 +108,10 @@ bench: models sandbox chromium vllm verl
 	$(PY) benchmarks/async_vs_sync.py --steps 6 --val-size 0
 	$(PY) benchmarks/viewer_scale.py
 	$(VERL_PY) benchmarks/verl_backend.py
+
+# Threads on a busy machine (benchmarks/busy_machine.py, also part of `make bench`): rerun it on a quiet machine
+bench-busy: install models
+	$(PY) benchmarks/write_results.py --only busy-machine
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(VERL_VENV) $(BROWSERGYM_VENV) runs .pytest_cache

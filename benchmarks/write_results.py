@@ -3,6 +3,7 @@ line of each) with the machine and date, then each benchmark's own output in ful
 
     .venv/bin/python benchmarks/write_results.py              # all (about 45 minutes on 2 cores)
     .venv/bin/python benchmarks/write_results.py --only generation-fp32 engine
+    .venv/bin/python benchmarks/write_results.py --only busy-machine         # make bench-busy (about 3 minutes)
     .venv/bin/python benchmarks/write_results.py --merge gpu/RESULTS.json   # add figures taken on another machine
 
 `make bench` runs it (after installing the `bench` extra for TRL). A benchmark that fails is recorded as failed
@@ -54,6 +55,8 @@ RUNS = [
      ["benchmarks/engine_concurrency.py"], r"^\s+\d+ |^framework"),
     ("vlm", "The embedded VLM vs its text model (SmolLM2-135M): rollout and update time, exactness",
      ["benchmarks/vlm_step.py"], r"^ratio|^exactness"),
+    ("busy-machine", "Generation + a GRPO update of SmolLM2-135M, idle and beside 2 busy processes: the default "
+     "thread count vs fixed ones", ["benchmarks/busy_machine.py"], r"^(idle|loaded): |^verdict"),
     ("gpu-generation-bf16", "LocalModel vs transformers `generate` on a GPU, Qwen2.5-0.5B shape (random init), "
      "bfloat16, 64 prompts x 256 tokens", [*_GPU_GENERATION, "--dtype", "bfloat16"],
      r"^sampled |^ops per decode step|^LocalModel ran"),

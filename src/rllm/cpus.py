@@ -20,8 +20,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["OthersLoad", "ThreadGovernor", "cgroup_quota_cores", "governor", "set_torch_threads", "threads_for",
-           "usable_cores"]  # fmt: skip
+__all__ = [
+    "OthersLoad",
+    "ThreadGovernor",
+    "cgroup_quota_cores",
+    "governor",
+    "set_torch_threads",
+    "threads_for",
+    "usable_cores",
+]
 
 _PROC_CGROUP = Path("/proc/self/cgroup")
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -178,8 +185,14 @@ class ThreadGovernor:
     step took 2.3-2.8x longer with 2 threads than with 1. On an idle machine 2 threads are faster. Hence as many
     threads as there are cores others leave free, re-decided while the work runs."""
 
-    def __init__(self, *, cores: int | None = None, load: OthersLoad | None = None, interval: float = 0.5,
-                 fixed: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        cores: int | None = None,
+        load: OthersLoad | None = None,
+        interval: float = 0.5,
+        fixed: int | None = None,
+    ) -> None:
         self.cores = cores or usable_cores()
         self.fixed = fixed if fixed is not None else _env_threads()
         self.interval = interval

@@ -221,8 +221,8 @@ def test_generation_and_training_run_with_the_threads_the_governor_chooses(smoll
         governor._load = _FakeLoad([0.0] * 1000)
         assert generate() == [2]  # it left: both cores
         governor._load = _FakeLoad([1.2] * 1000)
-        row = TrainingRow(input_ids=[1, 2, 3, 4], prompt_length=2, loss_mask=[0, 0, 1, 1], old_logprobs=[0.0] * 4,
-                          advantages=[0.0] * 4, group_key="t:a", episode_id="t:0", trajectory_name="a")  # fmt: skip
+        ids, mask, zeros = [1, 2, 3, 4], [0, 0, 1, 1], [0.0] * 4
+        row = TrainingRow(ids, 2, mask, zeros, zeros, group_key="t:a", episode_id="t:0", trajectory_name="a")
         score_rows(model, [row], pad_id=0, micro_batch_size=1)
         assert torch.get_num_threads() == 1  # the trainer's thread too
     finally:

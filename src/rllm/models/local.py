@@ -61,6 +61,8 @@ from rllm.types import ModelOutput
 
 __all__ = ["LocalModel", "PromptTooLongError"]
 
+governor()  # measure the load from now on: the first thread decision then spans the model's loading
+
 logger = logging.getLogger(__name__)
 
 _STOP = object()  # worker shutdown sentinel

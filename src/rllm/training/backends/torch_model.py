@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from rllm.config import LoraConfig
-from rllm.cpus import set_torch_threads
+from rllm.cpus import governor, set_torch_threads
 from rllm.errors import ImageError
 from rllm.images import VLM_NEEDED
 from rllm.models.lm_head import backbone_and_head, output_logits
@@ -44,6 +44,8 @@ __all__ = [
     "merged_lora_state",
     "plain_state_name",
 ]
+
+governor()  # measure the load from now on: the first thread decision then spans the model's loading
 
 logger = logging.getLogger(__name__)
 
