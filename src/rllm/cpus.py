@@ -2,12 +2,14 @@
 
 `usable_cores()` is the one answer to "how many cores": the CPUs this process may run on (`os.sched_getaffinity`,
 e.g. `taskset` or a container's cpuset) capped by its cgroup's CPU quota (cgroup v2 `cpu.max`, v1
-`cpu.cfs_quota_us / cpu.cfs_period_us`, the tightest along the cgroup's ancestors), rounded up as the JVM and Go
-do. `os.cpu_count()` counts the host's CPUs and is wrong in both cases. Every place that sizes a pool of compute
-threads or processes uses it.
+`cpu.cfs_quota_us / cpu.cfs_period_us`, the tightest along the cgroup's ancestors), rounded up (a 1.5-core quota
+runs 2 threads). `os.cpu_count()` counts the host's CPUs and is wrong in both cases. Every place that sizes a pool
+of compute threads or processes uses it.
 
-This module imports nothing heavy (no torch): `rllm.models.local` and `rllm.training.backends.torch` apply what it
-decides.
+`ThreadGovernor` (one per process, `governor()`) turns it into torch's intra-op thread count while work runs: the
+cores other processes leave free, shared between this process's busy compute threads. This module imports nothing
+heavy (no torch): `rllm.models.local` (the worker's decode steps) and `rllm.training.backends.torch_model` (each
+micro-batch's forward and backward) apply what it decides.
 """
 
 from __future__ import annotations
@@ -178,12 +180,24 @@ class ThreadGovernor:
     (`computing()`; when generation and training overlap, they share the free cores). `OMP_NUM_THREADS` in the
     environment fixes the count (the user's choice wins).
 
-    Why (measured on 2 cores, see benchmarks/busy_machine.py): Linux shares a contended CPU fairly between sessions
-    (autogroups) and cgroups, not between threads, so two busy processes started elsewhere leave this process about
-    2/3 of a core however many threads it runs. Torch's OpenMP threads meet at a barrier after every operator: with
-    two threads each operator waits for the one the scheduler has just put aside, and generation plus a training
-    step took 2.3-2.8x longer with 2 threads than with 1. On an idle machine 2 threads are faster. Hence as many
-    threads as there are cores others leave free, re-decided while the work runs."""
+    Why (measured on 2 cores, torch 2.13's GNU OpenMP; `benchmarks/busy_machine.py`): Linux shares a contended CPU
+    fairly between sessions (autogroups) and cgroups, not between threads, so two busy processes started elsewhere
+    leave this process about 2/3 of a core however many threads it runs. Torch's OpenMP threads meet at a barrier
+    after every operator: with two threads each operator waits for the one the scheduler has just put aside.
+    Generation + a GRPO update of SmolLM2-135M took 2.3-2.5x as long with 2 threads as with 1 beside two busy
+    processes (1.2-2.0x in the benchmark's runs, with other work on the machine too); the first prefill of an eval
+    at 2 threads alone took 15 s where the 1-thread decode steps after it took 0.2 s. On an idle machine 2 threads
+    are faster. Hence as many threads as there are cores others leave free, re-decided while the work runs. Not
+    chosen: `OMP_WAIT_POLICY=passive` (waiting threads sleep instead of spinning: 2 threads then took 1.13x as long
+    as 1 beside the two busy processes, not 2.3x; still behind, it must be set before torch loads, and what it costs
+    an idle machine could not be measured on this shared one), and the load average (it counts our own threads
+    and lags by a minute).
+
+    Limits: other processes in this process's own session or cgroup (its sandboxes) share the CPU with it thread
+    by thread, so there more threads would buy more CPU; they count as others all the same. Results do not depend on
+    the count for the models' forward and backward (SmolLM2-135M: bitwise the same logits and gradients with 1 and 2
+    threads), but a full reduction over more than 32k elements is split between threads: a run that must repeat
+    bitwise on a machine whose load changes sets `OMP_NUM_THREADS`."""
 
     def __init__(
         self,
