@@ -3,10 +3,17 @@ unit tests are tiny random-init ones built around those tokenizers, so the suite
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
+
+from rllm.cpus import usable_cores
+
+# One torch thread count for the whole suite and the CLIs it starts, whatever else the machine runs: by default rllm
+# follows the machine's load (rllm.cpus), and tests that compare two runs bitwise need the same count in both.
+os.environ.setdefault("OMP_NUM_THREADS", str(usable_cores()))
 
 SMOLLM2 = "smollm2-135m-instruct"
 QWEN = "qwen2.5-coder-0.5b-instruct"

@@ -30,6 +30,7 @@ __all__ = [
     "set_torch_threads",
     "threads_for",
     "usable_cores",
+    "user_threads",
 ]
 
 _PROC_CGROUP = Path("/proc/self/cgroup")
@@ -194,10 +195,11 @@ class ThreadGovernor:
     and lags by a minute).
 
     Limits: other processes in this process's own session or cgroup (its sandboxes) share the CPU with it thread
-    by thread, so there more threads would buy more CPU; they count as others all the same. Results do not depend on
-    the count for the models' forward and backward (SmolLM2-135M: bitwise the same logits and gradients with 1 and 2
-    threads), but a full reduction over more than 32k elements is split between threads: a run that must repeat
-    bitwise on a machine whose load changes sets `OMP_NUM_THREADS`."""
+    by thread, so there more threads would buy more CPU; they count as others all the same. Float results may depend on
+    the count: SmolLM2-135M's forward and backward gave bitwise the same logits and gradients with 1 and 2 threads,
+    but the local model's decode steps (16-row matrix products) did not, nor does a full reduction over more than
+    32k elements, which is split between threads. A run that must repeat bitwise on a machine whose load changes
+    sets `OMP_NUM_THREADS` (or calls `torch.set_num_threads`, which `user_threads` respects)."""
 
     def __init__(
         self,
@@ -259,26 +261,46 @@ class ThreadGovernor:
 _FIRST_WINDOW_S = 0.1
 _GOVERNOR: ThreadGovernor | None = None
 _GOVERNOR_LOCK = threading.Lock()
+_TORCH_DEFAULT: int | None = None  # torch.get_num_threads() when rllm's torch modules loaded
+_CHOSEN = threading.local()  # .count: what set_torch_threads last set on this thread
 
 
-def governor() -> ThreadGovernor:
-    """The process's one `ThreadGovernor` (created on first use: its first load reading spans what happened since,
-    model loading included)."""
-    global _GOVERNOR
+def governor(torch_default: int | None = None) -> ThreadGovernor:
+    """The process's one `ThreadGovernor`, created on first use: its first load reading spans what happened since
+    (model loading included), so the modules that run torch create it when they load. `torch_default` (their
+    `torch.get_num_threads()` then) caps the count: torch's own default, physical cores on an SMT machine or a
+    count the program set before, is never exceeded."""
+    global _GOVERNOR, _TORCH_DEFAULT
     with _GOVERNOR_LOCK:
         if _GOVERNOR is None:
-            _GOVERNOR = ThreadGovernor()
+            cores = usable_cores()
+            _GOVERNOR = ThreadGovernor(cores=min(cores, torch_default) if torch_default else cores)
+            _TORCH_DEFAULT = torch_default
         return _GOVERNOR
+
+
+def user_threads(current: int) -> int | None:
+    """`current` (the calling thread's `torch.get_num_threads()`) when the program set it itself
+    (`torch.set_num_threads` after rllm's torch modules loaded, e.g. to keep float reductions in one order), else
+    None: rllm then leaves that thread's count alone."""
+    if _TORCH_DEFAULT is None or current == _TORCH_DEFAULT or current == getattr(_CHOSEN, "count", None):
+        return None
+    return current
 
 
 def set_torch_threads(threads: int | None = None) -> int:
     """Set torch's intra-op threads on the CALLING thread (with OpenMP the count is per thread) to `threads`, or to
-    the governor's choice; returns the count. Only callers that already imported torch call this."""
+    the governor's choice unless the program set this thread's count itself (`user_threads`); returns the count.
+    Only callers that already imported torch call this."""
     import torch
 
+    current = torch.get_num_threads()
+    if threads is None and user_threads(current) is not None:
+        return current
     count = threads or governor().threads()
-    if torch.get_num_threads() != count:
+    if current != count:
         torch.set_num_threads(count)
+    _CHOSEN.count = count
     return count
 
 

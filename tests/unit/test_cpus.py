@@ -198,6 +198,7 @@ def test_generation_and_training_run_with_the_threads_the_governor_chooses(smoll
 
     governor = ThreadGovernor(cores=2, load=_FakeLoad([1.5] * 1000), interval=0.0, fixed=0)
     monkeypatch.setattr(cpus, "_GOVERNOR", governor)
+    monkeypatch.setattr(cpus, "_TORCH_DEFAULT", None)  # whatever earlier tests set on this thread is not the user's
     model = sharp_tiny_model(smollm2_tokenizer, 0)
     local = LocalModel(model, smollm2_tokenizer)
     seen: list[int] = []
@@ -227,4 +228,28 @@ def test_generation_and_training_run_with_the_threads_the_governor_chooses(smoll
         assert torch.get_num_threads() == 1  # the trainer's thread too
     finally:
         local.close()
+        torch.set_num_threads(before)
+
+
+def test_a_count_the_program_set_itself_is_kept(smollm2_tokenizer, monkeypatch) -> None:
+    """A program that calls torch.set_num_threads after loading rllm (the kill-resume harness does, so that float
+    reductions happen in one order in every run) keeps its count, in the trainer's thread and the local model's."""
+    import torch
+
+    from rllm.models.local import LocalModel
+    from tests.conftest import sharp_tiny_model
+
+    monkeypatch.setattr(cpus, "_TORCH_DEFAULT", 2)
+    monkeypatch.setattr(cpus, "_CHOSEN", threading.local())  # nothing chosen by rllm on this thread yet
+    monkeypatch.setattr(cpus, "_GOVERNOR", ThreadGovernor(cores=2, load=_FakeLoad([0.0] * 10), interval=0.0, fixed=0))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert cpus.set_torch_threads() == 1 and torch.get_num_threads() == 1  # the governor would say 2
+        local = LocalModel(sharp_tiny_model(smollm2_tokenizer, 0), smollm2_tokenizer)
+        assert local._num_threads == 1 and local._threads is None
+        local.close()
+        assert cpus.set_torch_threads(2) == 2  # rllm's own choice...
+        assert cpus.set_torch_threads() == 2  # ...is not mistaken for the program's
+    finally:
         torch.set_num_threads(before)

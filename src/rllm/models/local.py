@@ -50,7 +50,7 @@ from typing import Any, Self
 
 import torch
 
-from rllm.cpus import governor, set_torch_threads
+from rllm.cpus import governor, set_torch_threads, user_threads
 from rllm.errors import ImageError, InfraError
 from rllm.images import VLM_NEEDED
 from rllm.models.base import ImagePrompt, Prompt, SamplingParams
@@ -61,7 +61,7 @@ from rllm.types import ModelOutput
 
 __all__ = ["LocalModel", "PromptTooLongError"]
 
-governor()  # measure the load from now on: the first thread decision then spans the model's loading
+governor(torch.get_num_threads())  # measure the load from now: the first decision spans model loading
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,8 @@ class LocalModel:
         carry that dtype's rounding. `eos_token_ids` overrides the stop tokens (default: the tokenizer's EOS plus
         the generation config's); pass `()` to never stop on a token (benchmarks). `num_threads` fixes torch's
         intra-op threads on the worker (default on a CPU: chosen before each decode step from the cores other
-        processes leave free, `rllm.cpus.ThreadGovernor`; `OMP_NUM_THREADS` fixes it too). `prefix_cache_tokens`
+        processes leave free, `rllm.cpus.ThreadGovernor`; `OMP_NUM_THREADS`, or a `torch.set_num_threads` of the
+        constructing thread, fixes it too). `prefix_cache_tokens`
         bounds the K/V kept from finished sequences so a prompt sharing a prefix with one (the next turn of a
         multi-turn rollout, the same task sampled again) prefills only the rest; 0 disables it (running prompts
         still share their common prefixes, see `rllm.models.local_scheduler`). The store is kept while the model
@@ -131,9 +132,10 @@ class LocalModel:
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.context_length = int(getattr(config, "max_position_embeddings", None) or 2048)
         self.vocab_size = int(config.vocab_size)
-        self._num_threads = num_threads
-        # On a CPU without a fixed count, the thread count follows the cores other processes leave free (rllm.cpus)
-        self._threads = governor() if num_threads is None and self.model.device.type == "cpu" else None
+        # On a CPU, unless given or set by the program on this thread (torch.set_num_threads), the worker's thread
+        # count follows the cores other processes leave free (rllm.cpus)
+        self._num_threads = num_threads or user_threads(torch.get_num_threads())
+        self._threads = governor() if self._num_threads is None and self.model.device.type == "cpu" else None
         self._scheduler = BatchScheduler(
             model,
             eos_ids=self.eos_token_ids,

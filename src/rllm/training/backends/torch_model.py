@@ -45,7 +45,7 @@ __all__ = [
     "plain_state_name",
 ]
 
-governor()  # measure the load from now on: the first thread decision then spans the model's loading
+governor(torch.get_num_threads())  # measure the load from now: the first decision spans model loading
 
 logger = logging.getLogger(__name__)
 
