@@ -138,10 +138,10 @@ def process_cpu(pid: int) -> float:
 
 def machine() -> str:
     """The CPU's model name and the cores this process may use: a figure without its machine is not a figure."""
+    from rllm.cpus import usable_cores
     from rllm.runs import cpu_model
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{cpu_model()}, {cores} cores, Python {platform.python_version()}"
+    return f"{cpu_model()}, {usable_cores()} cores, Python {platform.python_version()}"
 
 
 async def run_instant(tokenizer, args) -> float:
