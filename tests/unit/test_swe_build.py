@@ -9,6 +9,7 @@ import ast
 import json
 import random
 import re
+from collections import Counter
 
 import pytest
 
@@ -221,3 +222,162 @@ def test_a_sample_of_the_shipped_tasks_is_solved_by_its_patch_and_fails_unchange
         _, full = task_trees(row)
         run = run_tests(full, row["FAIL_TO_PASS"])  # the unchanged (buggy) repository
         assert all(run.outcomes.get(t) in ("failed", "error") for t in row["FAIL_TO_PASS"]), row["instance_id"]
+
+
+def test_a_statement_names_the_call_what_it_returns_and_what_it_should(tmp_path):
+    from rllm.envs.swe.statements import restate
+    from rllm.rewards.sandbox import Sandbox
+    from tests.unit.swe_fixtures import make_calc_task
+
+    Sandbox.check()
+    text = restate(make_calc_task(tmp_path))["problem_statement"]  # the hidden tests, traced with and without the bug
+    assert "```python\nclamp(10.5, 0, 10)\n```\n\nnow returns\n\n```\n10.5\n```" in text
+    assert "but it should return\n\n```\n10\n```" in text
+    assert "test_" not in text and "high + 1" not in text
+
+
+def test_a_difference_that_would_show_a_test_is_passed_over_and_an_opaque_call_comes_last():
+    leaky = {"call": "run(helper_of_test_sum)", "got": ("returns", "1"), "expected": ("returns", "2")}
+    clean = {"call": "total([1, 2])", "got": ("raises", "KeyError: 0"), "expected": ("returns", "3")}
+    other = {"call": "total([])", "got": ("returns", "None"), "expected": ("returns", "0")}
+    opaque = {
+        "call": "check(<function <lambda> at 0x7f0012345678>)",
+        "got": ("returns", "0"),
+        "expected": ("returns", "1"),
+    }
+    differences = [leaky, opaque, clean, other, clean]
+    text = problem_statement("pkg", ["E   assert 1 == 2"], {"helper_of_test_sum"}, differences)
+    assert statement_parts(text) == ("total([1, 2])", "KeyError: 0", "3") and "helper" not in text
+    assert (
+        "changed:\n\n- `total([])` now returns `None` but it should return `0`\n- `check(<function <lambda> at" in text
+    )
+    assert text.count("total([1, 2])") == 1  # a difference seen twice is shown once
+
+
+def statement_parts(text: str) -> tuple[str, str, str] | None:
+    """(call, what it gives now, what it should give) of a statement that describes a call, else None."""
+    fence = "`{3,4}"
+    pattern = (
+        rf"This call\n\n{fence}python\n(.+?)\n{fence}\n\nnow (?:returns|raises|yields)\n\n{fence}\n(.*?)\n{fence}\n\n"
+        rf"but it should (?:return|raise|yield)\n\n{fence}\n(.*?)\n{fence}\n"
+    )
+    found = re.search(pattern, text, re.S)
+    return found.groups() if found else None
+
+
+def test_every_shipped_statement_describes_its_own_failure():
+    rows = load_default_tasks()
+    statements = Counter(r["problem_statement"] for r in rows)
+    assert [s for s, n in statements.items() if n > 1] == []
+    described, unnamed = 0, []
+    for row in rows:
+        text, tests = row["problem_statement"], row["test_patch"]
+        if parts := statement_parts(text):  # the call, what it gives now, what it should give
+            call, got, expected = parts
+            assert got != expected, row["instance_id"]
+            # a call the hidden tests make: a name it is written with is in them (not so for a function the package
+            # made, such as `memoize`'s wrapper `memof`, which the tests call by their own name)
+            if not any(name in tests for name in names_in(call)):
+                unnamed.append((row["instance_id"], call))
+            described += 1
+            continue
+        # no call into the package differs (the test fails on an object's state): the test's failing line and
+        # pytest's report of it, never a bare AssertionError
+        found = re.search(
+            r"This used to work:\n\n```python\n(.+?)\n```\n\nand now fails with\n\n```\n(.+?)\n```", text, re.S
+        )
+        assert found and found.group(1) in tests and found.group(2) != "AssertionError", (row["instance_id"], text)
+    assert described >= 0.9 * len(rows), f"only {described} of {len(rows)} statements describe a call"
+    assert len(unnamed) <= 0.03 * len(rows), unnamed
+
+
+def names_in(call: str) -> set[str]:
+    """The names a call is written with (`Stats`, `pearson_type` of `Stats([1]).pearson_type`), builtins left out."""
+    import builtins
+
+    return set(re.findall(r"[A-Za-z_]\w{2,}", call)) - set(dir(builtins))
+
+
+TRACED_PACKAGE = """import textwrap
+
+
+class Stats:
+    def __init__(self, data):
+        self.data = data
+
+    @property
+    def size(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        return self.data[i]
+
+    def total(self, start=0, *, scale=1):
+        return (sum(self.data) + start) * scale
+
+
+def chunks(xs, n):
+    try:
+        if n < 1:
+            raise ValueError("n must be positive")
+        yield from (xs[i : i + n] for i in range(0, len(xs), n))
+    except TypeError:
+        yield "never"
+
+
+def parse(text):
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+class Wrapper(textwrap.TextWrapper):
+    def _wrap_chunks(self, chunks):
+        return ["".join(chunks).upper()]
+"""
+TRACED_TESTS = """import pytest
+from pkg import Stats, Wrapper, chunks, parse
+
+
+def test_calls():
+    s = Stats([1, 2])
+    assert (s.size, s[1], s.total(3, scale=2), parse("x")) == (2, 2, 12, None)
+    assert list(chunks([1, 2, 3], 2)) == [[1, 2], [3]]
+    with pytest.raises(ValueError):
+        list(chunks([1], 0))
+    assert Wrapper(width=5).wrap("ab cd") == ["AB CD"]
+"""
+
+
+def test_the_tracer_records_calls_as_a_user_writes_them(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text(TRACED_PACKAGE)
+    (tmp_path / "tests" / "test_pkg.py").write_text(TRACED_TESTS)
+    plugin_dir = Path(__file__).parents[2] / "src" / "rllm" / "envs" / "swe"
+    script = "\n".join(
+        [
+            "import json, pytest, rllm_swe_trace",
+            "pytest.main(['-q', '-p', 'rllm_swe_trace', '-p', 'no:cacheprovider', 'tests'])",
+            "print(json.dumps(rllm_swe_trace.TRACES))",
+        ]
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{plugin_dir}:{tmp_path}", "RLLM_SWE_TRACE_ROOT": str(tmp_path)}
+    command = [sys.executable, "-c", script]
+    done = subprocess.run(command, check=False, cwd=tmp_path, env=env, capture_output=True, text=True)
+    (events,) = json.loads(done.stdout.splitlines()[-1]).values()
+    assert [(e["call"], e.get("returns", e.get("raises", e.get("yields")))) for e in events] == [
+        ("Stats([1, 2])", "None"),
+        ("Stats([1, 2]).size", "2"),
+        ("Stats([1, 2])[1]", "2"),
+        ("Stats([1, 2]).total(3, scale=2)", "12"),
+        ("parse('x')", "None"),  # an exception caught inside is not the call's
+        ("chunks([1, 2, 3], 2)", ["[1, 2]", "[3]"]),
+        ("chunks([1], 0)", "ValueError: n must be positive"),  # raised through an `except` that did not match
+        ("Wrapper(5).wrap('ab cd')", "['AB CD']"),  # the standard library's method, the package's code under it
+    ]

@@ -2,6 +2,7 @@
 
 rllm swe build --jobs 2 --out tasks.jsonl          # the default packages: the shipped set's recipe
 rllm swe build --packages toolz==1.2.0 boltons==26.2.0 --per-package 20 --validation-packages boltons --out t.jsonl
+rllm swe restate old_tasks.jsonl --out tasks.jsonl  # rows built before: their statements written anew
 """
 
 from __future__ import annotations
@@ -39,13 +40,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--timeout", type=float, default=30.0, help="seconds for one test run on a mutant (default 30)")
     b.add_argument("--out", default="swe_tasks.jsonl", help="the JSONL file to write (default swe_tasks.jsonl)")
     b.add_argument("--quiet", action="store_true", help="print only the per-package counts")  # fmt: skip
+    what = "write the problem statements of built task rows anew (the call that fails, what it gives, what it should)"
+    r = commands.add_parser("restate", help=what)
+    r.add_argument("file", help="a JSONL file of `rllm swe build` rows (.jsonl or .jsonl.gz)")
+    r.add_argument("--out", required=True, help="the JSONL file to write")
+    r.add_argument("--jobs", type=int, default=1, help="rows restated at once (default 1)")
     p.set_defaults(run=run)
+
+
+def restate(args: argparse.Namespace) -> int:
+    import gzip
+    import json
+
+    from rllm.envs.swe import build
+    from rllm.envs.swe.statements import restate_tasks
+
+    with (gzip.open if args.file.endswith(".gz") else open)(args.file, "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    kept, dropped = restate_tasks(rows, jobs=args.jobs)
+    build.write_tasks(kept, args.out)
+    left_out = f"; left out {len(dropped)} whose statement repeats an earlier task's: {', '.join(dropped)}"
+    print(f"wrote {len(kept)} tasks to {args.out}" + (left_out if dropped else ""))
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
     from rllm.envs.swe import build
 
-    if args.swe_command != "build":  # argparse allows only build today; a new command must be wired here
+    if args.swe_command == "restate":
+        return restate(args)
+    if args.swe_command != "build":  # argparse allows build and restate; a new command must be wired here
         raise SystemExit(f"unknown swe command {args.swe_command!r}")
     packages = args.packages or [f"{n}=={v}" for n, v, _ in build.DEFAULT_PACKAGES]
     pins = {(n, v): sha for n, v, sha in build.DEFAULT_PACKAGES}

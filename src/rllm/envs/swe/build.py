@@ -15,7 +15,12 @@ For each package (`build_package`):
    is, as in SWE-bench, the other tests of those files that pass before and after, capped at `MAX_PASS_TO_PASS` so
    that grading takes seconds: those that cover the mutated module first, then the rest, each group in a fixed hashed
    order; they are run on the mutant (one that fails there joins FAIL_TO_PASS).
-5. The oracle: `grade(row, row["patch"])` on the materialized task must give 1, or the task is dropped.
+5. The statement (rllm.envs.swe.statements.describe_task): the FAIL_TO_PASS tests run traced on the mutant and on
+   the pristine tree; the first call into the package made alike in both whose outcome differs is the issue: the
+   call with its argument values, what it returns (raises, yields) now and what it should, plus up to three other
+   calls that changed. Where no call differs, pytest's failure report is used instead.
+6. The oracle: `grade(row, row["patch"])` on the materialized task must give 1, or the task is dropped; so is a
+   task whose statement is an earlier task's (its bug fails the same calls the same way: no test tells them apart).
 
 Rows are SWE-bench's (`instance_id`, `repo`, `version`, `base_commit`, `problem_statement`, `patch` = the fix,
 `test_patch`, `FAIL_TO_PASS`, `PASS_TO_PASS`) plus `sdist`, `split` (by package), `created_by`, `mutation` and
@@ -27,13 +32,13 @@ The shipped set (`rllm/tasks/data/swe_default.jsonl.gz`, read by `load_default_t
 `rllm swe build --seed 0 --jobs 2 --out swe_default.jsonl` (45 tasks per package, or `DEFAULT_COUNTS`), then
 `gzip -9 -n` (5.7 MB of rows, each carrying its hidden test files, are 0.9 MB gzipped); `tabulate` is its
 validation split. A package's first N tasks do not depend on how many are asked
-for, so a smaller count gives a prefix of the same rows.
+for, so a smaller count gives a prefix of the same rows. Its statements were then written anew by
+`rllm swe restate` (step 5, which came later), which left out the 6 tasks whose statement repeated an earlier one's:
+a fresh build gives the same rows, and fills those places with later candidates (ids past the last shipped one).
 """
 
 from __future__ import annotations
 
-import ast
-import functools
 import gzip
 import hashlib
 import json
@@ -47,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from rllm.envs.swe.mutate import Mutation, apply_mutation, find_mutations, shuffled
+from rllm.envs.swe.statements import describe_task, problem_statement
 
 __all__ = ["DEFAULT_COUNTS", "DEFAULT_PACKAGES", "DEFAULT_PER_PACKAGE", "DEFAULT_VALIDATION", "PackageReport",
            "build_package", "build_tasks", "load_default_tasks", "parse_package", "problem_statement", "test_files",
@@ -71,7 +77,8 @@ MAX_PASS_TO_PASS = 100
 MAX_HIDDEN_BYTES = 64_000
 SLOW_TEST_S = 1.0
 REASONS = ("no_failing_test", "too_many_failing_tests", "import_broken", "timeout", "collection_changed",
-           "hidden_tests_too_big", "fix_not_gradable", "does_not_compile", "oracle_failed")  # fmt: skip
+           "hidden_tests_too_big", "fix_not_gradable", "does_not_compile", "oracle_failed",
+           "same_statement")  # fmt: skip
 _NOT_SOURCE = {"docs", "doc", "benchmark", "benchmarks", "examples", "build", "setup.py"}
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
@@ -160,15 +167,6 @@ class _Baseline:
     def tests_on(self, path: str, lines) -> set[str]:
         covered = self.lines.get(path, {})
         return set().union(*(covered.get(n, frozenset()) for n in lines))
-
-    @functools.cached_property
-    def words(self) -> set[str]:
-        """Names that would point at a test: its functions, classes, modules and files."""
-        words = set()
-        for node in self.all_ids:
-            path, *names = _function_id(node).split("::")
-            words.update([path, PurePosixPath(path).name, PurePosixPath(path).stem, *names])
-        return words
 
 
 def _is_source(path: str) -> bool:
@@ -264,81 +262,12 @@ def _broken(run, wanted: list[str]) -> str | None:
     return None
 
 
-_HINTS = re.compile(r"-v to get|use '-vv'|\(pytest_assertion plugin|Full output truncated")
-_FRAME = re.compile(r"^(\S+?):\d+: in \S+$")
-# a test helper's or attribute's name (`_test_queue(...)`, `self.test_str`), a test directory, a sandbox path
-_TEST_WORD = re.compile(r"(?<![A-Za-z0-9])_*[Tt]ests?_\w|\btests?/|/tmp/|/opt/")
-# a datetime down to the microsecond is the clock's (`datetime.now()` in a test): it would differ in every build
-_NOW = re.compile(r"datetime\.datetime\(\d{4}(?:, \d+){6}\)")
-_TRIVIAL = re.compile(r"^(AssertionError|assert (False|True|None|0))$")
-
-
-def problem_statement(package: str, failures: list[str], test_words: set[str]) -> str:
-    """An issue written from failure reports (pytest's `--tb=short` text): the `E` lines (the exception, or the
-    assertion's values) and the failing statement of the test when it is one whole line, never a test's name or
-    file, a frame of the package (it would show the mutated code), a sandbox path, a memory address or the clock's
-    time. Of the reports, the first whose `E` lines say more than `assert False` is used. One thing can still differ
-    between builds: a set printed in an assertion, when its items hash by address (None, in Python 3.11)."""
-    words = sorted((w for w in test_words if w), key=len, reverse=True)
-    leaks = re.compile("|".join(rf"(?<![\w/.]){re.escape(w)}(?!\w)" for w in words)) if words else None
-    described = [d for d in (_describe(f, leaks) for f in failures) if d[1]]
-    if not described:
-        return (
-            f"After a recent change, {package} misbehaves: some of its functions give wrong results or raise "
-            "errors where they used to work. Find the cause in the package's source code and fix it."
-        )
-    call, error = next((d for d in described if not _TRIVIAL.match(d[1])), described[0])
-    text = f"After a recent change, {package} misbehaves. "
-    text += f"This used to work:\n\n```python\n{call}\n```\n\nand now fails with\n\n" if call else "Code that "
-    text += "" if call else "used to work now fails with\n\n"
-    return text + f"```\n{error}\n```\n\nFind the cause in the package's source code and fix it."
-
-
-def _describe(failure: str, leaks: re.Pattern | None) -> tuple[str, str]:
-    """(the test's failing statement or "", the scrubbed `E` lines) of one failure report."""
-
-    def clean(text: str) -> str | None:
-        text = re.sub(r"[\w.]*<locals>\.", "", text)  # `test_x.<locals>.<lambda>` names a test
-        text = _ADDRESS.sub("0x...", text.replace("/testbed/", "").replace("/testbed", "."))
-        text = _NOW.sub("datetime.datetime(...)", text)
-        if _HINTS.search(text) or (leaks and leaks.search(text)) or _TEST_WORD.search(text):
-            return None
-        return text.rstrip()[:300]
-
-    lines = failure.splitlines()
-    call = ""
-    if lines and (frame := _FRAME.match(lines[0])) and _is_test_file(frame.group(1)) and len(lines) > 1:
-        statement = lines[1].strip()
-        if statement and not lines[1].startswith("E ") and _parses(statement):
-            call = clean(statement) or ""
-    errors = [clean(raw[4:] if raw.startswith("E   ") else raw[1:].strip()) for raw in lines if raw.startswith("E ")]
-    kept = [e for e in errors if e is not None]
-    while kept and not kept[-1].strip():
-        kept.pop()
-    return call, "\n".join(kept[:15])[:1500]
-
-
-def _is_test_file(path: str) -> bool:
-    from rllm.envs.swe.grading import is_test_path
-
-    return is_test_path(path)
-
-
-def _parses(statement: str) -> bool:
-    try:
-        ast.parse(statement)
-    except SyntaxError:
-        return False
-    return True
-
-
 def _row(name: str, version: str, sdist: dict, index: int, split: str, seed: int, base: _Baseline, path: str,
          mutation: Mutation, trial: _Trial) -> dict:  # fmt: skip
     from rllm.envs.swe.patches import diff_files
 
     hidden = sorted({_file_of(t) for t in trial.f2p})
     test_patch = "".join(diff_files(f, None, (base.tree / f).read_text(encoding="utf-8")) for f in hidden)
-    reports = [trial.failures[t] for t in trial.f2p if t in trial.failures]
     module_lines = (base.tree / path).read_text(encoding="utf-8").count("\n")
     function_lines = mutation.function_lines[1] - mutation.function_lines[0] + 1
     return {
@@ -346,7 +275,7 @@ def _row(name: str, version: str, sdist: dict, index: int, split: str, seed: int
         "repo": name,
         "version": version,
         "base_commit": f"sdist-{sdist['sha256'][:12]}+mut-{hashlib.sha256(trial.bug.encode()).hexdigest()[:8]}",
-        "problem_statement": problem_statement(name, reports, base.words),
+        "problem_statement": "",  # written by _finish, once the row is kept
         "patch": trial.fix,
         "test_patch": test_patch,
         "FAIL_TO_PASS": trial.f2p,
@@ -360,9 +289,12 @@ def _row(name: str, version: str, sdist: dict, index: int, split: str, seed: int
     }  # fmt: skip
 
 
-def _oracle_ok(row: dict) -> bool:
+def _finish(base: _Baseline, row: dict, bug: str, timeout_s: float) -> bool:
+    """Write the row's statement (rllm.envs.swe.statements) and run the oracle: whether the row is kept."""
     from rllm.envs.swe.grading import grade
 
+    statement = describe_task(row["repo"], base.tree, row["FAIL_TO_PASS"], bug=bug, timeout_s=timeout_s * 2)
+    row["problem_statement"] = statement
     return grade(row, row["patch"]).reward == 1.0
 
 
@@ -406,15 +338,21 @@ def _decide(name, version, sdist, split, seed, base, candidates, per_package, jo
                     break
                 report.tried += 1
                 if trial.reason is None:
-                    index = len(rows) + len(accepted) + report.rejected["oracle_failed"]
-                    accepted.append(_row(name, version, sdist, index, split, seed, base, path, mutation, trial))
+                    index = (
+                        len(rows) + len(accepted) + report.rejected["oracle_failed"] + report.rejected["same_statement"]
+                    )
+                    row = _row(name, version, sdist, index, split, seed, base, path, mutation, trial)
+                    accepted.append((row, trial.bug))
                 else:
                     report.rejected[trial.reason] += 1
-            for row, ok in zip(accepted, pool.map(_oracle_ok, accepted), strict=True):
-                if ok:
-                    rows.append(row)
-                else:
+            finished = pool.map(lambda item: _finish(base, *item, timeout_s), accepted)
+            for (row, _), ok in zip(accepted, finished, strict=True):
+                if not ok:
                     report.rejected["oracle_failed"] += 1
+                elif any(r["problem_statement"] == row["problem_statement"] for r in rows):
+                    report.rejected["same_statement"] += 1  # a bug no test tells apart from a kept one's
+                else:
+                    rows.append(row)
             if log is not None:
                 log(f"  {name}: tried {report.tried}, kept {len(rows)}")
     report.kept = len(rows)

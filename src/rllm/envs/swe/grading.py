@@ -31,7 +31,7 @@ __all__ = ["GradeResult", "TestRun", "check_submission", "grade", "run_tests"]
 _HERE = Path(__file__).parent
 _CONFIG_FILES = {"pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "conftest.py", "noxfile.py", ".coveragerc"}
 _SHADOWING = {"pytest", "_pytest", "pluggy", "iniconfig", "py", "coverage", "sitecustomize", "usercustomize",
-              "rllm_swe_report", "rllm_swe_harness", "rllm_swe_patches"}  # fmt: skip
+              "rllm_swe_report", "rllm_swe_harness", "rllm_swe_patches", "rllm_swe_trace"}  # fmt: skip
 _FORBIDDEN_CODE = re.compile(r"\b(_?pytest|unittest|sys\s*\.\s*exit|os\s*\.\s*_exit|builtins|__builtins__|"
                              r"sys\s*\.\s*modules|settrace|setprofile|atexit)\b")  # fmt: skip
 
@@ -72,17 +72,23 @@ class TestRun:
     duration_s: float = 0.0
     coverage: dict = field(default_factory=dict)  # with coverage=True: file -> line -> [test function contexts]
     failures: dict[str, str] = field(default_factory=dict)  # node id -> the end of its failure report
+    traces: dict = field(default_factory=dict)  # with trace=True: node id -> its calls into the package
 
 
 def run_tests(tree: str | Path, pytest_args: list[str], *, diff: str | None = None, sandbox=None,
-              timeout_s: float = 300.0, coverage: bool = False, memory_mb: int = 1024) -> TestRun:  # fmt: skip
-    """Run pytest on `tree` in a fresh sandbox (writes land on a tmpfs, never in `tree`), after applying `diff`."""
+              timeout_s: float = 300.0, coverage: bool = False, memory_mb: int = 1024,
+              trace: bool = False) -> TestRun:  # fmt: skip
+    """Run pytest on `tree` in a fresh sandbox (writes land on a tmpfs, never in `tree`), after applying `diff`.
+    `trace=True` records each test's calls into the package (rllm_swe_trace: for task statements, not grading)."""
     from rllm.rewards.sandbox import RepoMount, SandboxLimits, default_sandbox
 
     sandbox = sandbox or default_sandbox()
     nonce = secrets.token_hex(8)
     files = {name: (_HERE / name).read_text() for name in ("rllm_swe_harness.py", "rllm_swe_report.py")}
     options = ["--coverage"] if coverage else []
+    if trace:
+        files["rllm_swe_trace.py"] = (_HERE / "rllm_swe_trace.py").read_text()
+        options.append("--trace")
     if diff is not None:
         files["submission.diff"] = diff
         options += ["--diff", "/work/submission.diff"]
@@ -107,6 +113,7 @@ def run_tests(tree: str | Path, pytest_args: list[str], *, diff: str | None = No
     run.collect_errors = list(record.get("collect_errors") or [])
     run.coverage = record.get("coverage") or {}
     run.failures = {str(k): str(v) for k, v in (record.get("failures") or {}).items()}
+    run.traces = dict(record.get("traces") or {})
     canary = record.get("canary") or {}
     if record and (canary.get("pass") != "passed" or canary.get("fail") not in ("failed", "error")):
         run.tampered = f"the canary tests came out wrong: {canary}"

@@ -1,6 +1,7 @@
 """Runs in the grading sandbox (standard library + pytest): apply the submitted diff to /testbed with `git apply`,
 then run pytest on the given node ids plus the two canary tests, outcomes going to fd 3 (rllm_swe_report).
-argv: [--diff FILE] [--coverage] -- pytest arguments."""
+argv: [--diff FILE] [--coverage] [--trace] -- pytest arguments. `--trace` records the calls each test makes into
+the package (rllm_swe_trace), for task statements."""
 
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ def main(argv: list[str]) -> int:
         "-W",
         "ignore::pytest.PytestAssertRewriteWarning",
     ]
+    if "--trace" in options:
+        args += ["-p", "rllm_swe_trace"]
     if "--coverage" in options:  # the generator: which tests run which lines
         import coverage
 
@@ -61,6 +64,10 @@ def main(argv: list[str]) -> int:
                                                 for line, contexts in (data.contexts_by_lineno(path) or {}).items()}
             for path in data.measured_files()
         }  # fmt: skip
+    if "--trace" in options:
+        import rllm_swe_trace
+
+        record["traces"] = rllm_swe_trace.TRACES
     send(record)
     return int(code)
 
