@@ -40,9 +40,13 @@ models: install
 	$(RLLM) fetch qwen2.5-coder-0.5b-instruct
 
 # Code rewards run model-written programs only inside bubblewrap (rllm.rewards.sandbox); Debian's package.
+# SWE tasks need git too, on the host and (through the read-only /usr) in the sandbox: bugs and fixes are applied
+# with `git apply`, and an episode's /testbed is a git repository.
 sandbox:
 	@command -v bwrap >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap; \
 	  else echo "code rewards need bubblewrap: sudo apt-get install bubblewrap"; exit 1; fi; }
+	@command -v git >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq git; \
+	  else echo "SWE tasks need git: sudo apt-get install git"; exit 1; fi; }
 
 # Web environments (rllm.envs.web) drive Debian's headless Chromium through Playwright; nothing downloads a browser.
 chromium:
