@@ -175,3 +175,12 @@ def test_the_final_table_shows_how_episodes_ended_when_any_did_otherwise_than_by
     assert f"{'ended timeout':24}{0.0:>10.3f}{0.25:>10.3f}" in table
     assert f"{'ended max_turns':24}{0.0:>10.3f}{0.0:>10.3f}   (last training step: 0.250)" in table
     assert f"{'ended env_done':24}{1.0:>10.3f}{0.5:>10.3f}   (last training step: 0.750)" in table
+
+
+def test_ctrl_c_in_a_command_that_saves_nothing_is_one_line_and_exit_130(monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("rllm.evaluation.evaluate", interrupted)
+    assert main(["eval", "arithmetic", "data.val_size=1", "--no-progress"]) == 130
+    assert capsys.readouterr().err.strip() == "interrupted: rllm eval stopped (Ctrl-C)"

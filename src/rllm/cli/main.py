@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     except RllmError as exc:  # our own errors already say what to do: no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C where no command saves anything (training handles its own): one line
+        print(f"\ninterrupted: rllm {args.command} stopped (Ctrl-C)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
