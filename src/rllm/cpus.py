@@ -128,10 +128,12 @@ def _v1_cpu_mount(cgroup_root: Path, controllers: str) -> Path:
 # ------------------------------------------------------------ torch's thread count on a shared machine
 
 
-def threads_for(cores: int, others_busy: float, busy_compute_threads: int = 1) -> int:
-    """Intra-op threads for one of this process's compute threads: the cores other processes leave free (rounded
-    to the nearest core), shared among the compute threads this process runs at once, at least 1."""
-    free = min(float(cores), cores - others_busy)
+def threads_for(cores: int, others_busy: float, busy_compute_threads: int = 1, cpus: int | None = None) -> int:
+    """Intra-op threads for one of this process's compute threads: the cores other processes leave free on the
+    `cpus` this process may run on (default `cores`; more under a CPU quota: a container with 4 cores of quota on a
+    64-CPU host is not short of cores because other containers use 30), rounded to the nearest core, at most
+    `cores`, shared among the compute threads this process runs at once, at least 1."""
+    free = (cpus or cores) - others_busy
     return max(1, min(cores, math.floor(free + 0.5)) // max(1, busy_compute_threads))
 
 
@@ -213,6 +215,7 @@ class ThreadGovernor:
         self.fixed = fixed if fixed is not None else _env_threads()
         self.interval = interval
         self._load = load or OthersLoad()
+        self._cpus = len(getattr(self._load, "cpus", ())) or None  # the CPUs whose load it reads
         self._others = 0.0
         self._read_at = time.monotonic()
         self._has_read = False
@@ -234,7 +237,7 @@ class ThreadGovernor:
                 others = self._load.reading()[1]
                 if others is not None:
                     self._others = others
-            return threads_for(self.cores, self._others, len(self._busy))
+            return threads_for(self.cores, self._others, len(self._busy), cpus=self._cpus)
 
     @contextlib.contextmanager
     def computing(self) -> Iterator[None]:

@@ -105,6 +105,8 @@ def test_threads_for_leaves_the_cores_others_use() -> None:
     assert threads_for(16, others_busy=4.2) == 12
     assert threads_for(16, others_busy=0.0, busy_compute_threads=2) == 8  # generation beside training: shared
     assert threads_for(2, others_busy=0.0, busy_compute_threads=0) == 2
+    assert threads_for(4, others_busy=30.0, cpus=64) == 4  # a 4-core quota on a busy 64-CPU host
+    assert threads_for(4, others_busy=62.0, cpus=64) == 2
 
 
 class _FakeLoad:
