@@ -306,7 +306,8 @@ def init_git() -> str | None:
     # the repository's own directory lives on /tmp, /testbed/.git being a file that points there: git chmods its
     # lock files, which the overlay at /testbed refuses (EPERM)
     init = ["init", "-q", f"--separate-git-dir={GIT_DIR}"]
-    steps = (init, ["add", "-A"], ["commit", "-q", "--no-verify", "--allow-empty", "-m", "base"])
+    # --force: the sdist's own .gitignore (tabulate's ignores its version.py) must not hide base files from `git diff`
+    steps = (init, ["add", "-A", "--force"], ["commit", "-q", "--no-verify", "--allow-empty", "-m", "base"])
     for args in steps:
         done = subprocess.run(["git", "-c", "init.defaultBranch=main", *args], cwd=REPO, capture_output=True,
                               check=False, stdin=subprocess.DEVNULL)  # fmt: skip
