@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -89,6 +90,15 @@ def test_resume_trains_with_the_runs_own_config(tmp_path, tiny_model_dir):
     assert record["step"] == 1 and record["changed"] == {"trainer.total_steps": [2, 3]}
     # every step was checkpointed (LoRA's default), at most trainer.keep_checkpoints (3) kept
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == [f"step_00000{i}" for i in (1, 2, 3)]
+
+    # the case: a run killed before its first checkpoint starts over with its own config, left as it was
+    early = tmp_path / "runs" / "early"
+    shutil.copytree(run_dir, early, ignore=shutil.ignore_patterns("checkpoints", "resumes.jsonl", "result.json"))
+    config_yaml = (early / "config.yaml").read_bytes()
+    out = run_rllm("train", "--resume", str(early), "--no-progress", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (early / "config.yaml").read_bytes() == config_yaml
+    assert "steps: 2" in out.stdout and (early / "checkpoints" / "latest").read_text() == "step_000002"
 
 
 def _start(tmp_path: Path, tiny_model_dir: Path, name: str, *extra: str) -> subprocess.Popen:
