@@ -190,3 +190,14 @@ def test_the_agent_options_thinking_history_and_multi_shot_prompt():
     keeps.update_from_env(grid("P_", "_G"), 0.0, False, {})
     keeps.update_from_model("<think>x</think>```Up```")
     assert keeps.messages[-1]["content"] == "<think>x</think>```Up```" and keeps.chat_completions is keeps.messages
+
+
+def test_is_valid_is_rllms_name_for_reachable_at_depth_max_steps():
+    assert frozenlake.is_valid([["S", "F"], ["F", "G"]], 2) is True
+    assert frozenlake.is_valid([["S", "H"], ["H", "G"]], 2) is False
+    corridor = [["S", *"F" * 8, "G"]] + [["H"] * 10 for _ in range(9)]  # the goal is 9 moves away
+    assert frozenlake.is_valid(corridor, 10) is False  # beyond MAX_STEPS (5) + 1, as rLLM's search
+    assert frozenlake.reachable(corridor, max_steps=8) is True
+    short = [["S", "F", "F", "G"]] + [["H"] * 4 for _ in range(3)]
+    assert frozenlake.is_valid(short, 4) is True
+    assert frozenlake.is_valid(short, 3) is False  # the search stays in the 3 x 3 square, which has no goal

@@ -44,7 +44,7 @@ from gymnasium.utils import seeding
 from rllm.environments.base.base_env import BaseEnv
 from rllm.types import Action
 
-__all__ = ["MAX_STEPS", "FrozenLakeEnv", "generate_random_map", "get_goal_position", "reachable"]
+__all__ = ["MAX_STEPS", "FrozenLakeEnv", "generate_random_map", "get_goal_position", "is_valid", "reachable"]
 
 # rLLM's default map-validity depth (a mutable global there, a constant here: see the module docstring).
 MAX_STEPS: int = 5
@@ -79,6 +79,12 @@ def reachable(board: list[list[str]], max_steps: int = MAX_STEPS) -> bool:
             if board[r][c] != "H":
                 stack.append((r, c, depth + 1))
     return False
+
+
+def is_valid(board: list[list[str]], max_size: int) -> bool:
+    """rLLM's name and signature for `reachable`: the search stays inside the top-left `max_size` x `max_size`
+    square of `board` and expands cells at most `MAX_STEPS` moves from the start, as rLLM's does."""
+    return reachable([row[:max_size] for row in board[:max_size]], MAX_STEPS)
 
 
 def generate_random_map(
