@@ -9,6 +9,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+# First, before any rllm module: the finder that serves rLLM v0.2's paths must see the native packages load (it gives
+# `rllm.agents`, `rllm.engine`, ... their fallback onto rLLM's names). Importing rllm.compat installs it.
+import rllm.compat  # noqa: F401  (the rule: `rllm.X` is `rllm.compat.X` where rllm has no `rllm.X` of its own)
+
+# isort: split
 from rllm._deprecation import install_moved_module_finder
 from rllm.agents.base import BaseAgent
 from rllm.envs.base import BaseEnv

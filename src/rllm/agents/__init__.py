@@ -1,9 +1,8 @@
-"""Agents: `BaseAgent` and reusable agents (tool calling), one file each.
+"""Agents: `BaseAgent` and reusable agents (tool calling, SWE, web), one file each.
 
-The agents of built-in tasks live with their task in `rllm.tasks`. `ToolAgent` here is rLLM v0.2's (text protocol,
-`rllm.agents.tool_agent`), the name rLLM's examples import; rllm's own tool agent is `rllm.agents.tool.ToolAgent`."""
+The agents of built-in tasks live with their task in `rllm.tasks`. rLLM v0.2's agents (`rllm.agents.tool_agent`,
+`from rllm.agents import ToolAgent`, ...) are in `rllm.compat.agents`, served here by the rule in `rllm.compat`."""
 
 from rllm.agents.base import BaseAgent
-from rllm.agents.tool_agent import ToolAgent
 
-__all__ = ["BaseAgent", "ToolAgent"]
+__all__ = ["BaseAgent"]

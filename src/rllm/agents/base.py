@@ -67,3 +67,9 @@ class BaseAgent:
         self._trajectory.steps.append(Step(chat_completions=list(self.messages), model_output=output, action=action))
         self.messages.append({"role": "assistant", "content": output.text})
         return Action(action=action)
+
+
+def speaks_text(agent: Any) -> bool:
+    """Whether `agent` follows rLLM v0.2's protocol, `update_from_model(response: str)` (its class says so with
+    `_rllm_v02 = True`, as `rllm.agents.agent.BaseAgent` does); rllm's own agents get the `ModelOutput`."""
+    return getattr(type(agent), "_rllm_v02", False) is True

@@ -1,5 +1,6 @@
-"""Datasets. `Dataset` and `DatasetRegistry` are rLLM v0.2's (`rllm.data.dataset`: named task rows stored under
-`$RLLM_HOME/datasets`). The built-in tasks and their registry moved to `rllm.tasks`; their old names here
+"""The old home of the built-in tasks. `Dataset` and `DatasetRegistry` here are rLLM v0.2's (`rllm.data.dataset`: named
+task rows stored under `$RLLM_HOME/datasets`), in `rllm.compat.data`, served here by the rule in `rllm.compat`. The
+built-in tasks and their registry moved to `rllm.tasks`; their old names here
 (`BUILTIN_TASKS`, `BuiltinTask`, `get_builtin_task`) keep working for one release, each with a DeprecationWarning."""
 
 from __future__ import annotations
@@ -9,9 +10,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rllm._deprecation import moved_attribute, warn_renamed
-from rllm.data.dataset import Dataset, DatasetRegistry
 
-__all__ = ["Dataset", "DatasetRegistry"]
+__all__: list[str] = []
 
 
 class _TasksByName(Mapping):

@@ -14,22 +14,8 @@ from rllm.workflows.runtime import TerminationEvent
 
 __all__ = ["BUILTIN_WORKFLOWS", "TerminationEvent", "Workflow", "WorkflowServices", "get_workflow"]
 
-# rLLM v0.2's names here, imported on first use (`from rllm.workflows import MultiTurnWorkflow`). `Workflow` and
-# `TerminationEvent` above are rllm's own; rLLM's are in rllm.workflows.workflow.
-_RLLM_V02 = {
-    "TerminationReason": "rllm.workflows.workflow",
-    "SingleTurnWorkflow": "rllm.workflows.single_turn_workflow",
-    "MultiTurnWorkflow": "rllm.workflows.multi_turn_workflow",
-    "CumulativeWorkflow": "rllm.workflows.cumulative_workflow",
-    "TimingTrackingMixin": "rllm.workflows.timing_mixin",
-}
-
-
-def __getattr__(name: str):
-    if name in _RLLM_V02:
-        return getattr(importlib.import_module(_RLLM_V02[name]), name)
-    raise AttributeError(f"module 'rllm.workflows' has no attribute {name!r}")
-
+# rLLM v0.2's names (`from rllm.workflows import MultiTurnWorkflow`) are in rllm.compat.workflows, served here by the
+# rule in rllm.compat. `Workflow` and `TerminationEvent` above are rllm's own; rLLM's are in rllm.workflows.workflow.
 
 BUILTIN_WORKFLOWS = {
     "agent_env": "rllm.workflows.agent_env:AgentEnvWorkflow",

@@ -31,7 +31,7 @@ import asyncio
 import math
 from typing import Any
 
-from rllm.agents.agent import speaks_text
+from rllm.agents.base import speaks_text
 from rllm.rewards.base import refuse_reward
 from rllm.types import Action, Episode, ModelOutput, Step, TerminationReason
 from rllm.workflows.base import AgentOutputError, Workflow, agent_trajectory

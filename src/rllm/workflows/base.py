@@ -41,7 +41,7 @@ from time import perf_counter
 from typing import Any
 
 from rllm._deprecation import warn_renamed
-from rllm.agents.agent import speaks_text
+from rllm.agents.base import speaks_text
 from rllm.errors import ImageError, RllmError
 from rllm.images import encode_pil_images, normalize_images
 from rllm.metrics import role_metrics
