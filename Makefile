@@ -19,10 +19,12 @@ test: models sandbox chromium vllm verl lint
 	$(PY) -m pytest -q tests
 	$(VERL_PY) -m pytest -q tests/verl
 
-# ruff (the version pinned in the dev extra, the rules in pyproject.toml): formatting and lint, no fixes.
+# ruff (the version pinned in the dev extra, the rules in pyproject.toml): formatting and lint, no fixes; then
+# import-linter: the import contracts in pyproject.toml (native code never imports rllm.compat).
 lint: install
 	$(PY) -m ruff format --check src tests benchmarks examples
 	$(PY) -m ruff check src tests benchmarks examples
+	$(VENV)/bin/lint-imports
 
 install: $(STAMP)
 
