@@ -11,10 +11,11 @@ Fields that hold free-form user data (`task`, `info`, `observation`, `action`) m
 from __future__ import annotations
 
 import json
+import uuid
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_serializer, model_validator
 
 __all__ = [
     "Action",
@@ -135,7 +136,8 @@ class Step(_Strict):
 
     rLLM v0.2's fields are here too, for agents written against it (`rllm.agents.agent`): `thought` and
     `model_response` (the reasoning and the reply's text, as the agent recorded them), `mc_return` (the discounted
-    return its engine fills in), and `prompt_ids`/`response_ids`/`logprobs`, read from `model_output`. An rLLM agent's
+    return its engine fills in), and `prompt_ids`/`response_ids`/`logprobs`, kept in `model_output` (given to the
+    constructor or assigned, they are written there: one place holds a step's tokens). An rLLM agent's
     `chat_completions` also hold its own reply: rLLM records the messages after the call.
     """
 
@@ -150,29 +152,106 @@ class Step(_Strict):
     model_response: str = ""
     mc_return: float = 0.0
 
+    @model_validator(mode="before")
+    @classmethod
+    def _tokens_into_model_output(cls, data: Any) -> Any:
+        """`Step(prompt_ids=..., response_ids=..., logprobs=...)`: the ids go into `model_output`."""
+        if not isinstance(data, dict) or not _TOKEN_FIELDS.keys() & data.keys():
+            return data
+        data = dict(data)
+        tokens = {_TOKEN_FIELDS[key]: data.pop(key) for key in list(data) if key in _TOKEN_FIELDS}
+        tokens = {key: list(value) for key, value in tokens.items() if value is not None}
+        if tokens:
+            output = data.get("model_output")
+            if isinstance(output, ModelOutput):
+                data["model_output"] = output.model_copy(update=tokens)
+            else:
+                data["model_output"] = {**(output or {}), **tokens}
+        return data
+
     @property
     def prompt_ids(self) -> list[int]:
         return list(self.model_output.prompt_ids or []) if self.model_output else []
+
+    @prompt_ids.setter
+    def prompt_ids(self, value: list[int]) -> None:
+        self._set_tokens(prompt_ids=list(value))
 
     @property
     def response_ids(self) -> list[int]:
         return list(self.model_output.completion_ids or []) if self.model_output else []
 
+    @response_ids.setter
+    def response_ids(self, value: list[int]) -> None:
+        self._set_tokens(completion_ids=list(value))
+
     @property
     def logprobs(self) -> list[float]:
         return list(self.model_output.logprobs or []) if self.model_output else []
 
+    @logprobs.setter
+    def logprobs(self, value: list[float]) -> None:
+        self._set_tokens(logprobs=list(value))
+
+    def _set_tokens(self, **tokens: list) -> None:
+        self.model_output = (self.model_output or ModelOutput()).model_copy(update=tokens)
+
+
+# rLLM's Step field names -> ModelOutput's
+_TOKEN_FIELDS = {"prompt_ids": "prompt_ids", "response_ids": "completion_ids", "logprobs": "logprobs"}
+
 
 class Trajectory(_Strict):
     """The ordered steps of one agent. `name` is its role ("agent", "solver", "judge", ...); rollouts are grouped
-    for advantages by `task_id:name`. `reward` is the trajectory's reward (by default the sum of step rewards)."""
+    for advantages by `task_id:name`.
+
+    `reward` is the trajectory's reward. Until it is given (to the constructor or by assignment) it reads 0.0 and
+    `has_reward()` is False: the workflow then sets it when the episode is built (by default the sum of step
+    rewards, `final_reward()`). An unset reward is written as null in JSON, so a round trip keeps it unset.
+
+    `uid` is a unique id (rLLM's, to deduplicate on), made on first use; it is not written to JSON, so the episodes
+    a run writes are the same bit for bit when it runs again."""
 
     name: str = "agent"
     steps: list[Step] = Field(default_factory=list)
-    reward: float | None = None
+    reward: float = 0.0
     is_correct: bool | None = None  # set by workflows that know; None: judged by a positive reward
     info: dict[str, Any] = Field(default_factory=dict)
     task: Any = None  # rLLM v0.2's engine hands back trajectories with their task; ours leave it to the episode
+    _uid: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _uid_and_unset_reward(cls, data: Any, handler: Any) -> Any:
+        """`uid=` is kept aside (not a field); `reward=None` means not given."""
+        uid = None
+        if isinstance(data, dict) and ("uid" in data or data.get("reward", 0.0) is None):
+            data = dict(data)
+            uid = data.pop("uid", None)
+            if data.get("reward", 0.0) is None:
+                del data["reward"]
+        trajectory = handler(data)
+        if uid is not None:
+            trajectory._uid = str(uid)
+        return trajectory
+
+    @field_serializer("reward")
+    def _reward_or_null(self, reward: float) -> float | None:
+        return reward if self.has_reward() else None
+
+    @property
+    def uid(self) -> str:
+        if self._uid is None:
+            self._uid = str(uuid.uuid4())
+        return self._uid
+
+    @uid.setter
+    def uid(self, value: str) -> None:
+        self._uid = str(value)
+
+    def has_reward(self) -> bool:
+        """Whether `reward` was given (to the constructor or by assignment), rather than read as its default."""
+        return "reward" in self.model_fields_set
 
     def succeeded(self) -> bool:
         """`is_correct` when the workflow set it, else whether the trajectory's reward is positive."""
@@ -182,8 +261,17 @@ class Trajectory(_Strict):
         return float(sum(step.reward for step in self.steps))
 
     def final_reward(self) -> float:
-        """The trajectory's reward: `reward` when set, else the sum of its step rewards."""
-        return float(self.reward) if self.reward is not None else self.total_step_reward()
+        """The trajectory's reward: `reward` when given, else the sum of its step rewards."""
+        return float(self.reward) if self.has_reward() else self.total_step_reward()
+
+    def is_cumulative(self) -> bool:
+        """Whether each step's `chat_completions` extend the previous step's (rLLM's test for a conversation that
+        only grows, as opposed to one whose history was rewritten)."""
+        for previous, current in zip(self.steps, self.steps[1:], strict=False):
+            before = previous.chat_completions
+            if current.chat_completions[: len(before)] != before:
+                return False
+        return True
 
 
 class Episode(_Strict):

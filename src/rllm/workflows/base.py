@@ -229,7 +229,7 @@ class Workflow:
             reason = _Reason.ERROR  # nothing of it can be trained: an episode missing a trajectory is not done
             info = {"error": self.episode_info["invalid_trajectory_error"], "error_site": "agent", **info}
         for trajectory in trajectories:
-            if trajectory.reward is None:
+            if not trajectory.has_reward():
                 trajectory.reward = self.compute_trajectory_reward(trajectory)
         episode = Episode(id=uid, task=task, trajectories=trajectories, termination_reason=reason,
                           info={**(returned.info if returned else {}), **self.episode_info, **info})  # fmt: skip
