@@ -163,6 +163,7 @@ def test_the_system_prompt_is_rllms_tool_prompt_and_replies_parse_as_rllm_does()
 def test_tool_environment_steps_as_rllms_and_reports_what_rllm_loses():
     from rllm.environments.tools.tool_env import ToolEnvironment
     from rllm.rewards.reward_fn import math_reward_fn
+
     from rllm.tools import tool
 
     @tool
@@ -196,8 +197,9 @@ def test_tool_environment_steps_as_rllms_and_reports_what_rllm_loses():
 
 
 def test_rllm_reward_output_fields_and_math_reward_fn():
-    from rllm.rewards import RewardOutput
     from rllm.rewards.reward_fn import math_reward_fn
+
+    from rllm.rewards import RewardOutput
     from rllm.types import Action
 
     output = RewardOutput(reward=1.0, metadata={"k": 1}, is_correct=True)  # rLLM's keywords
@@ -209,5 +211,6 @@ def test_rllm_reward_output_fields_and_math_reward_fn():
     assert math_reward_fn(task_info={"ground_truth": r"\boxed{7}"}, action="<|begin_of_box|>7<|end_of_box|>").is_correct
     assert math_reward_fn({"ground_truth": 7}, "The final answer is 7").reward == 0.0  # rLLM reads boxes only
     assert math_reward_fn({"ground_truth": 7}, "") == RewardOutput(0.0, is_correct=False)
-    with pytest.raises(ImportError, match="code_reward_fn is not available.*rllm.rewards.code.code_reward"):
-        from rllm.rewards.reward_fn import code_reward_fn  # noqa: F401
+    from rllm.rewards.reward_fn import code_reward_fn  # DeepCoder's: tests/compat/test_rllm_rewards.py grades it
+
+    assert callable(code_reward_fn)
