@@ -12,6 +12,9 @@ _WHERE = {
     "FrozenLakeAgent": "frozenlake_agent",
     "MathAgent": "math_agent",
     "ToolAgent": "tool_agent",
+    "CompetitionCodingAgent": "code_agent",
+    "MiniWobAgent": "miniwob_agent",
+    "SWEAgent": "swe_agent",
 }
 __all__ = sorted(_WHERE)
 __getattr__ = lazy_names(__name__, _WHERE)

@@ -8,13 +8,27 @@ from typing import Any
 
 from rllm.compat.environments.base import BaseEnv, MultiTurnEnvironment, SingleTurnEnvironment
 
-__all__ = ["BaseEnv", "FrozenLakeEnv", "MultiTurnEnvironment", "SingleTurnEnvironment", "ToolEnvironment"]
-
-# Imported on first use, as rLLM does: each pulls in its own dependencies (gymnasium, the tools).
+# Imported on first use, as rLLM does: each pulls in its own dependencies (gymnasium, the tools, the sandbox, the
+# browser). AppWorldEnv imports without the appworld library and says what to install when constructed.
 _LAZY = {
     "FrozenLakeEnv": "rllm.compat.environments.frozenlake.frozenlake",
     "ToolEnvironment": "rllm.compat.environments.tools.tool_env",
+    "AppWorldEnv": "rllm.compat.environments.appworld.appworld_env",
+    "BrowserGymEnv": "rllm.compat.environments.browsergym.browsergym",
+    "CompetitionCodingEnv": "rllm.compat.environments.code.competition_coding",
+    "SWEEnv": "rllm.compat.environments.swe.swe",
 }
+__all__ = [
+    "AppWorldEnv",
+    "BaseEnv",
+    "BrowserGymEnv",
+    "CompetitionCodingEnv",
+    "FrozenLakeEnv",
+    "MultiTurnEnvironment",
+    "SWEEnv",
+    "SingleTurnEnvironment",
+    "ToolEnvironment",
+]
 
 
 def __getattr__(name: str) -> Any:
