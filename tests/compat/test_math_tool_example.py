@@ -121,7 +121,7 @@ def test_the_system_prompt_is_rllms_tool_prompt_and_replies_parse_as_rllm_does()
     from rllm.agents.tool_agent import ToolAgent
 
     agent = ToolAgent(tools=["python"], parser_name="qwen", system_prompt="You are a math assistant.")
-    schemas = json.dumps(agent.tool_registry.schemas(), indent=2)
+    schemas = json.dumps(agent.tools.json, indent=2)
     expected = (  # rLLM's system_prompt + QwenToolParser.get_tool_prompt(schemas)
         "You are a math assistant.\n\n# Tools\n\nYou may call one or more functions to assist with the user query."
         "\n\nYou are provided with function signatures within <tools></tools> XML tags:\n"
@@ -154,10 +154,10 @@ def test_the_system_prompt_is_rllms_tool_prompt_and_replies_parse_as_rllm_does()
     assert step.info == {"x": 1}
     with pytest.raises(ValueError, match="both 'tools' and 'tool_map'"):
         ToolAgent(tools=["python"], tool_map={})
-    with pytest.raises(ValueError, match=r"'tavily-search' tool is not available.*calculator, python"):
-        ToolAgent(tools=["tavily-search"])
-    with pytest.raises(ValueError, match="parser 'r1' is not available.*qwen"):
-        ToolAgent(parser_name="r1")
+    with pytest.raises(ValueError, match=r"no tool named 'calculator' in rllm.tools.tool_registry.*python"):
+        ToolAgent(tools=["calculator"])
+    with pytest.raises(ValueError, match="Tool parser 'xml' not found; the parsers are: r1, qwen"):
+        ToolAgent(parser_name="xml")
 
 
 def test_tool_environment_steps_as_rllms_and_reports_what_rllm_loses():
@@ -179,7 +179,11 @@ def test_tool_environment_steps_as_rllms_and_reports_what_rllm_loses():
              {"id": "nope", "function": {"name": "google_search", "arguments": "{}"}}]  # fmt: skip
     observation, reward, done, info = env.step(calls)
     outputs = observation["tool_outputs"]
-    assert outputs["ok"] == "8" and "not valid JSON" in outputs["bad"] and "unknown tool" in outputs["nope"]
+    assert (
+        outputs["ok"] == "8"
+        and "not valid JSON" in outputs["bad"]
+        and "no tool named 'google_search'" in outputs["nope"]
+    )
     assert (reward, done, info) == (0.0, False, {"response": calls, "metadata": {}})
     # a finish call the model wrote itself carries its arguments as JSON text
     finish = {"id": "f", "function": {"name": "finish", "arguments": json.dumps({"response": r"\boxed{8}"})}}

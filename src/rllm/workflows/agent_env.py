@@ -136,7 +136,9 @@ class AgentEnvWorkflow(Workflow):
         messages = _agent_call(lambda: agent.chat_completions)
         n_messages = len(messages)
         self.phase = "model"
-        output = await self.generate(messages, tools=getattr(agent, "tools", None))
+        # An agent that speaks text writes its tools into its own messages: its `tools` is not a schema list.
+        tools = None if speaks_text(agent) else getattr(agent, "tools", None)
+        output = await self.generate(messages, tools=tools)
         self.phase = "agent"
         n_steps = len(agent_trajectory(agent).steps)
         try:
