@@ -28,7 +28,7 @@ TOKEN_WARNING_THRESHOLD = 28000
 
 _INTRO = (
     "You are a software engineer fixing an issue in a Python repository checked out at /testbed (the working "
-    "directory; there is no network). You work through the tools below, one call per reply."
+    "directory; there is no network). You work through the tools you are given, one call per reply."
 )
 _XML_FORMAT = (
     "Write a short thought, then exactly one call in this format (each value as plain text, no quoting):\n"
