@@ -9,7 +9,8 @@ rllm's own tools (`rllm.tools.Tool`, with `call`/`acall` and `schema()`) are ano
 `ToolEnvironment` and `MultiTool` take both (`rllm.tools.multi_tool`).
 
 One addition: a subclass that sets `parameters` (a JSON schema) instead of overriding `json` gets the function
-schema built from `name`, `description` and `parameters` (rLLM requires `json` to be overridden).
+schema built from `name`, `description` and `parameters` (rLLM requires `json` to be overridden). The schema is read
+when it is used (rLLM reads it in `__init__`), so a subclass may set `parameters` after calling `super().__init__`.
 """
 
 from __future__ import annotations
@@ -75,7 +76,6 @@ class Tool:
             raise RllmError(
                 f"{type(self).__name__}: an rLLM Tool needs name= and description= (or function=<a Python function>)"
             )
-        self._json = self.json
 
     @property
     def json(self) -> dict[str, Any]:
