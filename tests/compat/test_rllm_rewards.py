@@ -99,6 +99,18 @@ def check(candidate):
 check(add)
 """
 
+KODCODE_TESTS = """
+import pytest
+from solution import add
+
+def test_add():
+    assert add(2, 3) == 5
+
+def test_add_rejects_text():
+    with pytest.raises(TypeError):
+        add(1, "x")
+"""
+
 CODE_ROWS = {  # (data_source, ground_truth, right reply, wrong reply)
     "taco stdin/stdout": (
         "taco",
@@ -134,6 +146,7 @@ CODE_ROWS = {  # (data_source, ground_truth, right reply, wrong reply)
     ),
     "leetcode": ("leetcode", {"functional": LEETCODE_CHECK}, SOLUTION_RIGHT, SOLUTION_WRONG),
     "humanevalplus": ("humanevalplus", EVALPLUS_CHECK, CALL_RIGHT, CALL_WRONG),
+    "kodcode (pytest)": ("kodcode", KODCODE_TESTS, CALL_RIGHT, CALL_WRONG),
 }
 
 
@@ -165,13 +178,11 @@ def test_code_reward_fn_on_a_deepcoder_prepared_row_and_its_format_errors():
     unfenced = code_reward_fn(row, "a, b = map(int, input().split())\nprint(a + b)")
     assert (unfenced.reward, unfenced.metadata) == (0.0, {"error": "No code found in model response"})
     assert code_reward_fn({**row, "ground_truth": None}, STDIO_RIGHT).metadata["error"] == "No tests found in task_info"
-    kodcode = {
-        "data_source": "kodcode",
-        "ground_truth": "from solution import add\n\ndef test_add():\n    assert add(1, 2) == 3\n",
-    }
-    with pytest.raises(UnsupportedCodeRowError, match="kodcode.*no pytest") as raised:
-        code_reward_fn(kodcode, CALL_RIGHT)
-    assert isinstance(raised.value, NotImplementedError)  # rLLM raises NotImplementedError for a source it lacks
+    exits_early = "```python\nimport os\nos._exit(0)\n```"  # pytest's exit status would say "passed"
+    assert not code_reward_fn({"data_source": "kodcode", "ground_truth": KODCODE_TESTS}, exits_early).is_correct
+    with pytest.raises(UnsupportedCodeRowError, match="data_source 'swebench'") as raised:
+        code_reward_fn({"data_source": "swebench", "ground_truth": {"instance_id": "x"}}, CALL_RIGHT)
+    assert isinstance(raised.value, NotImplementedError)  # what rLLM raises for a source it does not know
 
 
 def test_fetch_live_code_bench_system_prompt_wraps_the_problem_for_the_code_reward():

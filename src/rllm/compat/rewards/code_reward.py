@@ -6,10 +6,11 @@ rllm's sandbox by rllm's one test runner (`rllm.rewards.code.run_code_tests`).
 - The program is the last fenced code block of the reply (a ```python block first, else any); none:
   `format_error_reward`.
 - Every test must pass: `correct_reward` and `is_correct=True`; else `incorrect_reward`. The first failing test
-  stops the run (later ones cannot change an all-or-nothing reward).
+  stops the run (later ones cannot change an all-or-nothing reward). KodCode's pytest files run under pytest in the
+  sandbox (`rllm.compat.rewards.pytest_rows`).
 `metadata` holds `all_passed`, `passed_tests`, `total_tests`, `test_results` (per test run: passed, status, and on
 a failure the input, expected and actual output), `first_failure` and `feedback` (what a multi-turn agent can be
-shown). A source rllm does not grade (`kodcode`, or one rLLM does not know either) raises
+shown). A source rLLM does not know either raises
 `UnsupportedCodeRowError`, a `NotImplementedError` as in rLLM; a sandbox that cannot start raises
 `SandboxUnavailableError` (not the policy's fault, so never a zero reward). `use_together_code_interpreter` is
 ignored: code runs in rllm's sandbox only.
@@ -51,14 +52,25 @@ class RewardCodeFn:
         code = extract_code_from_model(str(response or ""))
         if code is None:
             return self._format_error("No code found in model response")
-        grading = grading_for(task_info.get("data_source", ""), tests)
-        metadata = self._run(grading, code)
+        data_source = task_info.get("data_source", "")
+        if data_source == "kodcode":
+            metadata = self._run_pytest(tests, code)
+        else:
+            metadata = self._run(grading_for(data_source, tests), code)
         if metadata["all_passed"]:
             return RewardOutput(reward=self.config.correct_reward, is_correct=True, metadata=metadata)
         return RewardOutput(reward=self.config.incorrect_reward, is_correct=False, metadata=metadata)
 
     def _format_error(self, why: str) -> RewardOutput:
         return RewardOutput(reward=self.config.format_error_reward, is_correct=False, metadata={"error": why})
+
+    def _run_pytest(self, tests: Any, code: str) -> dict:
+        from rllm.compat.rewards.pytest_rows import run_pytest_row
+        from rllm.rewards.code import MalformedTestsError
+
+        if not isinstance(tests, str):
+            raise MalformedTestsError("kodcode tests must be the source of a pytest file")
+        return run_pytest_row(code, tests, sandbox=self.sandbox)
 
     def _run(self, grading: CodeGrading, code: str) -> dict:
         from rllm.rewards.code import feedback_text, run_code_tests

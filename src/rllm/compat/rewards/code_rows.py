@@ -19,8 +19,8 @@ data. What each source's rows look like, and what they become here:
   `is_same_tree`) are defined for both sides, and EvalPlus's `import numpy as np` gets a pure-Python stand-in for the
   few numpy names its `assertion` helper uses (the sandbox runs the standard library only). One limit: the candidate's
   return values must be plain data (a returned `ListNode` fails), which is how rllm's runner stops reward hacks.
-- `kodcode` (pytest files that import `solution`) is not graded: rllm's sandbox runs the standard library only, so
-  there is no pytest inside it. `UnsupportedCodeRowError` says so.
+- `kodcode`: a pytest file that does `from solution import ...`; `rllm.compat.rewards.pytest_rows` runs it with
+  pytest inside the sandbox, not through rllm's test runner.
 
 Differences from rLLM that a grade can show: stdout is compared by rllm's rules (trailing spaces and blank lines
 ignored, numbers with a '.' within 1e-6; rLLM also strips leading spaces and compares numbers exactly as decimals),
@@ -181,13 +181,10 @@ def grading_for(data_source: str, tests: Any) -> CodeGrading:
             raise MalformedTestsError("humanevalplus tests must be the test source (def check(candidate): ...)")
         return _check_grading(tests, STDLIB_PRELUDE)
     if data_source == "kodcode":
-        raise UnsupportedCodeRowError(
-            "rLLM's kodcode rows (pytest files) are not graded: rllm's sandbox has no pytest; give the row "
-            "stdin/stdout cases or {'fn_name', 'inputs', 'outputs'} and data_source 'taco'"
-        )
+        raise UnsupportedCodeRowError("kodcode rows are pytest files: rllm.compat.rewards.pytest_rows runs them")
     raise UnsupportedCodeRowError(
         f"code rows from data_source {data_source!r} are not graded; use one of "
-        f"{sorted(STDIO_SOURCES | CASE_LIST_SOURCES | CHECK_SOURCES)}, or rllm.rewards.code.code_reward"
+        f"{sorted(STDIO_SOURCES | CASE_LIST_SOURCES | CHECK_SOURCES | {'kodcode'})}, or rllm.rewards.code.code_reward"
     )
 
 

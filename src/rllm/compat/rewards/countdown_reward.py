@@ -24,5 +24,5 @@ def countdown_reward_fn(task_info: dict, action: Any) -> RewardOutput:
     score = score_countdown({"numbers": list(nums), "target": target}, str(action), format_reward=0.1)
     validation = "correct_solution" if score >= 1.0 else "partial_credit" if score > 0 else "incorrect_solution"
     correct = score >= 1.0
-    return RewardOutput(reward=1.0 if correct else 0.0, is_correct=correct,
-                        info={"validation": validation, "answer": extract_answer(str(action))})  # fmt: skip
+    info = {"validation": validation, "answer": extract_answer(str(action))}
+    return RewardOutput(reward=1.0 if correct else 0.0, is_correct=correct, info=info)
