@@ -110,6 +110,23 @@ def test_model_written_code_runs_in_smolagents_restricted_executor(tmp_path):
     assert "Import of os is not allowed" in refused.info["error"] and not marker.exists()
 
 
+def test_streamed_and_sync_runs_record_the_same_trajectory():
+    script = ["<code>\nx = 3\nprint(x)\n</code>", "<code>\nfinal_answer(x)\n</code>"]
+    streamed = AsyncCodeAgent(tools=[], model=RLLMOpenAIModel(fake_engine(script)[0]), verbosity_level=0)
+
+    async def stream():
+        return [type(item).__name__ async for item in await streamed.arun("three", stream=True)]
+
+    assert asyncio.run(stream())[-1] == "FinalAnswerStep"
+    synced = AsyncCodeAgent(tools=[], model=RLLMOpenAIModel(fake_engine(script)[0]), verbosity_level=0)
+    assert synced.run("three") == 3
+    for agent in (streamed, synced):
+        assert [(s.action, s.done) for s in agent.trajectory.steps] == [
+            ("x = 3\nprint(x)", False),
+            ("final_answer(x)", True),
+        ]
+
+
 def test_tool_calling_agent_calls_a_smolagents_tool_parsed_from_text():
     from smolagents import tool
 

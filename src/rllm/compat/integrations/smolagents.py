@@ -21,8 +21,9 @@ original keeps every smolagents behaviour and fix.
 
 Model-written code: `AsyncCodeAgent` executes it as smolagents' `CodeAgent` does, by default in smolagents'
 `LocalPythonExecutor`, a restricted AST interpreter inside this process (only `additional_authorized_imports` can be
-imported, dunder access and unbounded loops are refused). That is what rLLM does too. It is a guard, not an isolation
-boundary: for untrusted models pass smolagents' `executor_type="docker"` (or "e2b", "modal").
+imported, dunder attributes are refused, operations and loop iterations are capped). That is what rLLM does too. It
+is a guard, not an isolation boundary: for untrusted models pass smolagents' `executor_type="docker"` (or "e2b",
+"modal").
 
 Differences from rLLM: tool observations reach the model as smolagents sends them to OpenAI servers (a user turn),
 not as `role: tool` messages; `sampling_params` is applied (rLLM ignores it); `trajectory` restarts with each run
