@@ -13,7 +13,8 @@ trajectories to train on.
   after `max_steps` included), holding the messages sent plus the reply (`chat_completions`), the reply's text
   (`model_response`) and the sampled `ModelOutput` (`model_output`, so `prompt_ids`/`response_ids`/`logprobs`); the
   step of an action also gets the code or tool calls (`action`), what they printed or returned (`observation`), any
-  error (`info["error"]`) and `done` on the final answer. Sync `run` records the same way.
+  error (`info["error"]`), smolagents' step number (`info["smolagents_step"]`) and `done` on the final answer. Sync
+  `run` records the same way.
 
 `arun` runs smolagents' own loop unchanged (planning, final-answer checks, max steps, managed agents), in a thread of
 its own, while the model calls are awaited on the caller's event loop. rLLM re-implemented that loop; running the
@@ -277,7 +278,7 @@ async def _in_own_thread(function: Callable[[], Any]) -> Any:
     def target() -> None:
         try:
             result = context.run(function)
-        except Exception as error:  # handed to the awaiting task
+        except BaseException as error:  # handed to the awaiting task (else it would wait forever)
             loop.call_soon_threadsafe(settle, finished.set_exception, error)
         else:
             loop.call_soon_threadsafe(settle, finished.set_result, result)
@@ -297,7 +298,7 @@ async def _stream_in_thread(steps: Callable[[], Iterator[Any]]) -> AsyncIterator
         try:
             for item in steps():
                 loop.call_soon_threadsafe(queue.put_nowait, item)
-        except Exception as error:  # raised in the consumer
+        except BaseException as error:  # raised in the consumer
             loop.call_soon_threadsafe(queue.put_nowait, _Failed(error))
         finally:
             loop.call_soon_threadsafe(queue.put_nowait, _END)
@@ -311,5 +312,5 @@ async def _stream_in_thread(steps: Callable[[], Iterator[Any]]) -> AsyncIterator
 
 
 class _Failed:
-    def __init__(self, error: Exception) -> None:
+    def __init__(self, error: BaseException) -> None:
         self.error = error
