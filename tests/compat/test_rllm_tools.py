@@ -123,9 +123,18 @@ def test_tool_environment_runs_rllm_and_native_tools_and_reports_failures():
         def forward(self, **kwargs):
             raise KeyError("nothing here")
 
-    tool_map = {"capital": CapitalTool, "twice": double, "broken": Broken}
+    class Echo(Tool):  # async only, as an MCP tool is
+        def __init__(self, name="echo"):
+            super().__init__(name=name, description="Echoes.")
+            self.parameters = {"type": "object", "properties": {"text": {"type": "string"}}}
+
+        async def async_forward(self, text: str) -> ToolOutput:
+            await asyncio.sleep(0)
+            return ToolOutput(name=self.name, output=text)
+
+    tool_map = {"capital": CapitalTool, "twice": double, "broken": Broken, "echo": Echo}
     env = ToolEnvironment(task={"ground_truth": "Tokyo"}, tool_map=tool_map, reward_fn=boxed_match)
-    assert [t["function"]["name"] for t in env.tools.json] == ["capital", "twice", "broken"]
+    assert [t["function"]["name"] for t in env.tools.json] == ["capital", "twice", "broken", "echo"]
     calls = [
         {"id": "a", "function": {"name": "capital", "arguments": '{"country": "Japan"}'}},
         {"id": "b", "function": {"name": "twice", "arguments": '{"x": 4}'}},
@@ -134,6 +143,7 @@ def test_tool_environment_runs_rllm_and_native_tools_and_reports_failures():
         {"id": "e", "function": {"name": "capital", "arguments": "{oops"}},
         {"id": "f", "function": {"name": "capital", "arguments": '{"country": "Mars"}'}},
         {"id": "g", "function": {"name": "search", "arguments": "{}"}},
+        {"id": "h", "function": {"name": "echo", "arguments": '{"text": "hi"}'}},
     ]
     outputs, reward, done, _ = env.step(calls)
     outputs = outputs["tool_outputs"]
@@ -142,7 +152,8 @@ def test_tool_environment_runs_rllm_and_native_tools_and_reports_failures():
     assert outputs["c"].startswith("Error: bad arguments for tool 'twice'")
     assert outputs["d"] == "Error: KeyError - 'nothing here'"
     assert "not valid JSON" in outputs["e"] and outputs["f"] == "Error: unknown country 'Mars'"
-    assert outputs["g"] == "Error: no tool named 'search'; the tools are: capital, twice, broken"
+    assert outputs["g"] == "Error: no tool named 'search'; the tools are: capital, twice, broken, echo"
+    assert outputs["h"] == "hi"
 
     finish = {"id": "z", "function": {"name": "finish", "arguments": {"response": "\\boxed{Tokyo}"}}}
     assert env.step(finish)[1:3] == (1.0, True)

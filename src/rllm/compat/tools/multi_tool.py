@@ -6,8 +6,9 @@ value may also be an instance, and may be one of rllm's own tools (`rllm.tools.T
 functions): those are wrapped in `NativeTool`, which runs them through rllm's `rllm.tools.ToolRegistry` (arguments
 checked against the schema, a timeout, the result capped) and returns a `ToolOutput`.
 
-`json` is the list of the tools' schemas; `forward(tool_name=..., **arguments)` runs one call. An unknown name gives
-a `ToolOutput` whose error lists the tools there are.
+`json` is the list of the tools' schemas; `forward(tool_name=..., **arguments)` runs one call (a tool that implements
+only `async_forward` is run to completion; rLLM would call its missing `forward`). An unknown name gives a
+`ToolOutput` whose error lists the tools there are.
 """
 
 from __future__ import annotations
@@ -112,6 +113,10 @@ class MultiTool(Tool):
         tool = self.tool_map.get(tool_name)
         if tool is None:
             return self._unknown(tool_name)
+        if _async_only(tool):  # rLLM would call its missing forward(): run the coroutine to completion instead
+            from rllm.tools.base import run_coroutine
+
+            return run_coroutine(tool.async_forward(*args, **kwargs))
         return tool(*args, **kwargs)
 
     async def async_forward(self, *args: Any, tool_name: str, **kwargs: Any) -> ToolOutput:
@@ -123,6 +128,12 @@ class MultiTool(Tool):
     def _unknown(self, tool_name: Any) -> ToolOutput:
         available = ", ".join(self.tool_map) or "none"
         return ToolOutput(name=str(tool_name), error=f"no tool named {tool_name!r}; the tools are: {available}")
+
+
+def _async_only(tool: Tool) -> bool:
+    """Whether `tool` implements `async_forward` only (an MCP tool, say)."""
+    cls = type(tool)
+    return cls.forward is Tool.forward and cls.async_forward is not Tool.async_forward and tool.function is None
 
 
 def _from_registry(name: str) -> Tool:
