@@ -175,6 +175,8 @@ def test_code_reward_fn_on_a_deepcoder_prepared_row_and_its_format_errors():
     cases = [{**c, "testtype": "stdin_stdout", "metadata": {"func_name": None}} for c in STDIO_CASES]
     row = {"question": "...", "ground_truth": json.dumps(cases), "data_source": "livecodebench"}
     assert code_reward_fn(row, Action(STDIO_RIGHT)).is_correct
+    future = STDIO_RIGHT.replace("```python\n", "```python\nfrom __future__ import annotations\n")
+    assert code_reward_fn(row, future).is_correct  # the standard-library prelude goes below a __future__ import
     unfenced = code_reward_fn(row, "a, b = map(int, input().split())\nprint(a + b)")
     assert (unfenced.reward, unfenced.metadata) == (0.0, {"error": "No code found in model response"})
     assert code_reward_fn({**row, "ground_truth": None}, STDIO_RIGHT).metadata["error"] == "No tests found in task_info"

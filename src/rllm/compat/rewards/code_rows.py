@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from rllm.errors import RllmError
 from rllm.rewards.code import MalformedTestsError
 
-__all__ = ["STDLIB_PRELUDE", "CodeGrading", "UnsupportedCodeRowError", "grading_for"]
+__all__ = ["STDLIB_PRELUDE", "CodeGrading", "UnsupportedCodeRowError", "grading_for", "with_prelude"]
 
 STDIO_SOURCES = frozenset({"taco", "apps", "code_contests"})
 CASE_LIST_SOURCES = frozenset({"livecodebench", "codeforces", "primeintellect"})
@@ -48,6 +49,7 @@ PER_TEST_TIMEOUT_S = 6.0  # rLLM's LiveCodeBench timeout per test
 MAX_TOTAL_TIMEOUT_S = 180.0  # rLLM has none: one row must not hold a sandbox slot for ever
 CHECK_TIMEOUT_S = 30.0  # one `check(candidate)` run (leetcode / humanevalplus)
 _CANDIDATE = "_rllm_candidate"
+_FUTURE_IMPORT = re.compile(r"^from[ \t]+__future__[ \t]+import[^\n]*\n?", re.MULTILINE)
 
 STDLIB_PRELUDE = """\
 import bisect, collections, copy, functools, heapq, itertools, math, operator, random, re, string, sys
@@ -157,9 +159,13 @@ class CodeGrading:
     total_timeout_s: float = CHECK_TIMEOUT_S
 
     def program(self, code: str) -> str:
-        # a `from __future__` import must come first in its module: no prelude then
-        prelude = "" if "from __future__" in code else self.prelude
-        return f"{prelude}{code}{self.epilogue}"
+        return with_prelude(code, self.prelude) + self.epilogue
+
+
+def with_prelude(code: str, prelude: str = STDLIB_PRELUDE) -> str:
+    """`prelude` before `code`, below the code's `from __future__` imports (which must come first in a module)."""
+    future = "".join(_FUTURE_IMPORT.findall(code))
+    return f"{future}{prelude}{_FUTURE_IMPORT.sub('', code)}"
 
 
 def grading_for(data_source: str, tests: Any) -> CodeGrading:

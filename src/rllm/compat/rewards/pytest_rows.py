@@ -22,7 +22,7 @@ import json
 import secrets
 from typing import Any
 
-from rllm.compat.rewards.code_rows import STDLIB_PRELUDE, UnsupportedCodeRowError
+from rllm.compat.rewards.code_rows import UnsupportedCodeRowError, with_prelude
 
 __all__ = ["PYTEST_PACKAGES", "run_pytest_row"]
 
@@ -119,13 +119,12 @@ def run_pytest_row(code: str, tests: str, *, sandbox: Any = None) -> dict:
     wall = min(MAX_TIMEOUT_S, PER_TEST_TIMEOUT_S * count + 5)
     nonce = secrets.token_hex(16)
     limits = _limits(sandbox, wall)
-    prelude = "" if "from __future__" in code else STDLIB_PRELUDE
     result = sandbox.run(
         sandbox.python_argv(_DRIVER_FILE),
         files={
             **_pytest_module_files(),
             _DRIVER_FILE: _DRIVER,
-            "solution.py": prelude + code,
+            "solution.py": with_prelude(code),
             "test_solution.py": tests,
         },
         stdin=f"{nonce}\n".encode(),
