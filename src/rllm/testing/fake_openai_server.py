@@ -373,7 +373,7 @@ def _flatten_messages(messages: list[dict[str, Any]]) -> str:
 
 def _completion_logprobs(reply: FakeReply) -> dict[str, Any]:
     ids, values = reply.ids(), reply.token_logprobs()
-    tokens = [chr(i) if 0 <= i < 0x110000 else f"<{i}>" for i in ids]
+    tokens = [_token_text(i) for i in ids]
     offsets = list(itertools.accumulate((len(t) for t in tokens[:-1]), initial=0)) if tokens else []
     return {
         "text_offset": offsets,
@@ -386,7 +386,7 @@ def _completion_logprobs(reply: FakeReply) -> dict[str, Any]:
 def _chat_logprobs(reply: FakeReply) -> dict[str, Any]:
     content = []
     for token_id, value in zip(reply.ids(), reply.token_logprobs(), strict=True):
-        token = chr(token_id) if 0 <= token_id < 0x110000 else f"<{token_id}>"
+        token = _token_text(token_id)
         content.append({"token": token, "logprob": value, "bytes": list(token.encode()), "top_logprobs": []})
     return {"content": content}
 
@@ -505,3 +505,11 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _token_text(token_id: int) -> str:
+    """A stand-in token string: the id's code point, or `<id>` where that is no character JSON can carry (beyond
+    Unicode, or a surrogate, 0xD800-0xDFFF: Qwen's "(area" is 55702)."""
+    if 0 <= token_id < 0x110000 and not 0xD800 <= token_id < 0xE000:
+        return chr(token_id)
+    return f"<{token_id}>"
