@@ -94,3 +94,12 @@ def test_process_trajectories_keeps_rewarded_conversations_as_rllm_does():
 def test_what_rllm_cannot_honour_is_an_error_naming_it(kwargs, error, words):
     with pytest.raises(error, match=words):
         AgentSFTTrainer(train_dataset=_rows(1), **kwargs)
+
+
+def test_hydra_composes_the_sft_yaml_as_rllm_scripts_do(tmp_path):
+    hydra = pytest.importorskip("hydra")
+    with hydra.initialize_config_module("rllm.trainer.config", version_base=None):
+        config = hydra.compose("agent_sft_trainer", overrides=["model.lora_rank=8", "trainer.total_epochs=3"])
+    trainer = AgentSFTTrainer(config=config, train_dataset=_rows(1))
+    assert trainer.config.model.lora.enabled and trainer.config.model.lora.rank == 8 and trainer.config.sft.epochs == 3
+    assert trainer.config.trainer.name.startswith("sft-")  # the default folder: a new run each time
