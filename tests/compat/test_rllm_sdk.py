@@ -136,3 +136,26 @@ def test_what_rllm_does_not_have_imports_and_names_the_gateway_on_use():
             unavailable()
     with pytest.raises(ValueError, match="generated"):
         session(name="mine")
+
+
+def test_an_sdk_agent_trains_as_a_rollout_function_through_the_same_gateway_session():
+    from rllm.engine.workflow_engine import AgentWorkflowEngine
+    from rllm.models.fake import FakeModel, FakeTokenizer
+    from rllm.workflows.rollout_fn import rollout
+
+    seen = []
+
+    @rollout(reward_fn=lambda task, answer: float(answer == "42"))
+    def solve(task: dict, base_url: str) -> str:
+        client = get_chat_client(base_url=base_url, api_key="none", max_retries=0)  # a session URL: used as it is
+        with session(task_id=task["id"]) as sess:
+            reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "6 * 7?"}])
+        seen.append(sess)
+        return reply.choices[0].message.content
+
+    engine = AgentWorkflowEngine(workflow_class=solve, model=FakeModel(["42"], tokenizer=FakeTokenizer()))
+    [episode] = engine.execute_tasks([{"id": "q"}])
+    [step] = episode.trajectories[0].steps
+    assert episode.is_correct and step.model_output.completion_ids
+    assert seen[0].steps[0].output["output_token_ids"] == step.model_output.completion_ids
+    assert seen[0].steps[0].input["prompt_token_ids"] == step.model_output.prompt_ids
