@@ -114,13 +114,15 @@ def test_trajectory_decorator_returns_a_view_that_trains_token_exactly(gateway_u
     assert len(rows) == 1 and stats["rows_split"] == 0  # the gateway kept the turns token-exact: one row
 
 
-def test_streamed_calls_are_recorded_when_the_stream_ends(gateway_url):
+def test_streamed_and_raw_response_calls_are_recorded(gateway_url):
     client = get_chat_client(base_url=gateway_url, api_key="none", max_retries=0)
     with session() as sess:
         chunks = client.chat.completions.create(model="policy", messages=QUESTION, stream=True, seed=4)
         text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
-    (step,) = sess.steps
-    assert step.output["message"]["content"] == text and step.output["output_token_ids"]
+        raw = client.with_raw_response.create(model="policy", messages=QUESTION, seed=5)  # LangChain's way in
+    streamed, parsed = sess.steps
+    assert streamed.output["message"]["content"] == text and streamed.output["output_token_ids"]
+    assert parsed.output["message"]["content"] == raw.parse().choices[0].message.content
 
 
 def test_what_rllm_does_not_have_imports_and_names_the_gateway_on_use():

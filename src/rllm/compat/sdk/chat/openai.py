@@ -166,6 +166,11 @@ class TrackedChatClient(OpenAI):
         self._record(call, _as_dict(response))
         return response
 
+    @property
+    def with_raw_response(self) -> Any:
+        """OpenAI's, plus `create` (LangChain's `ChatOpenAI(client=...)` calls `client.with_raw_response.create`)."""
+        return _RawResponses(self, super().with_raw_response)
+
     def _record(self, call: _Call, payload: dict) -> None:
         if not call.sessions:
             return
@@ -204,6 +209,11 @@ class AsyncTrackedChatClient(AsyncOpenAI):
         await self._record(call, _as_dict(response))
         return response
 
+    @property
+    def with_raw_response(self) -> Any:
+        """OpenAI's, plus `create` (LangChain's `ChatOpenAI(async_client=...)` calls it)."""
+        return _RawResponses(self, super().with_raw_response)
+
     async def _record(self, call: _Call, payload: dict) -> None:
         if not call.sessions:
             return
@@ -214,6 +224,19 @@ class AsyncTrackedChatClient(AsyncOpenAI):
             except Exception:  # not a gateway after all: the trace has no token ids
                 calls = None
         call.store(call.trace(payload, call.matching_record(calls, payload)))
+
+
+class _RawResponses:
+    """`client.with_raw_response` with a `create` that is `client.chat.completions.with_raw_response.create`."""
+
+    def __init__(self, client: Any, raw: Any) -> None:
+        self._client, self._raw = client, raw
+
+    def create(self, *args: Any, **kwargs: Any) -> Any:
+        return self._client.chat.completions.with_raw_response.create(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
 
 
 class _Chunks:
