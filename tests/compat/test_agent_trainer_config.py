@@ -223,8 +223,10 @@ def test_constructor_rllm_semantics(tmp_path):
     by_name = AgentTrainer(config=[*overrides, "rllm.agent.name=frozenlakeagent", "rllm.env.name=frozenlake"],
                            train_dataset=ROWS)  # fmt: skip
     assert by_name.trainer.workflow_args["env_class"] is FrozenLakeEnv
-    with pytest.raises(ValueError, match="rllm.env.name='swe'"):
-        AgentTrainer(config=[*overrides, "rllm.agent.name=frozenlakeagent", "rllm.env.name=swe"], train_dataset=ROWS)
+    with pytest.raises(ValueError, match="rllm.env.name='webarena'"):
+        AgentTrainer(
+            config=[*overrides, "rllm.agent.name=frozenlakeagent", "rllm.env.name=webarena"], train_dataset=ROWS
+        )
     with pytest.raises(ValueError, match="train_dataset=None"):
         AgentTrainer(agent_class=FrozenLakeAgent, env_class=FrozenLakeEnv, config=overrides, train_dataset=None)
 

@@ -54,8 +54,8 @@ def test_multi_turn_frozenlake_steps_carry_the_sampled_ids(workflow_cls, frozenl
 
 
 def test_an_agent_class_name_rllm_does_not_have_is_an_error_listing_ours(frozenlake_server, qwen_tokenizer):  # noqa: F811
-    with pytest.raises(ValueError, match=r"unknown rLLM agent name 'miniwobagent'.*frozenlakeagent"):
-        MultiTurnWorkflow(agent_cls="miniwobagent", env_cls=FrozenLakeEnv)
+    with pytest.raises(ValueError, match=r"agent_cls='webarenaagent': no rLLM class.*frozenlakeagent, math_agent"):
+        MultiTurnWorkflow(agent_cls="webarenaagent", env_cls=FrozenLakeEnv)
 
 
 def test_simple_workflow_scores_the_reply_and_resets_its_agent():

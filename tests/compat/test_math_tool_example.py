@@ -163,7 +163,6 @@ def test_the_system_prompt_is_rllms_tool_prompt_and_replies_parse_as_rllm_does()
 def test_tool_environment_steps_as_rllms_and_reports_what_rllm_loses():
     from rllm.environments.tools.tool_env import ToolEnvironment
     from rllm.rewards.reward_fn import math_reward_fn
-
     from rllm.tools import tool
 
     @tool
@@ -201,9 +200,8 @@ def test_tool_environment_steps_as_rllms_and_reports_what_rllm_loses():
 
 
 def test_rllm_reward_output_fields_and_math_reward_fn():
-    from rllm.rewards.reward_fn import math_reward_fn
-
     from rllm.rewards import RewardOutput
+    from rllm.rewards.reward_fn import math_reward_fn
     from rllm.types import Action
 
     output = RewardOutput(reward=1.0, metadata={"k": 1}, is_correct=True)  # rLLM's keywords

@@ -11,12 +11,12 @@ import signal
 import threading
 
 import pytest
-from rllm.agents.appworld_react_agents import AppWorldReactAgent
-from rllm.environments import BrowserGymEnv, CompetitionCodingEnv, SWEEnv
-from rllm.environments.appworld.appworld_env import AppWorldEnv
 
 from rllm.agents import CompetitionCodingAgent, MiniWobAgent, SWEAgent
+from rllm.agents.appworld_react_agents import AppWorldReactAgent
 from rllm.engine.workflow_engine import AgentWorkflowEngine
+from rllm.environments import BrowserGymEnv, CompetitionCodingEnv, SWEEnv
+from rllm.environments.appworld.appworld_env import AppWorldEnv
 from rllm.errors import RllmError
 from rllm.models.fake import FakeModel
 from rllm.workflows.agent_env import AgentEnvWorkflow

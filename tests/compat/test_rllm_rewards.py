@@ -14,11 +14,10 @@ from rllm.types import Action
 
 
 def test_rllm_rewards_serves_rllms_names_and_keeps_its_own_reward_output():
-    from rllm.rewards.reward_fn import code_reward_fn, f1_reward_fn, math_reward_fn, search_reward_fn
-
     import rllm.rewards as rewards
     from rllm.rewards import RewardConfig, RewardFunction, RewardInput, RewardOutput, RewardType, zero_reward
     from rllm.rewards.base import RewardOutput as NativeRewardOutput
+    from rllm.rewards.reward_fn import code_reward_fn, f1_reward_fn, math_reward_fn, search_reward_fn
 
     assert RewardOutput is NativeRewardOutput and rewards.RewardOutput is NativeRewardOutput
     assert RewardOutput(reward=1.0, metadata={"k": 1}, is_correct=True).metadata == {"k": 1}
@@ -40,9 +39,8 @@ def _deepscaler_row(answer):
 
 
 def test_deepscaler_math_reward_pays_by_rllms_config():
-    from rllm.rewards.math_reward import RewardMathFn
-
     from rllm.rewards import RewardConfig
+    from rllm.rewards.math_reward import RewardMathFn
 
     reward = RewardMathFn(RewardConfig(correct_reward=2.0, incorrect_reward=-1.0, format_error_reward=-0.5))
     right = reward(_deepscaler_row("42"), "<think>6*7</think>So it is \\boxed{42}.")
@@ -152,9 +150,8 @@ CODE_ROWS = {  # (data_source, ground_truth, right reply, wrong reply)
 
 @pytest.mark.parametrize("row_format", sorted(CODE_ROWS))
 def test_deepcoder_code_reward_grades_each_row_format_in_the_sandbox(row_format):
-    from rllm.rewards.code_reward import RewardCodeFn
-
     from rllm.rewards import RewardConfig
+    from rllm.rewards.code_reward import RewardCodeFn
 
     data_source, tests, right, wrong = CODE_ROWS[row_format]
     row = {"problem": "add two numbers", "data_source": data_source, "ground_truth": tests}
@@ -202,9 +199,8 @@ def test_fetch_live_code_bench_system_prompt_wraps_the_problem_for_the_code_rewa
 
 
 def test_search_reward_exact_match_f1_credit_and_missing_ground_truth():
-    from rllm.rewards.search_reward import RewardSearchFn
-
     from rllm.rewards import RewardConfig, RewardInput
+    from rllm.rewards.search_reward import RewardSearchFn
 
     reward = RewardSearchFn(RewardConfig())
     exact = reward(

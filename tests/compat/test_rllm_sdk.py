@@ -10,6 +10,8 @@ import pytest
 
 pytest.importorskip("openai")
 
+from rllm.gateway import Gateway
+from rllm.models.base import SamplingParams
 from rllm.sdk import (
     StepView,
     TrajectoryView,
@@ -20,9 +22,6 @@ from rllm.sdk import (
     trajectory,
 )
 from rllm.sdk.data_process import trajectory_view_to_trajectory
-
-from rllm.gateway import Gateway
-from rllm.models.base import SamplingParams
 from rllm.training.batch import build_rows
 from rllm.types import Episode
 
@@ -126,11 +125,10 @@ def test_streamed_and_raw_response_calls_are_recorded(gateway_url):
 
 
 def test_what_rllm_does_not_have_imports_and_names_the_gateway_on_use():
+    from rllm.errors import RllmError
     from rllm.sdk.proxy.proxy_manager import ProxyManager
     from rllm.sdk.session.base import _ensure_tracer_initialized
     from rllm.sdk.store import SqliteTraceStore
-
-    from rllm.errors import RllmError
 
     _ensure_tracer_initialized("agent")  # a no-op with the contextvar backend, as in rLLM
     for unavailable in (ProxyManager, SqliteTraceStore):

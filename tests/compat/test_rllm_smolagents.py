@@ -12,6 +12,7 @@ import asyncio
 import re
 
 import pytest
+
 from rllm.engine.rollout import ClientRolloutEngine
 from rllm.engine.rollout.openai_engine import OpenAIEngine
 from rllm.integrations.smolagents import (
@@ -20,7 +21,6 @@ from rllm.integrations.smolagents import (
     RLLMOpenAIModel,
     SmolagentsIntegrationError,
 )
-
 from rllm.models.fake import FakeModel, FakeTokenizer
 from rllm.testing.fake_openai_server import FakeOpenAIServer, FakeReply, run_fake_server
 

@@ -9,13 +9,13 @@ import json
 import re
 
 import pytest
+
 from rllm.agents.tool_agent import ToolAgent
 from rllm.environments.tools.tool_env import ToolEnvironment
-from rllm.parser import QwenToolParser, R1ToolParser, ToolParser, get_tool_parser
-from rllm.tools.tool_base import Tool, ToolCall, ToolOutput
-
 from rllm.errors import InfraError, RllmError
+from rllm.parser import QwenToolParser, R1ToolParser, ToolParser, get_tool_parser
 from rllm.rewards.base import RewardOutput
+from rllm.tools.tool_base import Tool, ToolCall, ToolOutput
 
 CAPITALS = {"France": "Paris", "Japan": "Tokyo"}
 
@@ -285,11 +285,10 @@ def test_chat_template_parser_renders_with_the_tokenizer_template(smollm2_tokeni
 
 
 def test_registry_of_tool_classes():
-    from rllm.tools.multi_tool import MultiTool
-    from rllm.tools.registry import ToolRegistry as RllmV02Registry
-
     import rllm.tools.base
     from rllm.tools import PythonInterpreter, ToolRegistry, tool_registry
+    from rllm.tools.multi_tool import MultiTool
+    from rllm.tools.registry import ToolRegistry as RllmV02Registry
 
     assert ToolRegistry is rllm.tools.base.ToolRegistry  # rllm's own name wins at package level
     assert RllmV02Registry() is tool_registry and tool_registry["python"] is PythonInterpreter

@@ -8,7 +8,6 @@ import json
 
 from rllm.agents.agent import Step as RllmStep
 from rllm.agents.agent import Trajectory as RllmTrajectory
-
 from rllm.types import Episode, ModelOutput, Step, Trajectory
 
 

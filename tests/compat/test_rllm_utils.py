@@ -30,12 +30,11 @@ def test_colorful_print_and_the_trainer_hooks_that_are_not_here(capsys):
 
 
 def test_rllms_package_level_names():
+    from rllm.compat.engine.agent_execution_engine import AgentExecutionEngine
+    from rllm.engine import AsyncAgentExecutionEngine
     from rllm.trainer import AgentSFTTrainer, AgentTrainer
     from rllm.trainer.agent_sft_trainer import AgentSFTTrainer as SFTAtItsPath
     from rllm.trainer.agent_trainer import AgentTrainer as AtItsPath
-
-    from rllm.compat.engine.agent_execution_engine import AgentExecutionEngine
-    from rllm.engine import AsyncAgentExecutionEngine
 
     assert AsyncAgentExecutionEngine is AgentExecutionEngine
     assert AgentTrainer is AtItsPath and AgentSFTTrainer is SFTAtItsPath

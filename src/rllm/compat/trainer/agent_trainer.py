@@ -37,30 +37,17 @@ are translated by `rllm.trainer.translate` (its `TABLE`), and `self.config` is t
 
 from __future__ import annotations
 
-import importlib
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rllm.compat.trainer.env_agent_mappings import AGENT_CLASSES, ENV_CLASSES, resolve
 from rllm.compat.trainer.translate import changed_from_default, translate
 from rllm.config import ConfigError, TrainConfig
 
 __all__ = ["AGENT_CLASSES", "ENV_CLASSES", "AgentTrainer", "compose_config"]
 
-# rLLM's rllm/trainer/env_agent_mappings.py names, for the classes rllm has ("module:Class").
-AGENT_CLASSES = {
-    "frozenlakeagent": "rllm.compat.agents.frozenlake_agent:FrozenLakeAgent",
-    "tool_agent": "rllm.compat.agents.tool_agent:ToolAgent",
-    "math_agent": "rllm.compat.agents.math_agent:MathAgent",
-}
-ENV_CLASSES = {
-    "frozenlake": "rllm.compat.environments.frozenlake.frozenlake:FrozenLakeEnv",
-    "tool": "rllm.compat.environments.tools.tool_env:ToolEnvironment",
-    "math": "rllm.compat.environments.base.single_turn_env:SingleTurnEnvironment",
-    "code": "rllm.compat.environments.base.single_turn_env:SingleTurnEnvironment",
-    "single_turn_env": "rllm.compat.environments.base.single_turn_env:SingleTurnEnvironment",
-}
 _FREE_DICTS = ("rllm.agent.agent_args", "rllm.env.env_args", "rllm.agent.engine_args", "rllm.workflow.workflow_args")
 _COMPAT = "rLLM's training scripts need hydra-core and omegaconf: pip install 'rllm[compat]'"
 
@@ -106,8 +93,8 @@ class AgentTrainer:
             classes = {"workflow_class": workflow_class,
                        "workflow_args": _merge_workflow_args(workflow_args, translation.workflow_args)}  # fmt: skip
         else:
-            agent_class = agent_class or _class_by_name(translation.agent_name, AGENT_CLASSES, "rllm.agent.name")
-            env_class = env_class or _class_by_name(translation.env_name, ENV_CLASSES, "rllm.env.name")
+            agent_class = agent_class or _named_class(translation.agent_name, AGENT_CLASSES, "rllm.agent.name")
+            env_class = env_class or _named_class(translation.env_name, ENV_CLASSES, "rllm.env.name")
             agent_args = {**(agent_args or {}), **translation.agent_args}
             env_args = {**(env_args or {}), **translation.env_args}
             # rLLM builds each env from {**row, **env_args}: the env args win over the row's own fields. They stay
@@ -219,9 +206,8 @@ def _merge_workflow_args(given: dict[str, Any] | None, from_config: dict[str, An
     return merged
 
 
-def _class_by_name(name: str | None, table: dict[str, str], key: str) -> type:
-    if name not in table:
-        raise ValueError(f"{key}={name!r}: give the class to AgentTrainer (agent_class= / env_class=), or one of the "
-                         f"names rllm has: {', '.join(table)}")  # fmt: skip
-    module, _, attribute = table[name].partition(":")
-    return getattr(importlib.import_module(module), attribute)
+def _named_class(name: str | None, table: dict[str, str], key: str) -> type:
+    if name is None:
+        known = ", ".join(table)
+        raise ValueError(f"{key} is not set: give the class (agent_class= / env_class=) or one of: {known}")
+    return resolve(name, table, key)

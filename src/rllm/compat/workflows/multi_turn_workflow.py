@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rllm.compat.workflows import _rllm_classes
+from rllm.compat.trainer.env_agent_mappings import AGENT_CLASSES, ENV_CLASSES, resolve
 from rllm.compat.workflows.timing_mixin import TimingTrackingMixin
 from rllm.compat.workflows.workflow import TerminationEvent, TerminationReason, Workflow
 
@@ -19,8 +19,8 @@ class MultiTurnWorkflow(TimingTrackingMixin, Workflow):
     def __init__(self, agent_cls: Any, env_cls: Any, agent_args: dict | None = None, env_args: dict | None = None,
                  max_steps: int = 5, **kwargs: Any) -> None:  # fmt: skip
         super().__init__(**kwargs)
-        agent_cls = _rllm_classes.resolve(agent_cls, _rllm_classes.AGENTS, "agent")
-        env_cls = _rllm_classes.resolve(env_cls, _rllm_classes.ENVS, "env")
+        agent_cls = resolve(agent_cls, AGENT_CLASSES, "agent_cls")
+        env_cls = resolve(env_cls, ENV_CLASSES, "env_cls")
         self.agent = agent_cls(**dict(agent_args or {}))
         self.env = env_cls(**dict(env_args or {}))
         self.max_steps = max_steps
