@@ -88,3 +88,19 @@ def test_the_import_contracts_hold():
     done = subprocess.run([lint, "--no-cache"], capture_output=True, text=True, cwd=SRC.parents[1], check=False)
     assert done.returncode == 0, done.stdout[-2000:]
     assert "BROKEN" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("path", "names"),
+    [
+        ("rllm.engine.rollout.tinker_engine", "Tinker backend"),
+        ("rllm.trainer.tinker", "Tinker backend"),
+        ("rllm.engine.rollout.fireworks_engine", "Fireworks backend"),
+        ("rllm.workflows.eval_protocol_workflow", "eval-protocol"),
+        ("rllm.integrations.strands", "mcp<2.2"),
+    ],
+)
+def test_rllm_paths_that_cannot_be_served_say_why_and_what_to_use(path, names):
+    with pytest.raises(ImportError, match=names) as caught:
+        importlib.import_module(path)
+    assert "rllm" in str(caught.value).split(":", 1)[1]  # names something of rllm's to use instead
