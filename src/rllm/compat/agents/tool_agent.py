@@ -134,3 +134,12 @@ def _finish_call(response: str) -> dict[str, Any]:
         "type": "function",
         "function": {"name": "finish", "arguments": {"response": response}},
     }
+
+
+def __getattr__(name: str) -> Any:
+    """rLLM's `MCPToolAgent` (`rllm.compat.agents.mcp_tool_agent`), on first use: its module imports this one."""
+    if name == "MCPToolAgent":
+        from rllm.compat.agents.mcp_tool_agent import MCPToolAgent
+
+        return MCPToolAgent
+    raise AttributeError(f"module 'rllm.agents.tool_agent' has no attribute {name!r}")
