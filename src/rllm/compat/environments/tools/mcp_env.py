@@ -27,7 +27,7 @@ shape around them:
 
 Where rLLM and this module differ:
 - the calls of one `execute_tool_calls` run at once, and so do those of several environments (rLLM's worker runs
-  one request at a time); a call gets `call_timeout_s` (30 s) of its own;
+  one request at a time); each call gets 30 s of its own (`CALL_TIMEOUT_S`);
 - a call whose arguments are not valid JSON, or that names no known tool, gets an error text under its id (rLLM:
   the whole step's outputs are lost); a tool's own error is its text, as in rLLM;
 - a lost server raises `rllm.errors.InfraError` from `step` (the engine retries the rollout) where rLLM returns
@@ -205,9 +205,9 @@ class MCPConnectionManager:
         return {call_id: result.content for call_id, result in results}
 
     async def _call_all(self, tool_calls: list) -> list[tuple[str, ToolResult]]:
-        return await asyncio.gather(*(self._call(call) for call in tool_calls))
+        return await asyncio.gather(*(self._call(index, call) for index, call in enumerate(tool_calls)))
 
-    async def _call(self, call: Any) -> tuple[str, ToolResult]:
+    async def _call(self, index: int, call: Any) -> tuple[str, ToolResult]:
         call = call if isinstance(call, dict) else {}
         function = call.get("function") if isinstance(call.get("function"), dict) else {}
         name = function.get("name")
@@ -215,7 +215,7 @@ class MCPConnectionManager:
         arguments = function.get("arguments") or {}
         # no cap on the text: rLLM passes a tool's whole output on
         result = await self.registry.call(name, arguments, timeout_s=CALL_TIMEOUT_S + 1.0, max_result_chars=sys.maxsize)
-        return str(call.get("id")), result
+        return str(call.get("id", index)), result  # a call without an id is answered under its position
 
 
 class MCPEnvironment(BaseEnv):
@@ -316,7 +316,7 @@ class MCPEnvironment(BaseEnv):
 
     def _run_tools(self, tool_calls: list) -> dict[str, str]:
         manager = MCPEnvironment._connection_manager
-        if manager is None:
+        if manager is None or not isinstance(tool_calls, list):  # rLLM: a non-list action gets no outputs either
             return {}
         try:
             return manager.execute_tool_calls(tool_calls)
