@@ -8,7 +8,8 @@ pytest on the files issue 40 names. It prints, per file, collected/passed/failed
     python scripts/rllm_compat_check.py /path/to/rllm            # against this package
     python scripts/rllm_compat_check.py /path/to/rllm --theirs   # baseline: rLLM's own code, same interpreter
 
-`--json FILE` writes every test's outcome, for comparing the two runs.
+`--json FILE` writes every test's outcome; `--baseline FILE` (a `--theirs --json` run) lists each test that passes
+on rLLM's own code but not here.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def main() -> int:
     source = checkout if args.theirs else HERE / "src"
     outcomes = _run_tests(checkout, source, args.python)
     _print_tests(outcomes)
+    if args.baseline:
+        _print_regressions(outcomes, json.loads(Path(args.baseline).read_text())["tests"])
     lines = _example_import_lines(checkout / "examples")
     resolved = _resolve_imports(lines, source, args.python)
     print(f"\nexamples: {sum(resolved.values())} of {len(lines)} distinct import lines resolve")
@@ -68,6 +71,7 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--theirs", action="store_true", help="run against the checkout's own rllm (the baseline)")
     parser.add_argument("--python", default=sys.executable, help="the interpreter to run pytest with")
     parser.add_argument("--json", help="write every outcome here")
+    parser.add_argument("--baseline", help="a --theirs --json file: list the tests that pass there but not here")
     parser.add_argument("-v", "--verbose", action="store_true", help="list the import lines that do not resolve")
     return parser.parse_args()
 
@@ -107,8 +111,8 @@ def _outcomes(report: str) -> dict[str, str]:
     outcomes: dict[str, str] = {}
     for line in report.splitlines():
         match = _OUTCOME.match(line)
-        if match:  # an ERROR without "::" is a file that failed to import: one ERROR under the file's name
-            outcomes[match["id"]] = match["outcome"]
+        if match and match["id"].startswith("tests/"):  # (a graded program's own pytest output is not ours)
+            outcomes[match["id"]] = match["outcome"]  # an ERROR without "::": a file that failed to import
         elif skipped := _SKIPPED.match(line):
             for index in range(int(skipped["count"])):
                 outcomes[f"{skipped['file']}::line{skipped['line']}#{index}"] = "SKIPPED"
@@ -126,6 +130,13 @@ def _print_tests(outcomes: dict[str, str]) -> None:
         total.update(counts)
         print(f"{name:45} {counts['PASSED']:7} {counts['FAILED']:7} {counts['SKIPPED']:8} {counts['ERROR']:6}")
     print(f"{'total':45} {total['PASSED']:7} {total['FAILED']:7} {total['SKIPPED']:8} {total['ERROR']:6}")
+
+
+def _print_regressions(outcomes: dict[str, str], baseline: dict[str, str]) -> None:
+    lost = sorted(test for test, outcome in baseline.items() if outcome == "PASSED" and outcomes.get(test) != "PASSED")
+    print(f"\npass on rLLM's own code, not here: {len(lost)}")
+    for test in lost:
+        print(f"  {outcomes.get(test, 'MISSING')}: {test}")
 
 
 def _example_import_lines(examples: Path) -> list[str]:
