@@ -140,3 +140,10 @@ def test_readme_add_a_task_example_registers_generates_and_runs(tmp_path, monkey
     episodes = engine.execute_tasks(rows)
     expected = [row["word"] != rows[-1]["word"] for row in rows]
     assert [ep.is_correct for ep in episodes] == expected and expected[0]
+
+
+def test_readme_coming_from_rllm_block_runs_a_custom_rllm_tool_and_deepscalers_reward(capsys):
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
+    code = next(b for b in blocks if "class Add(Tool)" in b)
+    exec(compile(code, str(README), "exec"), {})
+    assert capsys.readouterr().out.split("\n")[:2] == ["5", "1.0 True"]
