@@ -15,9 +15,9 @@ setup), or `rllm.environments.code.competition_coding.CompetitionCodingEnv` for 
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from rllm.compat.agents._thinking import without_earlier_thinking
 from rllm.compat.agents.agent import Action, BaseAgent, Step, Trajectory
 
 __all__ = ["CompetitionCodingAgent", "truncatefn"]
@@ -87,11 +87,7 @@ class CompetitionCodingAgent(BaseAgent):
 
     @property
     def chat_completions(self) -> list[dict[str, Any]]:
-        messages = copy.deepcopy(self.messages)
-        if not self.accumulate_thinking:
-            for message in messages[:-1]:
-                if message["role"] == "assistant" and "</think>" in message["content"]:
-                    message["content"] = message["content"].partition("</think>")[2]
+        messages = without_earlier_thinking(self.messages, self.accumulate_thinking)
         return messages
 
     @property

@@ -6,9 +6,9 @@ renderer as a new training row)."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from rllm.compat.agents._thinking import without_earlier_thinking
 from rllm.compat.agents.agent import Action, BaseAgent, Step, Trajectory
 
 __all__ = ["MathAgent"]
@@ -59,11 +59,7 @@ class MathAgent(BaseAgent):
 
     @property
     def chat_completions(self) -> list[dict[str, Any]]:
-        messages = copy.deepcopy(self.messages)
-        if not self.accumulate_thinking:
-            for message in messages[:-1]:
-                if message["role"] == "assistant" and "</think>" in message["content"]:
-                    message["content"] = message["content"].partition("</think>")[2]
+        messages = without_earlier_thinking(self.messages, self.accumulate_thinking)
         return messages
 
     @property

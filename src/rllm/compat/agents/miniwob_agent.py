@@ -23,6 +23,7 @@ import copy
 import re
 from typing import Any
 
+from rllm.compat.agents._thinking import without_earlier_thinking
 from rllm.compat.agents.agent import Action, BaseAgent, Step, Trajectory
 
 __all__ = ["MiniWobAgent"]
@@ -120,11 +121,7 @@ class MiniWobAgent(BaseAgent):
 
     @property
     def chat_completions(self) -> list[dict[str, Any]]:
-        messages = copy.deepcopy(self.messages)
-        if not self.accumulate_thinking:
-            for message in messages[:-1]:
-                if message["role"] == "assistant" and "</think>" in message["content"]:
-                    message["content"] = message["content"].partition("</think>")[2]
+        messages = without_earlier_thinking(self.messages, self.accumulate_thinking)
         if self.full_conversation or not messages:
             return messages
         last_reply = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=0)
