@@ -31,7 +31,7 @@ from pathlib import Path
 
 from rllm.envs.swe.store import SWEDataError
 
-__all__ = ["IMAGE_RULES", "EvalSpec", "docker_image", "eval_spec", "image_name", "load_swe_rows"]
+__all__ = ["IMAGE_RULES", "EvalSpec", "docker_image", "eval_spec", "image_name", "load_swe_rows", "normalize_swe_row"]
 
 REQUIRED = ("instance_id", "repo", "version", "base_commit", "problem_statement", "patch", "test_patch",
             "FAIL_TO_PASS", "PASS_TO_PASS")  # fmt: skip
@@ -67,7 +67,7 @@ def load_swe_rows(path: str | Path, *, images: str = "swebench") -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise SWEDataError(f"{path} is not a file: give a .jsonl, .json or .parquet file of SWE-bench-format rows")
-    return [_normalize(row, f"{path} row {i}", images) for i, row in enumerate(_read_rows(path))]
+    return [normalize_swe_row(row, f"{path} row {i}", images) for i, row in enumerate(_read_rows(path))]
 
 
 def _read_rows(path: Path) -> list:
@@ -109,7 +109,8 @@ def _read_parquet(path: Path) -> list:
         raise SWEDataError(f"reading {path} needs pyarrow: pip install pyarrow ({e})") from None
 
 
-def _normalize(row: object, where: str, images: str) -> dict:
+def normalize_swe_row(row: object, where: str, images: str) -> dict:
+    """One SWE-bench-format row (a dict with SWE-bench's fields) as rllm's task; `where` names it in errors."""
     if not isinstance(row, dict):
         raise SWEDataError(f"{where} is a {type(row).__name__}, not an object with SWE-bench's fields")
     name = f"{where} ({row['instance_id']})" if row.get("instance_id") else where

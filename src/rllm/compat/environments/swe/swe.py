@@ -262,6 +262,6 @@ def _playable_row(entry: dict, backend: str | None) -> dict:
             "SWE-bench-format rows play with backend='docker'"
         )
     # SWE-bench's normaliser: image, test lists; refuses R2E-Gym's own rows naming the sets that work
-    from rllm.envs.swe.swebench import _normalize
+    from rllm.envs.swe.swebench import normalize_swe_row
 
-    return _normalize(entry, f"SWEEnv entry ({entry.get('instance_id', '?')})", "swebench")
+    return normalize_swe_row(entry, f"SWEEnv entry ({entry.get('instance_id', '?')})", "swebench")
