@@ -29,8 +29,10 @@ class CapitalTool(Tool):
     @property
     def json(self):
         parameters = {"type": "object", "properties": {"country": {"type": "string"}}, "required": ["country"]}
-        return {"type": "function", "function": {"name": self.name, "description": self.description,
-                                                 "parameters": parameters}}  # fmt: skip
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": parameters},
+        }
 
     def forward(self, country: str) -> ToolOutput:
         if country not in CAPITALS:
@@ -102,8 +104,9 @@ def test_a_custom_rllm_tool_runs_through_tool_agent_and_tool_environment(capital
         # the tools are described in the system message only: the template itself renders none
         system = call_step.chat_completions[0]["content"]
         assert system.startswith("Answer questions.") and '"name": "capital"' in system
-        rendered = qwen_tokenizer.apply_chat_template(call_step.chat_completions[:-1], add_generation_prompt=True,
-                                                      tokenize=False)  # fmt: skip
+        rendered = qwen_tokenizer.apply_chat_template(
+            call_step.chat_completions[:-1], add_generation_prompt=True, tokenize=False
+        )
         assert qwen_tokenizer.decode(call_step.prompt_ids) == rendered
 
 
@@ -327,8 +330,9 @@ def test_web_tools_import_and_answer_with_what_to_use_instead():
     from rllm.tools.web_tools.gsearch_tool import GoogleSearchTool
     from rllm.tools.web_tools.tavily_tool import TavilyExtractTool, TavilySearchTool
 
-    names = [cls().json["function"]["name"] for cls in (GoogleSearchTool, FirecrawlTool, TavilyExtractTool,
-                                                          TavilySearchTool)]  # fmt: skip
+    names = [
+        cls().json["function"]["name"] for cls in (GoogleSearchTool, FirecrawlTool, TavilyExtractTool, TavilySearchTool)
+    ]
     assert names == ["google_search", "firecrawl", "tavily-extract", "tavily-search"]
     with pytest.warns(UserWarning, match="DocumentSearch"):
         output = GoogleSearchTool()("What is Python?")

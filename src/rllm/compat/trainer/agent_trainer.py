@@ -173,10 +173,12 @@ def _refuse_unsupported(backend: str, agent_run_func: Callable | None) -> None:
     if backend != "verl":
         raise ValueError(f"AgentTrainer(backend={backend!r}): rLLM's backends are verl, fireworks and tinker; {ours}")
     if agent_run_func is not None:
-        raise NotImplementedError("AgentTrainer(agent_run_func=...): rLLM's SDK trainer is not available here; "
-                                  "make the function `@rllm.rollout def solve(task, base_url)` that builds its client "
-                                  "with rllm.sdk.get_chat_client(base_url=base_url) and returns its reward, and train "
-                                  "it with AgentTrainer(workflow_class=solve) (rllm.workflows.rollout_fn)")  # fmt: skip
+        raise NotImplementedError(
+            "AgentTrainer(agent_run_func=...): rLLM's SDK trainer is not available here; make the function "
+            "`@rllm.rollout def solve(task, base_url)` that builds its client with "
+            "rllm.sdk.get_chat_client(base_url=base_url) and returns its reward, and train it with "
+            "AgentTrainer(workflow_class=solve) (rllm.workflows.rollout_fn)"
+        )
 
 
 def _rows(dataset: Any, config: Mapping, split: str) -> list[dict]:
