@@ -2,7 +2,7 @@
 
 Everything here is a pydantic model that round-trips through JSON without loss, so every run can write its
 episodes to disk as JSONL and read them back for training, viewing or debugging. This module imports nothing
-of ours (see DESIGN.md, layers).
+of ours: it is the bottom level every other layer builds on (docs/architecture.md, "Layers and the import rule").
 
 Fields that hold free-form user data (`task`, `info`, `observation`, `action`) must be JSON-serialisable;
 `rllm.envs.check_env` tells a user when their environment returns something that is not.

@@ -1,5 +1,5 @@
-"""Token exactness (DESIGN.md): over multi-turn rollouts, every prompt extends the previous prompt + the exact
-sampled completion, for every chat template the project ships; 0 mismatches."""
+"""Token exactness (docs/architecture.md, "Token exactness"): over multi-turn rollouts, every prompt extends the
+previous prompt + the exact sampled completion, for every chat template the project ships; 0 mismatches."""
 
 from __future__ import annotations
 

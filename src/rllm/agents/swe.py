@@ -6,7 +6,8 @@ the template ignores them, as SmolLM2's does: `rllm.models.chat.describe_ignored
 prompt and two kinds of context management for long tool outputs:
 - `max_observation_chars`: each tool result is cut to this size as it arrives (head and tail kept, a marker says how
   much was cut). The env cuts too (`max_output_chars`); this is the agent's own, tighter budget. Cutting on arrival
-  keeps every turn's prompt an extension of the previous one (token exactness, DESIGN.md).
+  keeps every turn's prompt an extension of the previous one (docs/architecture.md, "Token exactness": a turn that
+  extends the last merges into the same training row).
 - `context_chars`: when set, once the tool results in the conversation exceed this many characters, the oldest
   ones (all but the last two) are replaced by a one-line note. That rewrites history, so the next turn's prompt no
   longer extends the previous one and training starts a new row there (counted as `rows_split`): off by default.

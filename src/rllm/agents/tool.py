@@ -10,7 +10,8 @@ models write it so). The action handed to the env is `{"tool_calls": [...], "con
 reply without calls is the final answer. Tool results come back as `role: "tool"` messages.
 
 The assistant message keeps the reply's exact text (tool-call blocks included), so every turn's prompt extends the
-previous one token for token (DESIGN.md, token exactness).
+previous one token for token (docs/architecture.md, "Token exactness": such turns train as one row of the sampled
+ids).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Each turn the model sees the goal and the page (its accessibility tree, elements
 and replies with calls such as `click('e5')` or `fill('e6', 'Jerald')` inside ```` ``` ````: the env parses them
 (rllm.envs.web.actions), so the agent hands it the reply's text. An action that failed comes back in the next
 observation as `last_action_error`. The whole conversation is kept (each turn's prompt extends the previous one, so
-training rows stay token-exact, DESIGN.md); `max_observation_chars` cuts a long page on arrival.
+training rows stay token-exact: docs/architecture.md, "Token exactness"); `max_observation_chars` cuts a long page on
+arrival.
 
 With `WebEnv(screenshot=True)` (`env_args: {screenshot: true}`) each observation also carries the page as a PNG: the
 agent then shows it after the page's text as an image part, for a vision-language model (`rllm.models.vision`). The

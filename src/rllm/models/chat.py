@@ -2,8 +2,9 @@
 
 The prompt of turn k is the previous prompt ids + the previous completion ids (exactly as sampled) + the ids of
 the text the chat template adds after the model's reply. So every turn extends the previous one, and a whole
-multi-turn trajectory trains as one row `[prompt0, A0, obs1, A1, ...]` (DESIGN.md, token exactness). Re-tokenizing
-the decoded history instead would silently change the ids the model actually sampled.
+multi-turn trajectory trains as one row `[prompt0, A0, obs1, A1, ...]` (docs/architecture.md, "Token exactness":
+training uses the sampled ids, never re-tokenized text). Re-tokenizing the decoded history instead would silently
+change the ids the model actually sampled.
 
 How it is checked, for any chat template: the messages are rendered in full (one render per turn), and the turn
 extends only if that text is the previous prompt's text + the reply exactly as sampled (its ids decoded, end-of-turn

@@ -31,7 +31,7 @@ Env choices:
 The agent's system prompt states the grid legend and the answer format in three lines: small models pay for every
 prompt token once per sample and once per turn. Every observation becomes a user message and every reply an assistant
 message, appended and never rewritten, so each turn's prompt extends the previous one token for token (the engine
-renders multi-turn prompts as deltas; see DESIGN.md, token exactness).
+renders multi-turn prompts as deltas, so training uses the sampled ids: docs/architecture.md, "Token exactness").
 
 How a reply becomes a move (`parse_move`):
 1. If the reply says "Action:", the first direction after the last "Action:" wins: that is the format we ask for,

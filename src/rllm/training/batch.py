@@ -1,5 +1,5 @@
-"""Episodes → training rows → padded tensors, keeping the exact token ids that were sampled (DESIGN.md, token
-exactness).
+"""Episodes → training rows → padded tensors, keeping the exact token ids that were sampled (docs/architecture.md,
+"Token exactness": rows merge by prefix extension, loss mask 1 on the model's own tokens only).
 
     pairs = episode_trajectories(episodes)                      # [(episode, trajectory), ...]
     rows, stats = build_rows(pairs, step_advantages=adv, max_prompt_length=1024, max_response_length=2048)

@@ -7,8 +7,9 @@
 - `rllm.training.backends.torch_model`: the torch backend's model-side helpers (LoRA setup, the forward pass that
   applies the output layer only where the loss is, merged LoRA weights for an inference server, the LR schedule).
 
-Import-light on purpose (DESIGN.md, layers): `import rllm.training.backends` imports neither torch nor verl;
-`make_backend` imports the backend the config names.
+Import-light on purpose (docs/architecture.md, "Layers and the import rule": a heavy dependency is imported by the
+one module that needs it): `import rllm.training.backends` imports neither torch nor verl; `make_backend` imports the
+backend the config names.
 """
 
 from __future__ import annotations

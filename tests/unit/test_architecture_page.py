@@ -1,0 +1,113 @@
+"""docs/architecture.md must stay true of the code: every `path.py:function` it names (relative to src/rllm/) is
+defined there, every `rllm.module` it names exists, and every test file it cites is in the repository. Read from the
+source's syntax trees, nothing imported, so a rename or a move fails here rather than leaving the page wrong."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "architecture.md"
+SRC = ROOT / "src" / "rllm"
+
+# `training/trainer.py:AgentTrainer._train_step`
+_FUNCTION_REF = re.compile(r"`([\w/]+\.py):([A-Za-z_][\w.]*)`")
+# `rllm.training.batch`, `rllm._deprecation.MOVED_MODULES`
+_MODULE_REF = re.compile(r"`(rllm(?:\.[A-Za-z_]\w*)+)`")
+# `tests/contract/test_token_extension.py`
+_TEST_REF = re.compile(r"`(tests/[\w/]+\.py)`")
+_PLACEHOLDER = "X"  # the compat rule's `rllm.compat.X`: any module
+
+
+def _page() -> str:
+    return PAGE.read_text(encoding="utf-8")
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _names_in(body: list[ast.stmt]) -> dict[str, ast.AST]:
+    """What a module or class body defines: functions, classes, assigned names, imported names."""
+    names: dict[str, ast.AST] = {}
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names[node.name] = node
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update({target.id: node for target in targets if isinstance(target, ast.Name)})
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update({(alias.asname or alias.name).split(".")[0]: node for alias in node.names})
+    return names
+
+
+def _defines(path: Path, dotted: str) -> bool:
+    """Whether `dotted` (`name`, `Class.method`) is defined in the module at `path`."""
+    body: list[ast.stmt] = _tree(path).body
+    for part in dotted.split("."):
+        node = _names_in(body).get(part)
+        if node is None:
+            return False
+        body = node.body if isinstance(node, ast.ClassDef) else []
+    return True
+
+
+def _module_file(parts: list[str]) -> Path | None:
+    """The file of module `rllm.<parts>`: native, or served from rllm.compat by its one rule."""
+    for root in (SRC, SRC / "compat"):
+        base = root.joinpath(*parts)
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+@functools.cache
+def _moved_modules() -> set[str]:
+    """The old module paths `rllm._deprecation.MOVED_MODULES` still serves (for one release)."""
+    node = _names_in(_tree(SRC / "_deprecation.py").body)["MOVED_MODULES"]
+    return set(ast.literal_eval(node.value))
+
+
+def _module_name_exists(name: str) -> bool:
+    """`rllm.a.b.c`: the longest prefix that is a module, the rest names defined in it; or an old path still
+    served."""
+    parts = name.split(".")[1:]
+    if _PLACEHOLDER in parts or name in _moved_modules():
+        return True
+    for cut in range(len(parts), 0, -1):
+        found = _module_file(parts[:cut])
+        if found is not None:
+            rest = ".".join(parts[cut:])
+            return not rest or _defines(found, rest)
+    return False
+
+
+def test_the_page_names_the_step_by_step_path():
+    references = _FUNCTION_REF.findall(_page())
+    # the GRPO walk-through alone names some forty functions: far fewer means the pattern stopped matching
+    assert len(references) >= 40, references
+    assert ("training/trainer.py", "AgentTrainer._train_step") in references
+
+
+@pytest.mark.parametrize("path, name", sorted(set(_FUNCTION_REF.findall(_page()))))
+def test_every_function_the_page_names_exists(path, name):
+    file = SRC / path
+    assert file.is_file(), f"docs/architecture.md names src/rllm/{path}, which does not exist"
+    assert _defines(file, name), f"docs/architecture.md names {path}:{name}, which src/rllm/{path} does not define"
+
+
+def test_every_module_the_page_names_exists():
+    missing = [name for name in sorted(set(_MODULE_REF.findall(_page()))) if not _module_name_exists(name)]
+    assert not missing, f"docs/architecture.md names modules or names that do not exist: {missing}"
+
+
+def test_every_test_file_the_page_cites_exists():
+    missing = [path for path in sorted(set(_TEST_REF.findall(_page()))) if not (ROOT / path).is_file()]
+    assert not missing, f"docs/architecture.md cites test files that do not exist: {missing}"
