@@ -65,7 +65,7 @@ def bwrap_only_ms(argv: list[str], n: int) -> float:
     """bwrap with the sandbox's namespaces and mounts, but no cgroup, launcher, rlimits or output pump."""
     tools = sandbox_module._find_tools(as_root=os.geteuid() == 0)
     read_end, write_end = (sandbox_module._above_stdio(fd) for fd in os.pipe())
-    command = [*sandbox_module._bwrap_argv(tools, SandboxLimits(), {}, write_end, 5), *argv]
+    command = [*sandbox_module._bwrap_argv(tools, SandboxLimits(), {}, write_end, 5, sandbox_module._Layout()), *argv]
     shared = [sandbox_module._root_user_namespace()] if tools.setpriv else []
     userns = f"4<&{shared[0]}" if shared else ""  # as root, bwrap finds its user namespace on fd 4
     with tempfile.NamedTemporaryFile() as seccomp:  # opened afresh on fd 5 for every run: bwrap reads it to the end

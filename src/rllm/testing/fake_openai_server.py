@@ -503,13 +503,13 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_serve_forever(server))
 
 
-if __name__ == "__main__":
-    main()
-
-
 def _token_text(token_id: int) -> str:
     """A stand-in token string: the id's code point, or `<id>` where that is no character JSON can carry (beyond
     Unicode, or a surrogate, 0xD800-0xDFFF: Qwen's "(area" is 55702)."""
     if 0 <= token_id < 0x110000 and not 0xD800 <= token_id < 0xE000:
         return chr(token_id)
     return f"<{token_id}>"
+
+
+if __name__ == "__main__":
+    main()
