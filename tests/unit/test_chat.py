@@ -211,7 +211,7 @@ def test_tools_a_template_ignores_go_into_its_system_message_once(smollm2_tokeni
     assert len(caught) == 1, [str(w.message) for w in caught]
     assert str(caught[0].message) == (
         f"the chat template of {smollm2_tokenizer.name_or_path!r} ignores `tools`, so rllm put the 4 tools in the "
-        "system message, with the <tool_call> JSON call format rllm parses (README: Tools and MCP)"
+        "system message, with the <tool_call> JSON call format rllm parses (docs/agents/tools-mcp.md)"
     )
     text = smollm2_tokenizer.decode(ids, skip_special_tokens=False)
     for tool in agent.tools:  # each tool's name, description and parameters, as its JSON schema

@@ -8,7 +8,7 @@ so classes keep their identity, `mock.patch` on either path patches both, pickle
 Where rllm's own package has the same path (`rllm.agents`, `rllm.engine`, `rllm.rewards`, `rllm.tools`, ...), the
 native package is the one imported, and its own names win; a name it does not define falls back to the compat twin's
 `__all__` (so `from rllm.agents import ToolAgent` is rLLM's `ToolAgent`, while `from rllm.agents import BaseAgent`
-is rllm's). Which names collide is listed by `collisions()` and in the README's "Coming from rLLM".
+is rllm's). Which names collide is listed by `collisions()` and in docs/compat.md ("Coming from rLLM").
 
 Direction: compat code imports native code, never the reverse (`tests/compat/test_compat_room.py` checks it).
 `import rllm` imports this module first, which installs the finder below; it imports nothing else.

@@ -174,7 +174,7 @@ def _warn_once(tokenizer: Any, name: str, count: int) -> None:
     tools = "the tool" if count == 1 else f"the {count} tools"
     message = (
         f"the chat template of {name!r} ignores `tools`, so rllm put {tools} in the system message, with the "
-        "<tool_call> JSON call format rllm parses (README: Tools and MCP)"
+        "<tool_call> JSON call format rllm parses (docs/agents/tools-mcp.md)"
     )
     warnings.warn(message, UserWarning, stacklevel=4)
 

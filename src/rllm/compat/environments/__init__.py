@@ -1,4 +1,4 @@
-"""rLLM v0.2's environment modules, for code written against rLLM (see the README's "Coming from rLLM"). rllm's own
+"""rLLM v0.2's environment modules, for code written against rLLM (see docs/compat.md). rllm's own
 environments live in `rllm.envs` and with their tasks in `rllm.tasks`."""
 
 from __future__ import annotations

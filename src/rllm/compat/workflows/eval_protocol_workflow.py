@@ -3,5 +3,5 @@ not available here (a named exception of issue 40: Fireworks' integration)."""
 
 raise ImportError(
     "rllm.workflows.eval_protocol_workflow is not available: rllm does not integrate Fireworks' eval-protocol; write "
-    "the benchmark as an rllm Workflow (rllm.workflows.Workflow) or a task (see the README's 'Add a task')"
+    "the benchmark as an rllm Workflow (rllm.workflows.Workflow) or a task (see docs/add-a-task.md)"
 )
