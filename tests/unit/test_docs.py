@@ -192,3 +192,12 @@ def test_coming_from_rllm_block_runs_a_custom_rllm_tool_and_deepscalers_reward(c
     code = _block("class Add(Tool)")
     exec(compile(code, "docs", "exec"), {})
     assert capsys.readouterr().out.split("\n")[:2] == ["5", "1.0 True"]
+
+
+def test_readme_is_short_and_its_links_reach_files_in_the_repository():
+    """mkdocs checks the links between docs pages; the README is outside the site, so its links are checked here."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    missing = [t for t in targets if not t.startswith("http") and not (ROOT / t).exists()]
+    assert targets and not missing, missing
