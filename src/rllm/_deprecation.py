@@ -52,6 +52,7 @@ MOVED_NAMES: dict[str, str] = {
     "rllm.tasks.code.HUMANEVAL_SIZE": "rllm.tasks.humaneval.HUMANEVAL_SIZE",  # reached as rllm.data.code.*
     "rllm.tasks.code.load_humaneval": "rllm.tasks.humaneval.load_humaneval",
     "rllm.tasks.code.make_humaneval_tasks": "rllm.tasks.humaneval.make_humaneval_tasks",
+    "rllm.training.backends.torch_model.plain_state_name": "rllm.training.checkpoint.plain_state_name",
     "rllm.training.trainer.load_metrics": "rllm.runs.load_metrics",
     "rllm.workflows.runtime.ModelThread": "rllm.workflows.runtime.Conversation",
 }

@@ -3,11 +3,24 @@
 - `InfraError`: our fault (a server down, a timeout talking to it, an environment crash). Retried with backoff,
   then the episode is marked `TerminationReason.INFRA_ERROR` and kept out of the loss and of group baselines.
 - `PolicyError`: the model's fault (bad format, bad tool call). It gets the configured reward.
+
+Any other exception is classified by where it was raised (`rllm.workflows.runtime.classify_error`): `tag_site` writes
+that site on the exception. It lives here, at the bottom, so that reward code can tag its own errors without
+importing the workflows above it.
 """
 
 from __future__ import annotations
 
-__all__ = ["ImageError", "InfraError", "ModelNotAvailableError", "PolicyError", "RllmError", "SandboxUnavailableError"]
+__all__ = [
+    "ImageError",
+    "InfraError",
+    "ModelNotAvailableError",
+    "PolicyError",
+    "RllmError",
+    "SandboxUnavailableError",
+    "error_site",
+    "tag_site",
+]
 
 
 class RllmError(Exception):
@@ -38,3 +51,20 @@ class ImageError(RllmError, ValueError):
 
 class SandboxUnavailableError(RllmError):
     """This machine cannot sandbox code; the message names what is missing and how to fix it."""
+
+
+_SITE_ATTR = "_rllm_site"
+
+
+def tag_site(exc: BaseException, site: str) -> None:
+    """Record where `exc` was raised ("env", "model", "workflow", "agent", "reward", "render"), unless an inner helper
+    already did."""
+    if not hasattr(exc, _SITE_ATTR):
+        try:
+            setattr(exc, _SITE_ATTR, site)
+        except AttributeError:  # an exception type with __slots__: it stays "workflow"
+            pass
+
+
+def error_site(exc: BaseException) -> str:
+    return getattr(exc, _SITE_ATTR, "workflow")

@@ -57,6 +57,7 @@ __all__ = [
     "read_episode_records",
     "read_episodes",
     "versions",
+    "view_command",
     "write_json",
     "write_manifest",
 ]
@@ -137,6 +138,12 @@ def is_unstarted_train_run(path: str | os.PathLike) -> bool:
         return json.loads((path / "manifest.json").read_text(encoding="utf-8")).get("kind") in TRAINING_KINDS
     except (OSError, ValueError, AttributeError):  # not written yet, or torn
         return True
+
+
+def view_command(run_dir: object) -> str:
+    """The command that opens `run_dir` in the viewer (printed by `rllm train` at its start and end). It lives here,
+    not in `rllm.viewer`, so that the trainer can print it without importing the viewer's server."""
+    return f"rllm view {run_dir}"
 
 
 def holds_nothing(path: str | os.PathLike) -> bool:

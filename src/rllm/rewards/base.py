@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rllm.errors import RllmError
+from rllm.errors import RllmError, tag_site
 
 __all__ = ["RewardOutput", "to_reward_output"]
 
@@ -57,8 +57,6 @@ class RewardError(RllmError, ValueError):
 
 def refuse_reward(message: str) -> RewardError:
     """A `RewardError` tagged as raised by reward code, wherever it is raised (env or workflow)."""
-    from rllm.workflows.runtime import tag_site
-
     error = RewardError(message)
     tag_site(error, "reward")
     return error

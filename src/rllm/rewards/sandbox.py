@@ -47,14 +47,11 @@ import contextlib
 import errno
 import fcntl
 import functools
-import json
 import os
 import platform
-import select
 import selectors
 import shlex
 import shutil
-import signal
 import struct
 import subprocess
 import sys
@@ -68,6 +65,7 @@ from pathlib import Path, PurePosixPath
 
 from rllm.errors import InfraError, SandboxUnavailableError
 from rllm.rewards._cgroup import NO_CGROUP, Cgroup, write_file
+from rllm.rewards.sandbox_process import CappedBuffer, bwrap_status, host_python, kill_run, signal_of
 
 __all__ = ["RepoMount", "Sandbox", "SandboxLimits", "SandboxResult", "SandboxUnavailableError", "default_sandbox"]
 
@@ -185,16 +183,6 @@ def _find_tools(as_root: bool) -> _Tools:
     return _Tools(bwrap, bash, setpriv if as_root else None)
 
 
-@functools.cache
-def _python() -> tuple[str, str]:
-    """(installation prefix, interpreter) of the Python running rllm; a venv's are its base installation's."""
-    prefix = os.path.realpath(sys.base_prefix)
-    exe = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
-    if not exe.startswith(prefix + "/"):
-        exe = f"{prefix}/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    return prefix, exe
-
-
 def _above_stdio(fd: int) -> int:
     """Move fd to 10 or above, so that putting the result pipe on fd 3 in the launcher cannot clobber it."""
     high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
@@ -262,7 +250,7 @@ def _root_filesystem() -> tuple[str, ...]:
             argv += ["--ro-bind", top, top]
     for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime"):
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    prefix, _ = _python()
+    prefix, _ = host_python()
     if prefix != "/usr" and not prefix.startswith("/usr/"):
         for parent in reversed(PurePosixPath(prefix).parents[:-1]):  # e.g. /root, /root/.pyenv, traversable
             argv += ["--perms", "0755", "--dir", str(parent)]
@@ -438,24 +426,12 @@ class _Spawned:
     cgroup: Cgroup | None
     result_r: int
     status_r: int | None
-    status: _Capped  # what bwrap reported on status_r
+    status: CappedBuffer  # what bwrap reported on status_r
 
 
-class _Capped:
-    def __init__(self, cap: int) -> None:
-        self.cap, self.chunks, self.size = cap, [], 0
-
-    def add(self, data: bytes) -> bool:
-        """Keep data up to the cap; False once the cap is exceeded."""
-        self.chunks.append(data[: max(0, self.cap - self.size)])
-        self.size += len(data)
-        return self.size <= self.cap
-
-    def value(self) -> bytes:
-        return b"".join(self.chunks)
-
-
-def _pump(proc: subprocess.Popen, pidfd: int, sinks: dict[int, _Capped], stdin: bytes, deadline: float) -> str | None:
+def _pump(
+    proc: subprocess.Popen, pidfd: int, sinks: dict[int, CappedBuffer], stdin: bytes, deadline: float
+) -> str | None:
     """Feed stdin, drain the capped outputs and wait for the launcher's exit (its pidfd: no polling). Returns why the
     run must be killed ("timeout", "output_limit"), or None once all is done. The launcher is left unreaped, so its
     pid, our process group's id, stays reserved for the kill that follows."""
@@ -491,53 +467,6 @@ def _pump(proc: subprocess.Popen, pidfd: int, sinks: dict[int, _Capped], stdin: 
     return None
 
 
-def _kill(proc: subprocess.Popen, pidfd: int, cgroup: Cgroup | None, init_pid: int | None) -> None:
-    """SIGKILL the run and reap the launcher. bwrap's init goes first: its pid namespace dies with it and bwrap, still
-    alive, reaps it and exits. Killing bwrap first would hand the init to PID 1, which may never reap it (a container
-    whose PID 1 is the trainer). Then the launcher's process group and whatever is left in the cgroup."""
-    if proc.returncode is None:  # once reaped, the launcher's pid (our process group's id) may be someone else's
-        if init_pid and not select.select([pidfd], [], [], 0)[0]:
-            _kill_child(init_pid, proc.pid)
-            select.select([pidfd], [], [], 1.0)  # bwrap exits once its init is gone
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    if cgroup:
-        cgroup.kill()
-    proc.wait()
-
-
-def _kill_child(pid: int, parent: int) -> None:
-    """SIGKILL pid through a pidfd, only if it is still parent's child: a recycled pid is never hit."""
-    with contextlib.suppress(OSError, StopIteration, ValueError):
-        pidfd = os.pidfd_open(pid)
-        try:
-            status = Path(f"/proc/{pid}/status").read_text().splitlines()
-            if int(next(line for line in status if line.startswith("PPid:")).split()[1]) == parent:
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        finally:
-            os.close(pidfd)
-
-
-def _bwrap_status(status: bytes, key: str) -> int | None:
-    """A field bwrap reported on --json-status-fd: "child-pid" (its init's host pid) once the sandbox exists,
-    "exit-code" once the program ran; None when missing (no exit code: a setup failure)."""
-    for line in status.decode(errors="replace").splitlines():
-        with contextlib.suppress(ValueError, AttributeError):
-            if (value := json.loads(line).get(key)) is not None:
-                return value
-    return None
-
-
-def _signal_of(code: int) -> tuple[int, str | None]:
-    """(exit_code, reason) of a raw code: death by signal N is -N, whether from Popen (-N) or bwrap (128+N)."""
-    number = -code if code < 0 else code - 128 if 128 < code < 128 + signal.NSIG else 0
-    try:
-        name = signal.Signals(number).name
-    except ValueError:
-        return code, None
-    return -number, "timeout" if number == signal.SIGXCPU else f"signal:{name}"
-
-
 class Sandbox:
     """Runs programs in the sandbox, at most `max_workers` at a time. See the module docstring."""
 
@@ -567,7 +496,7 @@ class Sandbox:
         probe.unsafe = False  # check the real sandbox even when RLLM_SANDBOX_UNSAFE=1
         probe._tools, probe._use_cgroup = _find_tools(as_root=os.geteuid() == 0), require_cgroup
         try:
-            result = probe._run([_python()[1], "-S", "-c", "pass"], {}, b"", SandboxLimits(), _Layout())
+            result = probe._run([host_python()[1], "-S", "-c", "pass"], {}, b"", SandboxLimits(), _Layout())
         except InfraError as e:
             if any(sign in str(e) for sign in ("namespace", "uid map", "Operation not permitted")):
                 raise SandboxUnavailableError(f"{_NO_USERNS}; {e}") from e
@@ -578,7 +507,7 @@ class Sandbox:
     def python_argv(self, script_path: str, *args: str) -> list[str]:
         """The host's Python, as seen inside. `-s -B` rather than `-I`: the environment inside is ours alone, and -I
         would ignore PYTHONHASHSEED=0 and drop the script's directory from sys.path (a harness importing a file)."""
-        return [_python()[1], "-s", "-B", script_path, *args]
+        return [host_python()[1], "-s", "-B", script_path, *args]
 
     def run(
         self,
@@ -663,13 +592,17 @@ class Sandbox:
         with contextlib.ExitStack() as stack:
             run = self._spawn(argv, files, limits, layout, stack)
             proc = run.proc
-            out, err, result = _Capped(limits.output_bytes), _Capped(limits.output_bytes), _Capped(limits.result_bytes)
+            out, err, result = (
+                CappedBuffer(limits.output_bytes),
+                CappedBuffer(limits.output_bytes),
+                CappedBuffer(limits.result_bytes),
+            )
             sinks = {proc.stdout.fileno(): out, proc.stderr.fileno(): err, run.result_r: result}
             if run.status_r is not None:
                 sinks[run.status_r] = run.status
             killed = _pump(proc, run.pidfd, sinks, stdin, start + limits.wall_s)
-            init_pid = _bwrap_status(run.status.value(), "child-pid") if killed else None
-            _kill(proc, run.pidfd, run.cgroup, init_pid)  # the launcher has exited or must die; its stragglers too
+            init_pid = bwrap_status(run.status.value(), "child-pid") if killed else None
+            kill_run(proc, run.pidfd, run.cgroup, init_pid)  # the launcher has exited or must die; its stragglers too
             exit_code, reason = self._outcome(proc.returncode, run.status.value(), killed, run.cgroup, err.value())
             return SandboxResult(exit_code, out.value(), err.value(), result.value(), reason, time.monotonic() - start)
 
@@ -703,20 +636,20 @@ class Sandbox:
             stack.callback(stream.close)
         pidfd = os.pidfd_open(proc.pid)
         stack.callback(os.close, pidfd)
-        stack.callback(lambda: proc.returncode is None and _kill(proc, pidfd, cgroup, None))
-        return _Spawned(proc, pidfd, cgroup, result_r, launch.status_r, _Capped(1 << 16))
+        stack.callback(lambda: proc.returncode is None and kill_run(proc, pidfd, cgroup, None))
+        return _Spawned(proc, pidfd, cgroup, result_r, launch.status_r, CappedBuffer(1 << 16))
 
     def _outcome(self, returncode, status, killed, cgroup, stderr) -> tuple[int | None, str | None]:
         if killed:
             return None, killed
         if cgroup and cgroup.oom_killed():
-            return _signal_of(returncode)[0], "memory"
-        code = returncode if self.unsafe else _bwrap_status(status, "exit-code")
+            return signal_of(returncode)[0], "memory"
+        code = returncode if self.unsafe else bwrap_status(status, "exit-code")
         if code is None:
             raise InfraError(f"the sandbox did not start (exit {returncode}): {stderr.decode(errors='replace')}")
         if code == 125 and stderr.rstrip().rsplit(b"\n", 1)[-1].startswith(_SETUP_FAILED):
             raise InfraError(f"the sandbox's set-up failed: {stderr.decode(errors='replace').strip()}")
-        code, reason = _signal_of(code)
+        code, reason = signal_of(code)
         if code != 0 and cgroup and cgroup.pids_exhausted():
             reason = "pids"
         return code, reason

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rllm.errors import InfraError
-from rllm.rewards.sandbox import _bwrap_status, _Capped, _kill, _signal_of
+from rllm.rewards.sandbox_process import CappedBuffer, bwrap_status, kill_run, signal_of
 
 __all__ = ["SandboxSession", "SessionClosedError"]
 
@@ -59,7 +59,7 @@ class SandboxSession:
         except BaseException:
             self._stack.close()
             raise
-        self._stderr = _Capped(limits.output_bytes)
+        self._stderr = CappedBuffer(limits.output_bytes)
         self._buffer = b""
         self._drainer = threading.Thread(target=self._drain, daemon=True, name="rllm-sandbox-session")
         self._drainer.start()
@@ -141,8 +141,8 @@ class SandboxSession:
             self._closed_reason = reason
             self._timer.cancel()
             run = self._run
-            init_pid = _bwrap_status(run.status.value(), "child-pid")
-            _kill(run.proc, run.pidfd, run.cgroup, init_pid)
+            init_pid = bwrap_status(run.status.value(), "child-pid")
+            kill_run(run.proc, run.pidfd, run.cgroup, init_pid)
             self._drainer.join(timeout=5)
             if reason in ("closed", "exit:0") and run.cgroup and run.cgroup.oom_killed():
                 self._closed_reason = "memory"
@@ -157,10 +157,10 @@ class SandboxSession:
         self._drainer.join(timeout=2)
         if run.cgroup and run.cgroup.oom_killed():
             return "memory"
-        code = _bwrap_status(run.status.value(), "exit-code")
+        code = bwrap_status(run.status.value(), "exit-code")
         if code is None:
             return "exit:unknown"
-        code, reason = _signal_of(code)
+        code, reason = signal_of(code)
         if code != 0 and run.cgroup and run.cgroup.pids_exhausted():
             return "pids"
         return reason or f"exit:{code}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -25,16 +26,28 @@ from rllm.fsutil import install_dir_atomically, sha256_of_file, write_text_atomi
 from rllm.runs import versions
 
 __all__ = [
+    "STATE_FILE",
     "CheckpointError",
     "find_resumable_checkpoint",
     "latest_checkpoint",
     "load_checkpoint",
+    "plain_state_name",
     "prune_checkpoints",
     "recover_checkpoints",
     "save_checkpoint",
 ]
 
 MANIFEST = "manifest.json"
+# The torch backend's part, its trainable weights keyed by `plain_state_name`. Named here, below the backends, because
+# `rllm.training.init_from` reads it too (and the torch backend calls init_from).
+STATE_FILE = "backend.pt"
+
+
+def plain_state_name(name: str) -> str:
+    """A parameter name of a peft-wrapped model as the plain base model names it (LoRA's base layers, and the
+    trained copy of a module peft trains whole: a VLM's trainable image tower)."""
+    name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+    return re.sub(r"\.modules_to_save\.[^.]+\.", ".", name)
 
 
 class CheckpointError(RllmError, RuntimeError):

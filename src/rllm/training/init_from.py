@@ -56,8 +56,7 @@ def apply_init_weights(model: Any, path: str | os.PathLike) -> Path:
     import torch
 
     from rllm.config import load_config
-    from rllm.training.backends.torch import STATE_FILE
-    from rllm.training.backends.torch_model import plain_state_name
+    from rllm.training.checkpoint import STATE_FILE, plain_state_name
 
     checkpoint = resolve_init_checkpoint(path)
     if not (checkpoint / STATE_FILE).exists():

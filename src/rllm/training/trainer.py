@@ -80,7 +80,7 @@ from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.errors import RllmError
 from rllm.metrics import summarize_episodes
 from rllm.models.base import close_model
-from rllm.runs import RunLog, create_run_dir, is_unstarted_train_run, write_json, write_manifest
+from rllm.runs import RunLog, create_run_dir, is_unstarted_train_run, view_command, write_json, write_manifest
 from rllm.training.advantages import (
     apply_gae,
     group_key,
@@ -102,7 +102,6 @@ from rllm.training.interrupt import TrainingInterrupted, say, stop_signals
 from rllm.training.off_policy import merge_mismatch_sums, mismatch_metrics, mismatch_sums
 from rllm.training.resume import ResumeError, check_resumed_config, resume_run_dir
 from rllm.types import Episode
-from rllm.viewer import view_command
 from rllm.workflows.resolve import check_config_args, workflow_for_config
 
 __all__ = ["AgentTrainer"]

@@ -4,13 +4,9 @@ rllm view runs/                          # every run in runs/, at http://127.0.0
 server = start_server(["runs/"])         # the same from Python; server.url, server.shutdown()
 """
 
+from rllm.runs import view_command
 from rllm.viewer.data import NotARunError, discover_runs
 from rllm.viewer.index import EpisodeIndex
 from rllm.viewer.server import Viewer, start_server
 
 __all__ = ["EpisodeIndex", "NotARunError", "Viewer", "discover_runs", "start_server", "view_command"]
-
-
-def view_command(run_dir: object) -> str:
-    """The command that opens `run_dir` in the viewer (printed by `rllm train` at its start and end)."""
-    return f"rllm view {run_dir}"

@@ -28,7 +28,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from rllm._deprecation import moved_attribute
-from rllm.errors import InfraError, PolicyError
+from rllm.errors import InfraError, PolicyError, error_site, tag_site  # re-exported next to classify_error
 from rllm.models.base import ImagePrompt
 from rllm.models.chat import ChatRenderer
 from rllm.types import ModelOutput, TerminationReason
@@ -36,7 +36,6 @@ from rllm.types import ModelOutput, TerminationReason
 __all__ = ["Conversation", "EnvRunner", "TerminationEvent", "classify_error", "error_site", "tag_site"]
 
 _Reason = TerminationReason
-_SITE_ATTR = "_rllm_site"
 
 
 class TerminationEvent(Exception):
@@ -46,19 +45,6 @@ class TerminationEvent(Exception):
         self.reason = TerminationReason(reason)
         self.message = message
         super().__init__(message or self.reason.value)
-
-
-def tag_site(exc: BaseException, site: str) -> None:
-    """Record where `exc` was raised, unless an inner helper already did."""
-    if not hasattr(exc, _SITE_ATTR):
-        try:
-            setattr(exc, _SITE_ATTR, site)
-        except AttributeError:  # an exception type with __slots__: it stays "workflow"
-            pass
-
-
-def error_site(exc: BaseException) -> str:
-    return getattr(exc, _SITE_ATTR, "workflow")
 
 
 def classify_error(exc: BaseException, site: str | None = None) -> TerminationReason:

@@ -51,6 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from rllm.envs.swe.grading import NOT_SOURCE, test_files
 from rllm.envs.swe.mutate import Mutation, apply_mutation, find_mutations, shuffled
 from rllm.envs.swe.statements import describe_task, problem_statement
 
@@ -79,7 +80,6 @@ SLOW_TEST_S = 1.0
 REASONS = ("no_failing_test", "too_many_failing_tests", "import_broken", "timeout", "collection_changed",
            "hidden_tests_too_big", "fix_not_gradable", "does_not_compile", "oracle_failed",
            "same_statement")  # fmt: skip
-_NOT_SOURCE = {"docs", "doc", "benchmark", "benchmarks", "examples", "build", "setup.py"}
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
 
@@ -107,16 +107,6 @@ def parse_package(spec) -> tuple[str, str, str | None]:
         return name.strip(), version.strip(), None
     name, version, *rest = spec
     return name, version, (rest[0] if rest else None)
-
-
-def test_files(tree: Path) -> list[str]:
-    """The test modules of a tree (`test_*.py`, `*_test.py`), relative, sorted."""
-    found = []
-    for path in tree.rglob("*.py"):
-        rel = path.relative_to(tree)
-        if (path.name.startswith("test_") or path.name.endswith("_test.py")) and not _NOT_SOURCE & set(rel.parts):
-            found.append(rel.as_posix())
-    return sorted(found)
 
 
 def _file_of(node_id: str) -> str:
@@ -172,7 +162,7 @@ class _Baseline:
 def _is_source(path: str) -> bool:
     from rllm.envs.swe.grading import is_test_path
 
-    return not is_test_path(path) and not _NOT_SOURCE & set(PurePosixPath(path).parts)
+    return not is_test_path(path) and not NOT_SOURCE & set(PurePosixPath(path).parts)
 
 
 def _candidates(base: _Baseline, seed: str) -> list[tuple[str, Mutation]]:

@@ -36,7 +36,7 @@ from types import SimpleNamespace
 from rllm.envs.swe.grading import GradeResult, TestRun, check_submission, verdict
 from rllm.envs.swe.swebench import docker_image, eval_spec
 from rllm.errors import InfraError, RllmError
-from rllm.rewards.sandbox import _Capped
+from rllm.rewards.sandbox_process import CappedBuffer
 from rllm.rewards.sandbox_session import SandboxSession
 
 __all__ = ["DockerError", "DockerSession", "DockerUnavailableError", "docker_available", "grade_in_docker",
@@ -164,7 +164,12 @@ class DockerSession(SandboxSession):
         self.argv = [self.cli, "run", "-i", "--rm", "--init", "--name", self.name, *_limits(memory_mb, pids, network),
                      "-v", f"{self._dir}:/rllm:ro", "-w", "/testbed", "-e", "RLLM_SWE_REPO=/testbed",
                      "-e", "RLLM_SWE_BASE=git", image, "sh", "-c", _LAUNCHER]  # fmt: skip
-        self._closed_reason, self._lock, self._buffer, self._stderr = None, threading.Lock(), b"", _Capped(64 << 10)
+        self._closed_reason, self._lock, self._buffer, self._stderr = (
+            None,
+            threading.Lock(),
+            b"",
+            CappedBuffer(64 << 10),
+        )
         try:
             proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError:

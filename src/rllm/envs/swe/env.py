@@ -79,7 +79,8 @@ class SWEEnv(BaseEnv):
 
     def reset(self) -> tuple[Any, dict]:
         from rllm.envs.swe.store import RUNTIME_MOUNT, runtime_dir, task_trees
-        from rllm.rewards.sandbox import RepoMount, SandboxLimits, _python, default_sandbox
+        from rllm.rewards.sandbox import RepoMount, SandboxLimits, default_sandbox
+        from rllm.rewards.sandbox_process import host_python
 
         self.close()
         self.result, self.tool_errors, self.tool_calls = None, {}, {}
@@ -95,7 +96,7 @@ class SWEEnv(BaseEnv):
         files = {"rllm_swe_server.py": (_HERE / "workspace_server.py").read_text(),
                  "rllm_swe_patches.py": (_HERE / "patches.py").read_text()}  # fmt: skip
         env = {"PYTHONPATH": RUNTIME_MOUNT, "RLLM_SWE_PATH_PREFIX": _BIN_MOUNT}
-        argv = [_python()[1], "-s", "-B", "/work/rllm_swe_server.py"]
+        argv = [host_python()[1], "-s", "-B", "/work/rllm_swe_server.py"]
         binds = {str(runtime_dir()): RUNTIME_MOUNT, str(_python_bin()): _BIN_MOUNT}
         repo = RepoMount(str(base), size_mb=self.repo_size_mb)
         self.session = sandbox.session(argv, files=files, limits=limits, env=env, repo=repo, ro_binds=binds)
@@ -201,15 +202,15 @@ def _tool_message(call: dict, name: str, content: str) -> dict:
 def _python_bin() -> Path:
     """A directory with `python` and `python3` naming the sandbox's interpreter (it is not on the sandbox's PATH)."""
     from rllm.envs.swe.store import swe_home
-    from rllm.rewards.sandbox import _python
+    from rllm.rewards.sandbox_process import host_python
 
     directory = swe_home() / "bin"
     directory.mkdir(parents=True, exist_ok=True)
     for name in ("python", "python3"):
         link = directory / name
-        if not link.is_symlink() or os.readlink(link) != _python()[1]:
+        if not link.is_symlink() or os.readlink(link) != host_python()[1]:
             tmp = directory / f".{name}.{os.getpid()}"
             tmp.unlink(missing_ok=True)
-            tmp.symlink_to(_python()[1])
+            tmp.symlink_to(host_python()[1])
             os.replace(tmp, link)
     return directory

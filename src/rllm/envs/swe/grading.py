@@ -26,7 +26,16 @@ from pathlib import Path, PurePosixPath
 from rllm.envs.swe.patches import patch_paths
 from rllm.envs.swe.store import RUNTIME_MOUNT, runtime_dir
 
-__all__ = ["GradeResult", "TestRun", "check_submission", "grade", "run_tests"]
+__all__ = [
+    "NOT_SOURCE",
+    "GradeResult",
+    "TestRun",
+    "check_submission",
+    "grade",
+    "is_test_path",
+    "run_tests",
+    "test_files",
+]
 
 _HERE = Path(__file__).parent
 _CONFIG_FILES = {"pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "conftest.py", "noxfile.py", ".coveragerc"}
@@ -36,11 +45,25 @@ _FORBIDDEN_CODE = re.compile(r"\b(_?pytest|unittest|sys\s*\.\s*exit|os\s*\.\s*_e
                              r"sys\s*\.\s*modules|settrace|setprofile|atexit)\b")  # fmt: skip
 
 
+# path parts of a package tree that are neither its source nor its tests
+NOT_SOURCE = {"docs", "doc", "benchmark", "benchmarks", "examples", "build", "setup.py"}
+
+
 def is_test_path(path: str) -> bool:
     parts = PurePosixPath(path).parts
     name = parts[-1] if parts else ""
     return (any(p in ("test", "tests", "testing") for p in parts[:-1]) or name.startswith("test_")
             or name.endswith("_test.py") or name == "conftest.py")  # fmt: skip
+
+
+def test_files(tree: Path) -> list[str]:
+    """The test modules of a tree (`test_*.py`, `*_test.py`), relative, sorted."""
+    found = []
+    for path in tree.rglob("*.py"):
+        rel = path.relative_to(tree)
+        if (path.name.startswith("test_") or path.name.endswith("_test.py")) and not NOT_SOURCE & set(rel.parts):
+            found.append(rel.as_posix())
+    return sorted(found)
 
 
 def check_submission(diff: str) -> str | None:

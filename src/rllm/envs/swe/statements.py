@@ -195,8 +195,7 @@ def describe_task(
 ) -> str:
     """The statement of a task whose FAIL_TO_PASS tests are in `tree`: the buggy tree is `tree` with `bug` applied,
     the fixed one `tree` with `fix` applied (one of them is None: `tree` itself). Two traced sandbox runs."""
-    from rllm.envs.swe.build import test_files
-    from rllm.envs.swe.grading import run_tests
+    from rllm.envs.swe.grading import run_tests, test_files
 
     buggy = run_tests(tree, fail_to_pass, diff=bug, trace=True, timeout_s=timeout_s)
     fixed = run_tests(tree, fail_to_pass, diff=fix, trace=True, timeout_s=timeout_s)

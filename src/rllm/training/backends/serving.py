@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from rllm.training.backends.torch_model import merged_lora_state, plain_state_name
+from rllm.training.backends.torch_model import merged_lora_state
+from rllm.training.checkpoint import plain_state_name
 
 __all__ = ["TorchWeightSource"]
 

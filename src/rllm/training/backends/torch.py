@@ -65,7 +65,6 @@ from rllm.training.backends.torch_model import (
     freeze_vision_tower,
     lr_factor,
     merged_lora_state,
-    plain_state_name,
 )
 from rllm.training.batch import (
     TrainingRow,
@@ -75,6 +74,7 @@ from rllm.training.batch import (
     pack_rows,
     split_micro_batches,
 )
+from rllm.training.checkpoint import STATE_FILE, plain_state_name
 from rllm.training.losses import actor_loss, dpo_loss, masked_token_mean, sft_loss, value_loss
 from rllm.training.off_policy import merge_mismatch_sums, mismatch_metrics, mismatch_sums
 
@@ -84,7 +84,6 @@ if TYPE_CHECKING:
 __all__ = ["TorchBackend", "score_rows"]
 
 STATE_FORMAT = 1
-STATE_FILE = "backend.pt"
 
 
 def _computing(method: Any) -> Any:

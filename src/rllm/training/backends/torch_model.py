@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from rllm._deprecation import moved_attribute
 from rllm.config import LoraConfig
 from rllm.cpus import governor, set_torch_threads
 from rllm.errors import ImageError
@@ -42,7 +42,6 @@ __all__ = [
     "linear_module_names",
     "lr_factor",
     "merged_lora_state",
-    "plain_state_name",
 ]
 
 governor(torch.get_num_threads())  # measure the load from now: the first decision spans model loading
@@ -130,11 +129,8 @@ def merged_lora_state(model: nn.Module) -> dict[str, Tensor]:
     return state
 
 
-def plain_state_name(name: str) -> str:
-    """A parameter name of a peft-wrapped model as the plain base model names it (LoRA's base layers, and the
-    trained copy of a module peft trains whole: a VLM's trainable image tower)."""
-    name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
-    return re.sub(r"\.modules_to_save\.[^.]+\.", ".", name)
+def __getattr__(name: str) -> Any:
+    return moved_attribute(__name__, name)  # plain_state_name: rllm._deprecation.MOVED_NAMES
 
 
 # ---- the forward pass at loss positions -----------------------------------------------------------------------
