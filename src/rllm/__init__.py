@@ -41,7 +41,7 @@ _LAZY = {
     "LocalModel": "rllm.models.local",
     "OpenAIClient": "rllm.models.openai",
     "check_env": "rllm.envs.checker",
-    "rollout": "rllm.workflows.rollout_fn",
+    "rollout": "rllm.gateway.rollout",
 }
 
 __all__ = [

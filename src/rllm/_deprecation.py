@@ -39,6 +39,8 @@ MOVED_MODULES: dict[str, str] = {
     "rllm.agents.math": "rllm.tasks.math",
     "rllm.data.math": "rllm.tasks.math",
     "rllm.envs.math": "rllm.tasks.math",
+    "rllm.training.rft": "rllm.rft",  # it runs an eval and then SFT, so it sits above both
+    "rllm.workflows.rollout_fn": "rllm.gateway.rollout",  # @rllm.rollout belongs to the gateway it runs through
 }
 
 

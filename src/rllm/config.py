@@ -590,7 +590,7 @@ class DPOConfig(_OfflineConfig):
 
 
 class RFTConfig(_Section):
-    """Rejection-sampling fine-tuning (`rllm rft`, rllm.training.rft): the attempts it samples before its SFT."""
+    """Rejection-sampling fine-tuning (`rllm rft`, rllm.rft): the attempts it samples before its SFT."""
 
     attempts: int = Field(4, ge=2, description="Sampled attempts a training task (the pass rate's denominator).")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of the attempts.")

@@ -285,7 +285,7 @@ def test_gateway(template, tokenizer_name, budget):
     replies (tool calls included) to their sampled text. Tools go to the template on Qwen2.5 only: SmolLM2's
     template ignores them and the gateway describes them in a system message instead."""
     pytest.importorskip("openai")
-    from rllm.workflows.rollout_fn import rollout
+    from rllm.gateway.rollout import rollout
 
     name, tokenizer = template
     tools = TOOLS if tokenizer_name == "qwen" and name == "shipped" else None

@@ -53,7 +53,7 @@ def test_import_rllm_is_light():
         "import rllm.config, rllm.runs, rllm.metrics, rllm.evaluation\n"
         "from rllm import load_config, TrainConfig\n"
         "import rllm.engine.workflow_engine, rllm.workflows.resolve, rllm.workflows.solver_judge\n"
-        "import rllm.gateway, rllm.workflows.rollout_fn, rllm.cli.serve, rllm.tasks.countdown\n"
+        "import rllm.gateway, rllm.gateway.rollout, rllm.cli.serve, rllm.tasks.countdown\n"
         f"print([m for m in {heavy!r} if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,4 +1,4 @@
-"""`rllm rft` (`rllm.training.rft.run_rft`): attempts at the training tasks, the successes of tasks with
+"""`rllm rft` (`rllm.rft.run_rft`): attempts at the training tasks, the successes of tasks with
 0 < pass rate < 1 kept, SFT on exactly their tokens, validation before/after. The attempts come from a scripted
 model speaking the real tokenizer's ids (so which tasks are mixed is known); SFT and validation run the real loop on
 a tiny model folder."""
@@ -12,7 +12,7 @@ from rllm.config import load_config
 from rllm.models.fake import FakeModel
 from rllm.runs import read_episodes
 from rllm.tasks import get_task
-from rllm.training.rft import run_rft
+from rllm.rft import run_rft
 
 
 def test_rft_keeps_only_the_successes_of_mixed_tasks(tmp_path, tiny_model_dir, smollm2_tokenizer, monkeypatch):

@@ -20,7 +20,7 @@ from rllm.tasks import get_task
 from rllm.types import TerminationReason
 from rllm.workflows import get_workflow
 from rllm.workflows.resolve import resolve_workflow
-from rllm.workflows.rollout_fn import RolloutWorkflow, rollout
+from rllm.gateway.rollout import RolloutWorkflow, rollout
 
 R = TerminationReason
 ROOT = Path(__file__).resolve().parents[2]

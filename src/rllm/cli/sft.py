@@ -84,7 +84,7 @@ def run_rft(args: argparse.Namespace) -> int:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
     from rllm.training.interrupt import TrainingInterrupted
-    from rllm.training.rft import run_rft as rft
+    from rllm.rft import run_rft as rft
     from rllm.training.trainer import format_result_table
 
     try:

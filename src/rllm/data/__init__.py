@@ -5,38 +5,16 @@ built-in tasks and their registry moved to `rllm.tasks`; their old names here
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Iterator, Mapping
 from typing import Any
 
-from rllm._deprecation import moved_attribute, warn_renamed
+from rllm._deprecation import moved_attribute
 
 __all__: list[str] = []
 
 
-class _TasksByName(Mapping):
-    """What `BUILTIN_TASKS` was, name -> task; a task's module is imported when it is looked up."""
-
-    def __getitem__(self, name: str) -> Any:
-        tasks = importlib.import_module("rllm.tasks")
-        if name not in tasks.REGISTRY:
-            raise KeyError(name)
-        return tasks.get_task(name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(importlib.import_module("rllm.tasks").TASK_NAMES)
-
-    def __len__(self) -> int:
-        return len(importlib.import_module("rllm.tasks").REGISTRY)
-
-
-def builtin_tasks_mapping(module: str) -> _TasksByName:
-    """The old `BUILTIN_TASKS`, served by this package and by `rllm.tasks` (the old `rllm.data.builtin`)."""
-    warn_renamed(f"{module}.BUILTIN_TASKS", "rllm.tasks.get_task(name) (names: rllm.tasks.TASK_NAMES)", stacklevel=4)
-    return _TasksByName()
-
-
 def __getattr__(name: str) -> Any:
-    if name == "BUILTIN_TASKS":
+    if name == "BUILTIN_TASKS":  # the mapping lives with the tasks: this old home imports them, never the reverse
+        from rllm.tasks import builtin_tasks_mapping
+
         return builtin_tasks_mapping(__name__)
     return moved_attribute(__name__, name)  # BuiltinTask, get_builtin_task: rllm._deprecation.MOVED_NAMES

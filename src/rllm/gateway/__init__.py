@@ -3,7 +3,7 @@ is rolled out (and trained) through per-session URLs, with the exact sampled tok
 
 - `Gateway` (`rllm.gateway.server`): the HTTP server, standalone (`rllm serve gateway`) or shared by rollouts.
 - `GatewaySession`, `CallRecord` (`rllm.gateway.session`): one conversation and what it recorded.
-- `rllm.rollout` (`rllm.workflows.rollout_fn`): the decorator that turns `fn(task, base_url)` into a Workflow.
+- `rllm.rollout` (`rllm.gateway.rollout`): the decorator that turns `fn(task, base_url)` into a Workflow.
 """
 
 from __future__ import annotations

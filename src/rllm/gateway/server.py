@@ -20,7 +20,7 @@ Two kinds of sessions, the same serving path (`rllm.gateway.session`):
   the gateway's model. It renders, budgets and seeds exactly as a workflow's `generate` does, because it IS a
   workflow's `generate` (a bare `Workflow` per session, uid "gateway"). Request temperature/top_p/seed are honoured
   by default; a request seed is combined with the call's position in the session, as workflows derive seeds.
-- Supplied (`open_session(handler)`): the rollout workflow (`rllm.workflows.rollout_fn`) hands its own `generate`,
+- Supplied (`open_session(handler)`): the rollout workflow (`rllm.gateway.rollout`) hands its own `generate`,
   so gateway calls are part of the episode like native ones. Unknown sessions are 404 then.
 
 Failures become OpenAI error objects: a spent length budget is 400 `context_length_exceeded`, a model or

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rllm._deprecation import moved_attribute
+from rllm._deprecation import moved_attribute, warn_renamed
 from rllm.errors import RllmError
 
 __all__ = ["REGISTRY", "TASK_NAMES", "Task", "UnknownTaskError", "get_task"]
@@ -105,7 +105,26 @@ def __getattr__(name: str) -> Any:
     if name == "TASK_NAMES":  # computed on access, so a task registered at run time passes config validation
         return tuple(sorted(REGISTRY))
     if name == "BUILTIN_TASKS":  # reached as the old rllm.data.builtin.BUILTIN_TASKS
-        from rllm.data import builtin_tasks_mapping
-
         return builtin_tasks_mapping(__name__)
     return moved_attribute(__name__, name)  # the old registry names: rllm._deprecation.MOVED_NAMES
+
+
+class _TasksByName(Mapping):
+    """What `BUILTIN_TASKS` was, name -> task; a task's module is imported when it is looked up."""
+
+    def __getitem__(self, name: str) -> Task:
+        if name not in REGISTRY:
+            raise KeyError(name)
+        return get_task(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(REGISTRY))
+
+    def __len__(self) -> int:
+        return len(REGISTRY)
+
+
+def builtin_tasks_mapping(module: str) -> Mapping[str, Task]:
+    """The old `BUILTIN_TASKS`, served by `rllm.data` and by this package (the old `rllm.data.builtin`)."""
+    warn_renamed(f"{module}.BUILTIN_TASKS", "rllm.tasks.get_task(name) (names: rllm.tasks.TASK_NAMES)", stacklevel=4)
+    return _TasksByName()

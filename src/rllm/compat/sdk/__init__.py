@@ -9,7 +9,7 @@ sampled when the client talks to an rllm gateway (`rllm serve gateway`, `rllm.ga
     s.steps[0].output["output_token_ids"]
 
 To train such an agent, make it a rollout function: `@rllm.rollout def solve(task, base_url)` that builds its client
-with `get_chat_client(base_url=base_url)` (rllm.workflows.rollout_fn); the gateway then records every call for the
+with `get_chat_client(base_url=base_url)` (rllm.gateway.rollout); the gateway then records every call for the
 trainer. `rllm.sdk.data_process.trajectory_view_to_trajectory` turns scored views into rllm trajectories.
 
 Not here (the names import, using them raises naming the gateway): rLLM's OpenTelemetry session backend, its LiteLLM

@@ -177,7 +177,7 @@ def _refuse_unsupported(backend: str, agent_run_func: Callable | None) -> None:
             "AgentTrainer(agent_run_func=...): rLLM's SDK trainer is not available here; make the function "
             "`@rllm.rollout def solve(task, base_url)` that builds its client with "
             "rllm.sdk.get_chat_client(base_url=base_url) and returns its reward, and train it with "
-            "AgentTrainer(workflow_class=solve) (rllm.workflows.rollout_fn)"
+            "AgentTrainer(workflow_class=solve) (rllm.gateway.rollout)"
         )
 
 

@@ -14,6 +14,9 @@
 
 `--resume <run>` skips the attempts once they are complete (their summary.json is written last) and resumes the
 SFT run from its checkpoint.
+
+It lives here, above `rllm.training` and `rllm.evaluation`, because it drives both (the import layers in
+pyproject.toml); its old path `rllm.training.rft` keeps working for one release.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@
 The decorator turns `fn(task, base_url) -> answer` (a sync or an async function) into a `RolloutWorkflow` subclass,
 usable wherever a workflow class is. Each episode:
 
-1. opens a session on the running loop's shared gateway (`rllm.gateway.shared_gateway`) whose handler is this
+1. opens a session on the running loop's shared gateway (`shared_gateway`) whose handler is this
    workflow's `generate` (conversation "main"): gateway calls go through the same rendering, length budget, seeds and
    mismatch counting as native rollouts, and the gateway restores its own replies to their sampled text so the
    turns merge into one training row;
@@ -49,6 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rllm.errors import RllmError
+from rllm.gateway.server import shared_gateway
 from rllm.rewards.base import RewardOutput, to_reward_output
 from rllm.tools.base import is_json_value
 from rllm.types import Step, Trajectory
@@ -81,8 +82,6 @@ class RolloutWorkflow(Workflow):
         self._session: Any = None
 
     async def run(self, task: dict, uid: str) -> None:
-        from rllm.gateway import shared_gateway
-
         self._gateway = gateway = await shared_gateway()
         session = gateway.open_session(self._complete, tokenizer=getattr(self.model, "tokenizer", None),
                                        sampling=self.sampling, honor_sampling=self.honor_sampling)  # fmt: skip
