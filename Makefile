@@ -9,19 +9,25 @@ STAMP := $(VENV)/.installed
 # (several GB) on machines whose disk can be nearly full.
 export PIP_NO_CACHE_DIR := 1
 
-.PHONY: demo test docs lint install models sandbox chromium vllm verl browsergym bench bench-busy clean
+.PHONY: demo test docs lint install models sandbox chromium vllm verl browsergym bench bench-busy clean wheel-test
 
 # The main job: GRPO + LoRA on the embedded Qwen2.5-Coder-0.5B, on a CPU (about 8 minutes on 2 cores).
 demo: models
 	$(RLLM) train configs/arithmetic_grpo.yaml
 
-test: models sandbox chromium vllm verl lint docs
+test: models sandbox chromium vllm verl lint docs wheel-test
 	$(PY) -m pytest -q tests
 	$(VERL_PY) -m pytest -q tests/verl
 
 # The documentation site, strict: a warning or a broken link fails the build (site/ is not committed).
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# The package as pip users get it: build the sdist and the wheel, install the wheel with the torch extra into a fresh
+# venv outside the checkout, and run fetch, configs, configs cp and one tiny training step there (~1.5 min, 1.3 GB
+# while it runs).
+wheel-test: models
+	scripts/wheel_test.sh $(PY)
 
 # ruff (the version pinned in the dev extra, the rules in pyproject.toml): formatting and lint, no fixes; then
 # import-linter: the import contracts in pyproject.toml (native code never imports rllm.compat).

@@ -35,7 +35,7 @@ _OLD_FLAGS = {
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate an agent: a config's validation split, or a built-in task's")
-    p.add_argument("config", help="a YAML config (e.g. configs/math_grpo.yaml) or a built-in task name (e.g. math)")
+    p.add_argument("config", help="a YAML config, a shipped config name (math_grpo) or a built-in task (math)")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.val_size=100 rollout.val_n=4")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     for name in _OLD_FLAGS:

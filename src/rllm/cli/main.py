@@ -3,9 +3,11 @@
 rllm eval frozenlake data.val_size=16            # the embedded model on a CPU
 rllm eval configs/math_grpo.yaml rollout.server=openai rollout.openai.base_url=URL   # any endpoint
 rllm train configs/frozenlake_grpo.yaml trainer.total_steps=20   # RL on the embedded model
+rllm train arithmetic_grpo trainer.total_steps=1  # a shipped config by name (rllm configs lists them)
 rllm sft configs/arithmetic_sft.yaml sft.episodes=runs/eval-...    # supervised fine-tuning on a run's successes
 rllm dpo configs/arithmetic_dpo.yaml dpo.episodes=runs/eval-...    # DPO on its success/failure pairs
 rllm rft configs/arithmetic_sft.yaml rft.attempts=4                # rejection sampling: attempts, keep, SFT
+rllm configs cp arithmetic_grpo my.yaml          # copy a shipped config to edit
 rllm fetch qwen2.5-coder-0.5b-instruct           # download + verify + convert an embedded model
 rllm serve gateway --upstream URL --model NAME --tokenizer NAME   # OpenAI-compatible gateway, exact token ids
 rllm swe build --out tasks.jsonl                 # SWE tasks from PyPI sdists (mutations, hidden tests)
@@ -19,6 +21,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from rllm.cli import configs as configs_cmd
 from rllm.cli import eval as eval_cmd
 from rllm.cli import fetch as fetch_cmd
 from rllm.cli import serve as serve_cmd
@@ -26,6 +29,7 @@ from rllm.cli import sft as sft_cmd
 from rllm.cli import swe as swe_cmd
 from rllm.cli import train as train_cmd
 from rllm.cli import view as view_cmd
+from rllm.errors import RllmError
 
 __all__ = ["main"]
 
@@ -53,6 +57,7 @@ class _IntermixedParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rllm", description="Train and evaluate language agents with RL.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_IntermixedParser)
+    configs_cmd.add_parser(sub)
     eval_cmd.add_parser(sub)
     fetch_cmd.add_parser(sub)
     serve_cmd.add_parser(sub)
@@ -88,10 +93,21 @@ def _require_config(args: argparse.Namespace) -> None:
     )
 
 
+def _resolve_config_name(args: argparse.Namespace) -> None:
+    """A shipped config's name (`rllm train arithmetic_grpo`) becomes its file. `rllm eval` also takes a built-in
+    task's name, so there only shipped names and paths resolve and anything else stays a task."""
+    config = getattr(args, "config", None)
+    if args.command not in (*_CONFIG_EXAMPLES, "eval") or not config or ("=" in config and not Path(config).exists()):
+        return
+    try:
+        args.config = configs_cmd.resolve_config(config)
+    except RllmError:
+        if args.command != "eval":
+            raise  # eval: a built-in task's name
+
+
 def main(argv: list[str] | None = None) -> int:
     import warnings
-
-    from rllm.errors import RllmError
 
     # A command line is an application: show our deprecations (Python hides those raised outside __main__).
     warnings.filterwarnings("default", message=".*deprecated and will be removed in the next release",
@@ -100,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     _require_config(args)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as typed (train may hand it over)
     try:
+        _resolve_config_name(args)
         return int(args.run(args) or 0)
     except RllmError as exc:  # our own errors already say what to do: no traceback
         print(f"error: {exc}", file=sys.stderr)

@@ -28,7 +28,7 @@ _HELP = {
 def add_parser(sub: argparse._SubParsersAction) -> None:
     for command, (summary, config, overrides, export) in _HELP.items():
         p = sub.add_parser(command, help=f"{summary} (config + key=value overrides)")
-        p.add_argument("config", nargs="?", help=f"YAML config, e.g. {config}")
+        p.add_argument("config", nargs="?", help=f"YAML config or shipped config name, e.g. {config}")
         p.add_argument("overrides", nargs="*", help=f"dotted overrides, e.g. {overrides}")
         p.add_argument(
             "--resume",
@@ -42,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(run=run, kind=command)
     p = sub.add_parser("rft", help="rejection-sampling fine-tuning: sampled attempts at the training tasks, SFT on "
                        "the successes of tasks with 0 < pass rate < 1, before/after validation")  # fmt: skip
-    p.add_argument("config", nargs="?", help="YAML config, e.g. configs/arithmetic_sft.yaml")
+    p.add_argument("config", nargs="?", help="YAML config or shipped config name, e.g. arithmetic_sft")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rft.attempts=8 sft.max_per_task=2")
     p.add_argument("--resume", default=None, help="continue an rft run directory (attempts kept, SFT resumed)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -33,7 +33,7 @@ def _verl_python() -> str | None:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an agent with RL (config file + key=value overrides)")
-    p.add_argument("config", nargs="?", help="YAML config, e.g. configs/frozenlake_grpo.yaml")
+    p.add_argument("config", nargs="?", help="YAML config or shipped config name (rllm configs): frozenlake_grpo")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.total_steps=20")
     p.add_argument(
         "--resume",

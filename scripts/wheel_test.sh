@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The package as pip users get it (`make wheel-test`, part of `make test`): build the sdist and the wheel, install
+# the wheel with the torch extra into a fresh venv outside the checkout (pip resolves every dependency from the
+# wheel's metadata, so a dependency missing there fails here), then run the first commands a user types from a
+# folder that has no configs/: fetch, configs, configs cp, and one tiny training step of a shipped config by name.
+#
+#   scripts/wheel_test.sh [PYTHON]     PYTHON builds (needs `build`, the dev extra) and makes the venv; default .venv
+#
+# The embedded model is reused from $RLLM_HOME (`make models` fetched it); the fresh venv costs ~1 min and 1.3 GB
+# (torch), removed at the end. WHEEL_TEST_KEEP=1 keeps the folder for inspection.
+set -euo pipefail
+checkout="$(cd "$(dirname "$0")/.." && pwd)"
+python="${1:-$checkout/.venv/bin/python}"
+case "$python" in /*) ;; */*) python="$PWD/$python" ;; esac  # absolute, the venv's symlink kept
+work="$(mktemp -d "${TMPDIR:-/tmp}/rllm-wheel-test.XXXXXX")"
+[ -n "${WHEEL_TEST_KEEP:-}" ] || trap 'rm -rf "$work"' EXIT
+step() { printf '\n== %s (%ss)\n' "$*" "$SECONDS"; }
+
+step "build the sdist and the wheel"
+"$python" -m build --outdir "$work/dist" "$checkout" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+wheel="$(ls "$work"/dist/rllm-*.whl)"
+ls "$work"/dist/rllm-*.tar.gz >/dev/null
+configs_in_wheel="$("$python" -c 'import sys, zipfile; print(sum(n.startswith("rllm/configs/") and n.endswith(".yaml") for n in zipfile.ZipFile(sys.argv[1]).namelist()))' "$wheel")"
+configs_in_checkout="$(ls "$checkout"/configs/*.yaml | wc -l)"
+[ "$configs_in_wheel" = "$configs_in_checkout" ] || { echo "the wheel holds $configs_in_wheel configs, configs/ $configs_in_checkout"; exit 1; }
+
+step "a fresh venv installs $(basename "$wheel")[torch]"
+"$python" -m venv "$work/venv"  # from a venv's Python too, the new venv has only the base interpreter's stdlib
+"$work/venv/bin/python" -m pip install -q --disable-pip-version-check "$wheel[torch]" >"$work/install.log" 2>&1 ||
+  { cat "$work/install.log"; exit 1; }
+
+mkdir "$work/user" && cd "$work/user"  # no checkout here: every config comes from the installed wheel
+rllm="$work/venv/bin/rllm"
+"$work/venv/bin/python" -c 'import rllm, sys; sys.exit("rllm imported from the checkout" if sys.argv[1] in rllm.__file__ else 0)' "$checkout"
+
+step "rllm fetch smollm2-135m-instruct"
+"$rllm" fetch smollm2-135m-instruct
+
+step "rllm configs"
+"$rllm" configs | tee configs.txt
+grep -q '^arithmetic_grpo  *rllm train  *The main job' configs.txt || { echo "rllm configs lacks arithmetic_grpo"; exit 1; }
+
+step "rllm configs cp arithmetic_grpo my.yaml"
+"$rllm" configs cp arithmetic_grpo my.yaml
+cmp my.yaml "$checkout/configs/arithmetic_grpo.yaml"
+
+step "rllm train arithmetic_grpo trainer.total_steps=1 (the tiny model, tiny sizes)"
+"$rllm" train arithmetic_grpo trainer.total_steps=1 model.name=smollm2-135m-instruct model.lora.rank=4 \
+  rollout.n=2 rollout.max_tokens=4 trainer.tasks_per_step=2 data.train_size=4 data.val_size=0 optim.micro_batch_size=2 \
+  trainer.tensorboard=false trainer.run_dir=runs trainer.name=wheel --no-progress
+test -f runs/wheel/metrics.jsonl
+
+step "the wheel works"
