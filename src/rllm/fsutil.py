@@ -1,5 +1,6 @@
 """Durable file operations shared by everything that writes state to disk (model cache, checkpoints): a folder or
-file appears complete in one rename, after its contents were fsynced, or not at all."""
+file appears complete in one rename, after its contents were fsynced, or not at all; and the cache folder they
+live under (`rllm_home`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,19 @@ import os
 import shutil
 from pathlib import Path
 
-__all__ = ["fsync_path", "install_dir_atomically", "sha256_of_file", "write_bytes_atomically", "write_text_atomically"]
+__all__ = [
+    "fsync_path",
+    "install_dir_atomically",
+    "rllm_home",
+    "sha256_of_file",
+    "write_bytes_atomically",
+    "write_text_atomically",
+]
+
+
+def rllm_home() -> Path:
+    """The root of rllm's cache: `$RLLM_HOME`, else `~/.cache/rllm`. Read on every call so tests can patch it."""
+    return Path(os.environ.get("RLLM_HOME") or Path.home() / ".cache" / "rllm").expanduser()
 
 
 def sha256_of_file(path: str | os.PathLike, chunk_bytes: int = 1 << 20) -> str:

@@ -104,3 +104,24 @@ def test_load_metrics_moved_to_the_run_module():
         assert trainer.load_metrics is runs.load_metrics
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         trainer.nothing_here  # noqa: B018
+
+
+# ---- moved so that imports only point down the layers (pyproject.toml, [tool.importlinter]) ------------------------
+
+
+@pytest.mark.parametrize(
+    "old, new", [("rllm.workflows.rollout_fn", "rllm.gateway.rollout"), ("rllm.training.rft", "rllm.rft")]
+)
+def test_modules_moved_down_the_layers_still_import(old, new, monkeypatch):
+    monkeypatch.delitem(sys.modules, old, raising=False)
+    with pytest.warns(DeprecationWarning, match=rf"module {old} is deprecated.*use {new}"):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(new)
+
+
+def test_plain_state_name_moved_to_the_checkpoint_module():
+    from rllm.training import checkpoint
+    from rllm.training.backends import torch_model
+
+    with pytest.warns(DeprecationWarning, match=r"torch_model\.plain_state_name.*use rllm\.training\.checkpoint\."):
+        assert torch_model.plain_state_name is checkpoint.plain_state_name

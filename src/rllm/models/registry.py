@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from rllm.errors import ModelNotAvailableError
-from rllm.fsutil import install_dir_atomically, sha256_of_file
+from rllm.fsutil import install_dir_atomically, rllm_home, sha256_of_file
 
 __all__ = [
     "DEFAULT_MODEL", "DERIVED_SPECS", "MODEL_SPECS", "DerivedSpec", "ModelChecksumError", "ModelSpec", "WheelMember",
@@ -152,11 +152,6 @@ DERIVED_SPECS: dict[str, DerivedSpec] = {
 }
 
 Log = Callable[[str], Any]
-
-
-def rllm_home() -> Path:
-    """The root of rllm's cache: `$RLLM_HOME`, else `~/.cache/rllm`. Read on every call so tests can patch it."""
-    return Path(os.environ.get("RLLM_HOME") or Path.home() / ".cache" / "rllm").expanduser()
 
 
 def model_cache_dir(name: str) -> Path:

@@ -56,7 +56,7 @@ class SWEDataError(RllmError, ValueError):
 
 
 def swe_home() -> Path:
-    from rllm.models.registry import rllm_home
+    from rllm.fsutil import rllm_home
 
     home = rllm_home() / "swe"
     home.mkdir(parents=True, exist_ok=True)
