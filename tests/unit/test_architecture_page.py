@@ -1,12 +1,15 @@
 """docs/architecture.md must stay true of the code: every `path.py:function` it names (relative to src/rllm/) is
-defined there, every `rllm.module` it names exists, and every test file it cites is in the repository. Read from the
-source's syntax trees, nothing imported, so a rename or a move fails here rather than leaving the page wrong."""
+defined there, every `rllm.module` it names exists, every test file it cites is in the repository, and its table of
+layers is the import-linter layers contract in pyproject.toml. Read from the source's syntax trees and the TOML,
+nothing imported, so a rename, a move or a new layer fails here rather than leaving the page wrong. And no
+docstring cites a design file the repository does not hold."""
 
 from __future__ import annotations
 
 import ast
 import functools
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,8 @@ _MODULE_REF = re.compile(r"`(rllm(?:\.[A-Za-z_]\w*)+)`")
 # `tests/contract/test_token_extension.py`
 _TEST_REF = re.compile(r"`(tests/[\w/]+\.py)`")
 _PLACEHOLDER = "X"  # the compat rule's `rllm.compat.X`: any module
+# a row of the layers table: `| 8 | `rllm.engine`, `rllm.gateway` | ... |`
+_LAYER_ROW = re.compile(r"^\| (\d+) \| ([^|]*) \|", re.MULTILINE)
 
 
 def _page() -> str:
@@ -111,3 +116,34 @@ def test_every_module_the_page_names_exists():
 def test_every_test_file_the_page_cites_exists():
     missing = [path for path in sorted(set(_TEST_REF.findall(_page()))) if not (ROOT / path).is_file()]
     assert not missing, f"docs/architecture.md cites test files that do not exist: {missing}"
+
+
+def _page_layers() -> list[set[str]]:
+    """The layers table of the page's "Layers and the import rule" section, top to bottom."""
+    section = _page().split("## Layers and the import rule", 1)[1].split("\n## ", 1)[0]
+    rows = _LAYER_ROW.findall(section)
+    assert [int(number) for number, _ in rows] == list(range(1, len(rows) + 1)), rows
+    return [set(re.findall(r"`rllm\.(\w+)`", modules)) for _, modules in rows]
+
+
+def _contract_layers() -> list[set[str]]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    assert len(contracts) == 1, "pyproject.toml should hold one layers contract"
+    return [{name.strip() for name in layer.split("|")} for layer in contracts[0]["layers"]]
+
+
+def test_the_layers_table_is_the_import_linter_contract():
+    assert _page_layers() == _contract_layers(), (
+        "docs/architecture.md's layers table and pyproject.toml's layers contract differ: update the table"
+    )
+
+
+def test_no_docstring_cites_a_design_file_the_repository_lacks():
+    citing = [
+        str(path.relative_to(ROOT))
+        for folder in ("src", "tests")
+        for path in (ROOT / folder).rglob("*.py")
+        if "DESIGN.md" in path.read_text(encoding="utf-8") and path != Path(__file__).resolve()
+    ]
+    assert not citing, f"these cite DESIGN.md, which is not in the repository; cite docs/architecture.md: {citing}"

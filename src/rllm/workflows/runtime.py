@@ -11,12 +11,13 @@ Choices:
   is `ERROR` (a bug; the traceback is kept). The site is written on the exception as it passes through a helper
   (innermost wins), so it survives `asyncio.gather` of concurrent calls inside one workflow.
 - Length budget (only when the model has a tokenizer, i.e. prompts are token ids). A conversation trains as rows
-  `[prompt, A0, obs1, A1, ...]` (DESIGN.md): `max_prompt_length` bounds a row's prompt and `max_response_length`
-  everything after it (completions and the observation deltas between them). So each call gets
-  `max_tokens = min(sampling.max_tokens, remaining)`, and a call with nothing remaining ends the episode with
-  `MAX_RESPONSE_LENGTH`, which guarantees the merged row fits. A prompt whose ids do not start with the previous
-  prompt + completion (`ChatRenderer.extended` is false, and it counts a mismatch) starts a new row, bounded by
-  `max_prompt_length` again: the rule `build_rows` merges by, so the budget is kept for the rows that are built.
+  `[prompt, A0, obs1, A1, ...]` of the sampled ids (docs/architecture.md, "Token exactness"): `max_prompt_length`
+  bounds a row's prompt and `max_response_length` everything after it (completions and the observation deltas
+  between them). So each call gets `max_tokens = min(sampling.max_tokens, remaining)`, and a call with nothing
+  remaining ends the episode with `MAX_RESPONSE_LENGTH`, which guarantees the merged row fits. A prompt whose ids do
+  not start with the previous prompt + completion (`ChatRenderer.extended` is false, and it counts a mismatch) starts
+  a new row, bounded by `max_prompt_length` again: the rule `build_rows` merges by, so the budget is kept for the rows
+  that are built.
 """
 
 from __future__ import annotations
