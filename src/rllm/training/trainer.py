@@ -5,7 +5,8 @@
     trainer.train()
     AgentTrainer(workflow_class=SolverJudgeWorkflow, workflow_args={...}, config=...)  # every role, one model
 
-Reading order: one RL step, file:function in the order it runs.
+Reading order: one RL step, file:function in the order it runs (docs/architecture.md, "One GRPO step", follows the
+whole path, from the command line through sampling to the checkpoint).
 
     training/trainer.py           AgentTrainer._train_step       the step, top to bottom
     engine/workflow_engine.py     AgentWorkflowEngine.execute_tasks_async   each task rollout.n times -> Episodes
