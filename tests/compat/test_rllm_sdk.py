@@ -140,8 +140,8 @@ def test_what_rllm_does_not_have_imports_and_names_the_gateway_on_use():
 
 def test_an_sdk_agent_trains_as_a_rollout_function_through_the_same_gateway_session():
     from rllm.engine.workflow_engine import AgentWorkflowEngine
-    from rllm.models.fake import FakeModel, FakeTokenizer
     from rllm.gateway.rollout import rollout
+    from rllm.models.fake import FakeModel, FakeTokenizer
 
     seen = []
 

@@ -10,9 +10,9 @@ from collections import Counter
 
 from rllm.config import load_config
 from rllm.models.fake import FakeModel
+from rllm.rft import run_rft
 from rllm.runs import read_episodes
 from rllm.tasks import get_task
-from rllm.rft import run_rft
 
 
 def test_rft_keeps_only_the_successes_of_mixed_tasks(tmp_path, tiny_model_dir, smollm2_tokenizer, monkeypatch):

@@ -13,6 +13,7 @@ import rllm
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.errors import InfraError
 from rllm.gateway import server
+from rllm.gateway.rollout import RolloutWorkflow, rollout
 from rllm.models.base import SamplingParams
 from rllm.models.fake import FakeModel, FakeTokenizer
 from rllm.rewards.base import RewardOutput
@@ -20,7 +21,6 @@ from rllm.tasks import get_task
 from rllm.types import TerminationReason
 from rllm.workflows import get_workflow
 from rllm.workflows.resolve import resolve_workflow
-from rllm.gateway.rollout import RolloutWorkflow, rollout
 
 R = TerminationReason
 ROOT = Path(__file__).resolve().parents[2]

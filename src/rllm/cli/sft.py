@@ -83,8 +83,8 @@ def run_rft(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
-    from rllm.training.interrupt import TrainingInterrupted
     from rllm.rft import run_rft as rft
+    from rllm.training.interrupt import TrainingInterrupted
     from rllm.training.trainer import format_result_table
 
     try:
