@@ -20,8 +20,14 @@ import sys
 import warnings
 from typing import Any
 
-__all__ = ["MOVED_MODULES", "MOVED_NAMES", "apply_renames", "install_moved_module_finder", "moved_attribute",
-           "warn_renamed"]  # fmt: skip
+__all__ = [
+    "MOVED_MODULES",
+    "MOVED_NAMES",
+    "apply_renames",
+    "install_moved_module_finder",
+    "moved_attribute",
+    "warn_renamed",
+]
 
 # old module path -> new module path
 MOVED_MODULES: dict[str, str] = {
@@ -92,8 +98,10 @@ def apply_renames(
         if old not in out:
             continue
         if new in out:
-            raise RenamedTwiceError(f"{label.format(old)} (deprecated) and {label.format(new)} are both given; "
-                                    f"keep only {label.format(new)}")  # fmt: skip
+            raise RenamedTwiceError(
+                f"{label.format(old)} (deprecated) and {label.format(new)} are both given; "
+                f"keep only {label.format(new)}"
+            )
         warn_renamed(label.format(old), label.format(new), stacklevel=stacklevel)
         out[new] = out.pop(old)
     return out

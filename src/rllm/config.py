@@ -35,10 +35,27 @@ from rllm.errors import RllmError
 from rllm.models.base import SamplingParams
 
 __all__ = [
-    "AlgorithmConfig", "ConfigError", "DPOConfig", "DataConfig", "DistillConfig", "LoraConfig", "ModelConfig",
-    "OpenAIEndpointConfig", "OptimConfig", "RFTConfig", "RoleAlgorithmConfig", "RolloutConfig", "SFTConfig",
-    "TrainConfig", "TrainerConfig", "VLLMConfig", "config_help", "dump_config", "load_config", "override_config",
-]  # fmt: skip
+    "AlgorithmConfig",
+    "ConfigError",
+    "DPOConfig",
+    "DataConfig",
+    "DistillConfig",
+    "LoraConfig",
+    "ModelConfig",
+    "OpenAIEndpointConfig",
+    "OptimConfig",
+    "RFTConfig",
+    "RoleAlgorithmConfig",
+    "RolloutConfig",
+    "SFTConfig",
+    "TrainConfig",
+    "TrainerConfig",
+    "VLLMConfig",
+    "config_help",
+    "dump_config",
+    "load_config",
+    "override_config",
+]
 
 # Same string as `rllm.models.registry.DEFAULT_MODEL` (a test pins it); copied so this module imports no registry.
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
@@ -88,23 +105,33 @@ class LoraConfig(_Section):
 class ModelConfig(_Section):
     """The policy model and how it is fine-tuned."""
 
-    name: str = Field(DEFAULT_MODEL, min_length=1, description="Embedded model name (see `rllm fetch`) or a local "
-                      "transformers folder.")  # fmt: skip
+    name: str = Field(
+        DEFAULT_MODEL,
+        min_length=1,
+        description="Embedded model name (see `rllm fetch`) or a local transformers folder.",
+    )
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="Weight dtype for training and rollouts.")
     lora: LoraConfig = Field(
         default_factory=LoraConfig, description="LoRA adapters (peft): train small low-rank matrices, not every weight."
     )
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
-    device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="Where the torch backend trains and the "
-                        "local rollout model samples: cpu, or one GPU (cuda, cuda:N).")  # fmt: skip
+    device: str = Field(
+        "cpu",
+        pattern=r"^(cpu|cuda(:\d+)?)$",
+        description="Where the torch backend trains and the "
+        "local rollout model samples: cpu, or one GPU (cuda, cuda:N).",
+    )
     vision_tower: Literal["frozen", "trainable"] = Field(
         "frozen",
         description="A vision-language model's image side (vision encoder and connector): frozen, or "
         "trained whole (beside LoRA adapters of the language model).",
     )
-    init_from: str | None = Field(None, description="Start from the weights another run trained (its directory or "
-                                  "a checkpoint; LoRA merged in), e.g. GRPO after rllm sft; null: the base "
-                                  "model.")  # fmt: skip
+    init_from: str | None = Field(
+        None,
+        description="Start from the weights another run trained (its directory or "
+        "a checkpoint; LoRA merged in), e.g. GRPO after rllm sft; null: the base "
+        "model.",
+    )
 
 
 class VLLMConfig(_Section):
@@ -115,8 +142,11 @@ class VLLMConfig(_Section):
         description="Attach to this running server (http://host:port/v1, started "
         "with VLLM_SERVER_DEV_MODE=1 to train); null: rllm starts one for the run.",
     )
-    python: str | None = Field(None, description="Python that runs vLLM; null: $RLLM_VLLM_PYTHON, ./.venv-vllm "
-                               "(make vllm), or this one if it has vllm.")  # fmt: skip
+    python: str | None = Field(
+        None,
+        description="Python that runs vLLM; null: $RLLM_VLLM_PYTHON, ./.venv-vllm "
+        "(make vllm), or this one if it has vllm.",
+    )
     sync: Literal["reload", "lora", "nccl"] = Field(
         "reload",
         description="Weight sync: reload (whole model from safetensors), lora (hot-load the adapter), nccl (GPU slot).",
@@ -124,8 +154,11 @@ class VLLMConfig(_Section):
     dtype: str = Field("float32", description="Server dtype; float32 matches the CPU trainer's logprobs.")
     max_model_len: int | None = Field(None, ge=1, description="Context length of the server; null: the model's.")
     max_lora_rank: int = Field(16, ge=1, description="Largest adapter rank the server accepts (sync: lora).")
-    logprob_tolerance: float = Field(0.02, gt=0, description="Most |server - trainer| logprob difference on the "
-                                     "probe after a sync; more fails the run.")  # fmt: skip
+    logprob_tolerance: float = Field(
+        0.02,
+        gt=0,
+        description="Most |server - trainer| logprob difference on the probe after a sync; more fails the run.",
+    )
     startup_timeout: float = Field(600.0, gt=0, description="Seconds to wait for the server to come up.")
     extra_args: list[str] = Field(default_factory=list, description="More `vllm serve` arguments.")
 
@@ -133,11 +166,15 @@ class VLLMConfig(_Section):
 class OpenAIEndpointConfig(_Section):
     """Any OpenAI-compatible endpoint, for `rllm eval` (`rollout.server: openai`; rllm.models.openai)."""
 
-    base_url: str | None = Field(None, description="The endpoint, e.g. https://api.openai.com/v1 or "
-                                 "http://host:8000/v1.")  # fmt: skip
+    base_url: str | None = Field(
+        None, description="The endpoint, e.g. https://api.openai.com/v1 or http://host:8000/v1."
+    )
     model: str | None = Field(None, description="The served model's name; null: model.name.")
-    tokenizer: str | None = Field(None, description="Tokenizer name or folder for token-in/token-out (exact ids and "
-                                  "logprobs, vLLM/SGLang); null: chat mode, no token ids.")  # fmt: skip
+    tokenizer: str | None = Field(
+        None,
+        description="Tokenizer name or folder for token-in/token-out (exact ids and "
+        "logprobs, vLLM/SGLang); null: chat mode, no token ids.",
+    )
     api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key.")
     timeout: float = Field(60.0, gt=0, description="Seconds one request may take before it is retried.")
     max_retries: int = Field(
@@ -151,13 +188,17 @@ class OpenAIEndpointConfig(_Section):
 class RolloutConfig(_Section):
     """How episodes are sampled from the policy during training, validation and `rllm eval`."""
 
-    server: Literal["local", "vllm", "openai"] = Field("local", description="Who samples: local (LocalModel; in "
-                                                       "training it shares the trainer's weights), vllm (a vLLM "
-                                                       "server; weights synced in training) or openai (any "
-                                                       "OpenAI-compatible endpoint; eval only).")  # fmt: skip
+    server: Literal["local", "vllm", "openai"] = Field(
+        "local",
+        description="Who samples: local (LocalModel; in "
+        "training it shares the trainer's weights), vllm (a vLLM "
+        "server; weights synced in training) or openai (any "
+        "OpenAI-compatible endpoint; eval only).",
+    )
     vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="The vLLM server (server: vllm).")
-    openai: OpenAIEndpointConfig = Field(default_factory=OpenAIEndpointConfig, description="The endpoint "
-                                         "(server: openai).")  # fmt: skip
+    openai: OpenAIEndpointConfig = Field(
+        default_factory=OpenAIEndpointConfig, description="The endpoint (server: openai)."
+    )
 
     n: int = Field(4, ge=1, description="Samples per task: the group size of grpo/dr_grpo/rloo.")
     temperature: float = Field(1.0, ge=0, description="Sampling temperature for training rollouts.")
@@ -167,16 +208,24 @@ class RolloutConfig(_Section):
     max_steps: int = Field(8, ge=1, description="Most agent turns (model calls) per episode.")
     n_parallel: int = Field(32, ge=1, description="Episodes in flight at once.")
     max_prompt_length: int = Field(2048, ge=1, description="Longest first prompt in tokens; longer ends the episode.")
-    max_response_length: int = Field(2048, ge=1, description="Most tokens after the first prompt (model replies and "
-                                     "observations) per trajectory; more ends the episode.")  # fmt: skip
+    max_response_length: int = Field(
+        2048,
+        ge=1,
+        description="Most tokens after the first prompt (model replies and "
+        "observations) per trajectory; more ends the episode.",
+    )
     step_timeout: float | None = Field(None, gt=0, description="Seconds for one model call + env step; null: none.")
     episode_timeout: float | None = Field(None, gt=0, description="Seconds for one whole episode; null: none.")
     retry_limit: int = Field(2, ge=0, description="Retries of an episode that hit an infrastructure error.")
     val_temperature: float = Field(0.0, ge=0, description="Temperature for validation and eval; 0 is greedy.")
     val_n: int = Field(1, ge=1, description="Samples per task in validation and eval.")
-    max_staleness: int = Field(0, ge=0, description="Asynchronous training: rollouts for steps k+1..k+s are sampled "
-                               "while step k trains, each step's with the weights of s updates before (its tokens "
-                               "are at most s versions old); 0 is synchronous (rollout, then update).")  # fmt: skip
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        description="Asynchronous training: rollouts for steps k+1..k+s are sampled "
+        "while step k trains, each step's with the weights of s updates before (its tokens "
+        "are at most s versions old); 0 is synchronous (rollout, then update).",
+    )
     dtype: Literal["float32", "bfloat16"] | None = Field(
         None,
         description="Dtype the local rollout model samples in; null: the training weights' (float32, shared with "
@@ -257,10 +306,12 @@ class OffPolicyConfig(_Section):
     @model_validator(mode="after")
     def _bypass_masks_only(self) -> OffPolicyConfig:
         if self.mode == "bypass" and self.is_level is not None and self.is_mode == "truncate":
-            raise ValueError("algorithm.off_policy.is_mode=truncate with mode=bypass: in bypass mode the PPO ratio "
-                             "pi_theta / pi_sampler already is the importance weight, so there is nothing to "
-                             "truncate; set algorithm.off_policy.mode=decoupled (ratio against the trainer's own "
-                             "log-probs, truncated pi_prox / pi_sampler weights) or is_mode=mask")  # fmt: skip
+            raise ValueError(
+                "algorithm.off_policy.is_mode=truncate with mode=bypass: in bypass mode the PPO ratio "
+                "pi_theta / pi_sampler already is the importance weight, so there is nothing to "
+                "truncate; set algorithm.off_policy.mode=decoupled (ratio against the trainer's own "
+                "log-probs, truncated pi_prox / pi_sampler weights) or is_mode=mask"
+            )
         return self
 
 
@@ -269,35 +320,48 @@ class RoleAlgorithmConfig(_Section):
     `algorithm.<key>`."""
 
     advantage: AdvantageName | None = Field(None, description="Estimator for this role; null: algorithm.advantage.")
-    norm_by_std: bool | None = Field(None, description="grpo only: divide by the group's reward std; null: "
-                                     "algorithm.norm_by_std.")  # fmt: skip
+    norm_by_std: bool | None = Field(
+        None, description="grpo only: divide by the group's reward std; null: algorithm.norm_by_std."
+    )
     stepwise: bool | None = Field(None, description="Per-step rewards for this role; null: algorithm.stepwise.")
     gamma: float | None = Field(None, ge=0, le=1, description="Discount across steps; null: algorithm.gamma.")
-    policy_loss: Literal["ppo", "gspo", "cispo"] | None = Field(None, description="This role's policy-gradient "
-                                                                "loss; null: algorithm.policy_loss.")  # fmt: skip
-    clip_low: float | None = Field(None, ge=0, lt=1, description="This role's ratio clip below; null: "
-                                   "algorithm.clip_low.")  # fmt: skip
+    policy_loss: Literal["ppo", "gspo", "cispo"] | None = Field(
+        None, description="This role's policy-gradient loss; null: algorithm.policy_loss."
+    )
+    clip_low: float | None = Field(
+        None, ge=0, lt=1, description="This role's ratio clip below; null: algorithm.clip_low."
+    )
     clip_high: float | None = Field(None, ge=0, description="This role's ratio clip above; null: algorithm.clip_high.")
 
 
 class AlgorithmConfig(_Section):
     """Advantage estimation and the policy loss."""
 
-    advantage: AdvantageName = Field("grpo", description="Advantage estimator; gae trains a critic (PPO), the "
-                                     "others need none; reinforce is the raw reward (no baseline).")  # fmt: skip
-    norm_by_std: bool = Field(True, description="grpo only: divide advantages by the group's reward std "
-                              "(dr_grpo never does; that is its point).")  # fmt: skip
-    stepwise: bool = Field(False, description="Use per-step rewards (discounted by gamma) instead of one "
-                           "reward per trajectory.")  # fmt: skip
+    advantage: AdvantageName = Field(
+        "grpo",
+        description="Advantage estimator; gae trains a critic (PPO), the "
+        "others need none; reinforce is the raw reward (no baseline).",
+    )
+    norm_by_std: bool = Field(
+        True,
+        description="grpo only: divide advantages by the group's reward std (dr_grpo never does; that is its point).",
+    )
+    stepwise: bool = Field(
+        False, description="Use per-step rewards (discounted by gamma) instead of one reward per trajectory."
+    )
     gamma: float = Field(1.0, ge=0, le=1, description="Discount factor across tokens/steps.")
     lam: float = Field(1.0, ge=0, le=1, description="GAE lambda (gae only).")
-    policy_loss: Literal["ppo", "gspo", "cispo"] = Field("ppo", description="The policy-gradient loss: ppo (clipped "
+    policy_loss: Literal["ppo", "gspo", "cispo"] = Field(
+        "ppo",
+        description="The policy-gradient loss: ppo (clipped "
         "per-token ratio), gspo (per-sequence ratio and clip; clip_low/high ~3e-4/4e-4, loss_agg seq-mean-token-mean), "
-        "cispo (REINFORCE with clipped, detached per-token importance weights).")  # fmt: skip
+        "cispo (REINFORCE with clipped, detached per-token importance weights).",
+    )
     clip_low: float = Field(0.2, ge=0, lt=1, description="PPO ratio clip below: ratio >= 1 - clip_low.")
     clip_high: float = Field(0.2, ge=0, description="PPO ratio clip above: ratio <= 1 + clip_high (DAPO uses 0.28).")
-    dual_clip: float | None = Field(None, gt=1, description="Dual-clip constant c > 1 bounding the loss of "
-                                    "negative advantages; null: off.")  # fmt: skip
+    dual_clip: float | None = Field(
+        None, gt=1, description="Dual-clip constant c > 1 bounding the loss of negative advantages; null: off."
+    )
     loss_agg: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field(
         "token-mean", description="How token losses become one number: mean over all tokens, or per sequence first."
     )
@@ -315,18 +379,27 @@ class AlgorithmConfig(_Section):
         "fewer than trainer.tasks_per_step tasks have a group with differing rewards, "
         "sample that many more tasks, up to this many rounds a step (1: none).",
     )
-    overlong_buffer: int | None = Field(None, ge=1, description="DAPO's soft overlong punishment: a reply within this "
-                                        "many tokens of rollout.max_tokens loses up to overlong_penalty, linearly "
-                                        "(rllm.rewards.shaping.soft_overlong_penalty); null: off.")  # fmt: skip
+    overlong_buffer: int | None = Field(
+        None,
+        ge=1,
+        description="DAPO's soft overlong punishment: a reply within this "
+        "many tokens of rollout.max_tokens loses up to overlong_penalty, linearly "
+        "(rllm.rewards.shaping.soft_overlong_penalty); null: off.",
+    )
     overlong_penalty: float = Field(1.0, ge=0, description="The overlong punishment at rollout.max_tokens.")
-    mask_infra_errors: bool = Field(True, description="Keep episodes that failed on our side (infra errors) out of "
-                                    "the loss and of group baselines.")  # fmt: skip
-    policy_error_reward: float | None = Field(None, description="Reward for episodes ended by a policy error (bad "
-                                              "format, bad tool call); null keeps the env's reward.")  # fmt: skip
+    mask_infra_errors: bool = Field(
+        True, description="Keep episodes that failed on our side (infra errors) out of the loss and of group baselines."
+    )
+    policy_error_reward: float | None = Field(
+        None,
+        description="Reward for episodes ended by a policy error (bad "
+        "format, bad tool call); null keeps the env's reward.",
+    )
     value_coef: float = Field(0.5, ge=0, description="Weight of the critic's value loss (gae only).")
     value_clip: float | None = Field(0.5, gt=0, description="Clip range of value updates (gae only); null: off.")
-    off_policy: OffPolicyConfig = Field(default_factory=OffPolicyConfig, description="Off-policy corrections and "
-                                        "the train-inference mismatch metric.")  # fmt: skip
+    off_policy: OffPolicyConfig = Field(
+        default_factory=OffPolicyConfig, description="Off-policy corrections and the train-inference mismatch metric."
+    )
     roles: dict[str, RoleAlgorithmConfig] = Field(
         default_factory=dict,
         description="Per-role overrides keyed by trajectory name, e.g. {judge: {advantage: reinforce}}; each may set "
@@ -338,8 +411,10 @@ class AlgorithmConfig(_Section):
     @classmethod
     def _dual_clip_is_ppos(cls, dual_clip: float | None, info: ValidationInfo) -> float | None:
         if dual_clip is not None and info.data.get("policy_loss", "ppo") != "ppo":
-            raise ValueError(f"algorithm.dual_clip bounds PPO's loss of negative advantages; policy_loss="
-                             f"{info.data['policy_loss']!r} has no such branch: drop algorithm.dual_clip")  # fmt: skip
+            raise ValueError(
+                f"algorithm.dual_clip bounds PPO's loss of negative advantages; policy_loss="
+                f"{info.data['policy_loss']!r} has no such branch: drop algorithm.dual_clip"
+            )
         return dual_clip
 
     @field_validator("roles")
@@ -355,21 +430,24 @@ class AlgorithmConfig(_Section):
                 fix = f"set algorithm.advantage=gae (all roles then use the critic) or give {role!r} another one"
             else:
                 fix = f"drop algorithm.roles.{role}.advantage (it inherits gae) or change algorithm.advantage"
-            raise ValueError(f"algorithm.roles.{role}.advantage={settings.advantage!r} with algorithm.advantage="
-                             f"{advantage!r}: gae (a critic) is for all roles or none; {fix}")  # fmt: skip
+            raise ValueError(
+                f"algorithm.roles.{role}.advantage={settings.advantage!r} with algorithm.advantage="
+                f"{advantage!r}: gae (a critic) is for all roles or none; {fix}"
+            )
         return roles
 
     @field_validator("roles")
     @classmethod
-    def _dual_clip_is_ppos_per_role(cls, roles: dict[str, RoleAlgorithmConfig],
-                                    info: ValidationInfo) -> dict:  # fmt: skip
+    def _dual_clip_is_ppos_per_role(cls, roles: dict[str, RoleAlgorithmConfig], info: ValidationInfo) -> dict:
         if info.data.get("dual_clip") is None:
             return roles
         for role, settings in roles.items():
             if settings.policy_loss not in (None, "ppo"):
-                raise ValueError(f"algorithm.dual_clip bounds PPO's loss of negative advantages; algorithm.roles."
-                                 f"{role}.policy_loss={settings.policy_loss!r} has no such branch: drop "
-                                 "algorithm.dual_clip or keep that role on ppo")  # fmt: skip
+                raise ValueError(
+                    f"algorithm.dual_clip bounds PPO's loss of negative advantages; algorithm.roles."
+                    f"{role}.policy_loss={settings.policy_loss!r} has no such branch: drop "
+                    "algorithm.dual_clip or keep that role on ppo"
+                )
         return roles
 
     def for_role(self, role: str) -> AlgorithmConfig:
@@ -381,8 +459,9 @@ class AlgorithmConfig(_Section):
 
     def roles_override_policy_loss(self) -> bool:
         """Whether some role sets its own policy_loss, clip_low or clip_high (rows then need their roles)."""
-        return any(r.policy_loss is not None or r.clip_low is not None or r.clip_high is not None
-                   for r in self.roles.values())  # fmt: skip
+        return any(
+            r.policy_loss is not None or r.clip_low is not None or r.clip_high is not None for r in self.roles.values()
+        )
 
     def uses_advantage(self, name: str) -> bool:
         """Whether estimator `name` is used globally or by any role (e.g. "remax" needs greedy rollouts)."""
@@ -393,16 +472,22 @@ class OptimConfig(_Section):
     """The optimizer (AdamW), its schedule and batching."""
 
     lr: float = Field(5e-5, gt=0, description="Peak learning rate.")
-    critic_lr: float = Field(1e-4, gt=0, description="Peak learning rate of the critic's value head (advantage gae; "
-                             "the shared trunk follows lr).")  # fmt: skip
+    critic_lr: float = Field(
+        1e-4,
+        gt=0,
+        description="Peak learning rate of the critic's value head (advantage gae; the shared trunk follows lr).",
+    )
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas (b1, b2), each in [0, 1).")
     eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
     grad_clip: float | None = Field(1.0, gt=0, description="Clip the gradient's global norm to this; null: off.")
     warmup_steps: int = Field(0, ge=0, description="Steps of linear warmup from 0 to lr.")
     schedule: Literal["constant", "linear", "cosine"] = Field("constant", description="Learning rate after warmup.")
-    micro_batch_size: int = Field(4, ge=1, description="Rows per forward/backward; gradients accumulate over "
-                                  "micro-batches up to one optimizer step.")  # fmt: skip
+    micro_batch_size: int = Field(
+        4,
+        ge=1,
+        description="Rows per forward/backward; gradients accumulate over micro-batches up to one optimizer step.",
+    )
 
     @field_validator("betas")
     @classmethod
@@ -416,12 +501,14 @@ class TrainerConfig(_Section):
     """The training loop: length, validation, checkpoints, logging and where the run is written."""
 
     backend: Literal["torch", "verl"] = Field(
-        "torch", description="Training backend: torch (embedded: transformers + peft, CPU or one GPU) or verl (FSDP "
+        "torch",
+        description="Training backend: torch (embedded: transformers + peft, CPU or one GPU) or verl (FSDP "
         "workers on Ray; see the verl section).",
-    )  # fmt: skip
+    )
     nodes: int = Field(1, ge=1, description="Ray nodes the verl backend's workers span.")
-    workers_per_node: int = Field(1, ge=1, description="verl training workers (processes; one GPU each on GPUs, one "
-                                  "CPU each on CPUs) per node.")  # fmt: skip
+    workers_per_node: int = Field(
+        1, ge=1, description="verl training workers (processes; one GPU each on GPUs, one CPU each on CPUs) per node."
+    )
     total_steps: int = Field(20, ge=1, description="Training steps (each: rollout, update, push weights).")
     tasks_per_step: int = Field(8, ge=1, description="Tasks per step; each is rolled out rollout.n times.")
     val_every: int = Field(0, ge=0, description="Validate every this many steps; 0: only before and after training.")
@@ -445,8 +532,11 @@ class TrainerConfig(_Section):
     )
     seed: int = Field(0, description="Seed for sampling, shuffling and initialisation.")
     run_dir: str = Field("runs", min_length=1, description="Parent folder of run directories.")
-    name: str | None = Field(None, description="Run directory name under run_dir; null: made from the kind (train "
-                             "or eval), task, estimator and time.")  # fmt: skip
+    name: str | None = Field(
+        None,
+        description="Run directory name under run_dir; null: made from the kind (train "
+        "or eval), task, estimator and time.",
+    )
     resume: str | None = Field(None, description="Run directory or checkpoint to resume from; null: start fresh.")
     stop_after: int | None = Field(
         None,
@@ -460,9 +550,13 @@ class TrainerConfig(_Section):
         "(needs the tensorboard package, part of the torch extra).",
     )
     log_episodes: bool = Field(True, description="Write every episode to the run's episodes JSONL.")
-    max_nonfinite_updates: int = Field(3, ge=1, description="Stop the run after this many updates in a row whose "
-                                       "loss or gradient was not finite (each is skipped: the weights never take a "
-                                       "NaN).")  # fmt: skip
+    max_nonfinite_updates: int = Field(
+        3,
+        ge=1,
+        description="Stop the run after this many updates in a row whose "
+        "loss or gradient was not finite (each is skipped: the weights never take a "
+        "NaN).",
+    )
 
 
 class VerlConfig(_Section):
@@ -471,17 +565,29 @@ class VerlConfig(_Section):
     strategy: Literal["fsdp2", "fsdp"] = Field("fsdp2", description="verl's FSDP version (fsdp, FSDP1, is GPU-only).")
     param_offload: bool = Field(False, description="Keep parameters on the CPU between uses (GPU memory).")
     optimizer_offload: bool = Field(False, description="Keep optimizer states on the CPU between uses (GPU memory).")
-    micro_batch_size: int | None = Field(None, ge=1, description="Rows per forward/backward on each worker; null: "
-                                         "optim.micro_batch_size.")  # fmt: skip
+    micro_batch_size: int | None = Field(
+        None, ge=1, description="Rows per forward/backward on each worker; null: optim.micro_batch_size."
+    )
     ulysses_sequence_parallel_size: int = Field(1, ge=1, description="Ulysses sequence parallelism across workers.")
-    attn_implementation: str | None = Field(None, description="transformers attention; null: sdpa on CPU, verl's "
-                                            "default (flash_attention_2) on GPU.")  # fmt: skip
-    ray_address: str | None = Field(None, description="Ray cluster to join (host:port or ray://); null: $RAY_ADDRESS, "
-                                    "else a local Ray started (and stopped) by the run.")  # fmt: skip
-    placement_timeout: float = Field(60.0, gt=0, description="Seconds to wait for the workers' CPUs/GPUs before "
-                                     "failing (a cluster too small never places them).")  # fmt: skip
-    overrides: list[str] = Field(default_factory=list, description="More verl (hydra) overrides of its ppo_trainer "
-                                 "config, e.g. actor_rollout_ref.actor.fsdp_config.forward_prefetch=true.")  # fmt: skip
+    attn_implementation: str | None = Field(
+        None, description="transformers attention; null: sdpa on CPU, verl's default (flash_attention_2) on GPU."
+    )
+    ray_address: str | None = Field(
+        None,
+        description="Ray cluster to join (host:port or ray://); null: $RAY_ADDRESS, "
+        "else a local Ray started (and stopped) by the run.",
+    )
+    placement_timeout: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds to wait for the workers' CPUs/GPUs before "
+        "failing (a cluster too small never places them).",
+    )
+    overrides: list[str] = Field(
+        default_factory=list,
+        description="More verl (hydra) overrides of its ppo_trainer "
+        "config, e.g. actor_rollout_ref.actor.fsdp_config.forward_prefetch=true.",
+    )
 
 
 # task generator arguments the data section sets itself (data.task_args must not)
@@ -501,9 +607,12 @@ class DataConfig(_Section):
     seed: int = Field(0, description="Seed of the training task generator.")
     val_seed: int = Field(1, description="Seed of the validation task generator (differs from seed so they differ).")
     task_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the task generator.")
-    reward_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments bound to the task's "
-                                        "reward function (e.g. countdown's format_reward); prompt/reward workflows "
-                                        "only.")  # fmt: skip
+    reward_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Keyword arguments bound to the task's "
+        "reward function (e.g. countdown's format_reward); prompt/reward workflows "
+        "only.",
+    )
 
     @field_validator("task")
     @classmethod
@@ -511,8 +620,10 @@ class DataConfig(_Section):
         from rllm.tasks import TASK_NAMES  # light, but only needed here
 
         if task not in TASK_NAMES:
-            raise ValueError(f"unknown built-in task {task!r}{_did_you_mean(task, TASK_NAMES)}; "
-                             f"built-in tasks: {', '.join(sorted(TASK_NAMES))}")  # fmt: skip
+            raise ValueError(
+                f"unknown built-in task {task!r}{_did_you_mean(task, TASK_NAMES)}; "
+                f"built-in tasks: {', '.join(sorted(TASK_NAMES))}"
+            )
         return task
 
     def make_tasks(self, split: Literal["train", "val"]) -> list[dict]:
@@ -540,53 +651,87 @@ class DataConfig(_Section):
 class _OfflineConfig(_Section):
     """What `rllm sft` and `rllm dpo` share: a run's episodes as data, and epochs, batches and the length limit."""
 
-    episodes: str | None = Field(None, description="A run directory or its episodes.jsonl (training or eval): "
-                                 "train on the sampled token ids of its trajectories.")  # fmt: skip
-    split: Literal["train", "val", "eval"] | None = Field(None, description="episodes: keep this split only; null: "
-                                                          "all.")  # fmt: skip
-    roles: list[str] | None = Field(None, description="episodes: keep trajectories with these names (roles); null: "
-                                    "all.")  # fmt: skip
-    epochs: int = Field(1, ge=1, description="Passes over the data; the run's steps = ceil(epochs * examples / "
-                        "batch_size) (trainer.total_steps is not used).")  # fmt: skip
-    batch_size: int = Field(16, ge=1, description="Examples (sft: rows, dpo: pairs) per optimizer step, split into "
-                            "optim.micro_batch_size rows.")  # fmt: skip
+    episodes: str | None = Field(
+        None,
+        description="A run directory or its episodes.jsonl (training or eval): "
+        "train on the sampled token ids of its trajectories.",
+    )
+    split: Literal["train", "val", "eval"] | None = Field(
+        None, description="episodes: keep this split only; null: all."
+    )
+    roles: list[str] | None = Field(
+        None, description="episodes: keep trajectories with these names (roles); null: all."
+    )
+    epochs: int = Field(
+        1,
+        ge=1,
+        description="Passes over the data; the run's steps = ceil(epochs * examples / "
+        "batch_size) (trainer.total_steps is not used).",
+    )
+    batch_size: int = Field(
+        16,
+        ge=1,
+        description="Examples (sft: rows, dpo: pairs) per optimizer step, split into optim.micro_batch_size rows.",
+    )
     max_length: int = Field(2048, ge=2, description="Longest row in tokens (prompt and every turn).")
-    overlong: Literal["error", "truncate", "drop"] = Field("error", description="A longer row: error (with counts), "
-                                                           "truncate (keep its first tokens) or drop it.")  # fmt: skip
+    overlong: Literal["error", "truncate", "drop"] = Field(
+        "error", description="A longer row: error (with counts), truncate (keep its first tokens) or drop it."
+    )
 
 
 class SFTConfig(_OfflineConfig):
     """Supervised fine-tuning (`rllm sft`, rllm.training.sft): what to train on. The rest of the config (model,
     optim, trainer, rollout and data for validation) means what it means for `rllm train`."""
 
-    messages: str | None = Field(None, description="A JSONL of OpenAI-format conversations: {messages, tools?} "
-                                 "trains every assistant turn, {prompt, completion} the completion's.")  # fmt: skip
-    packing: bool = Field(False, description="Pack each step's rows into sequences of up to max_length tokens "
-                          "(no padding; rows never attend to each other) instead of micro-batches of "
-                          "optim.micro_batch_size rows.")  # fmt: skip
-    correct_only: bool = Field(True, description="episodes: keep successful trajectories only (is_correct, else "
-                               "reward > 0).")  # fmt: skip
+    messages: str | None = Field(
+        None,
+        description="A JSONL of OpenAI-format conversations: {messages, tools?} "
+        "trains every assistant turn, {prompt, completion} the completion's.",
+    )
+    packing: bool = Field(
+        False,
+        description="Pack each step's rows into sequences of up to max_length tokens "
+        "(no padding; rows never attend to each other) instead of micro-batches of "
+        "optim.micro_batch_size rows.",
+    )
+    correct_only: bool = Field(
+        True, description="episodes: keep successful trajectories only (is_correct, else reward > 0)."
+    )
     min_reward: float | None = Field(None, description="episodes: keep trajectories with reward >= this; null: off.")
-    task_pass_rate: Literal["any", "mixed"] = Field("any", description="episodes: mixed keeps tasks with 0 < pass "
-                                                    "rate < 1 over their episodes (rejection sampling).")  # fmt: skip
-    max_per_task: int | None = Field(None, ge=1, description="episodes: keep at most this many trajectories a task "
-                                     "(first in file order); null: all.")  # fmt: skip
+    task_pass_rate: Literal["any", "mixed"] = Field(
+        "any",
+        description="episodes: mixed keeps tasks with 0 < pass rate < 1 over their episodes (rejection sampling).",
+    )
+    max_per_task: int | None = Field(
+        None, ge=1, description="episodes: keep at most this many trajectories a task (first in file order); null: all."
+    )
 
 
 class DPOConfig(_OfflineConfig):
     """Direct preference optimisation (`rllm dpo`, rllm.training.dpo): pairs and loss. The rest of the config means
     what it means for `rllm train`."""
 
-    preferences: str | None = Field(None, description="A JSONL of TRL preference records: {prompt, chosen, "
-                                    "rejected} as lists of messages (tools optional).")  # fmt: skip
-    max_pairs_per_task: int = Field(1, ge=1, description="episodes: pairs a task (and role) gives at most: its "
-                                    "successes and failures matched in file order.")  # fmt: skip
-    loss: Literal["sigmoid", "ipo", "hinge"] = Field("sigmoid", description="DPO loss: sigmoid (DPO), ipo "
-                                                     "(per-token log-ratios, as TRL), hinge (SLiC).")  # fmt: skip
+    preferences: str | None = Field(
+        None,
+        description="A JSONL of TRL preference records: {prompt, chosen, "
+        "rejected} as lists of messages (tools optional).",
+    )
+    max_pairs_per_task: int = Field(
+        1,
+        ge=1,
+        description="episodes: pairs a task (and role) gives at most: its "
+        "successes and failures matched in file order.",
+    )
+    loss: Literal["sigmoid", "ipo", "hinge"] = Field(
+        "sigmoid", description="DPO loss: sigmoid (DPO), ipo (per-token log-ratios, as TRL), hinge (SLiC)."
+    )
     beta: float = Field(0.1, gt=0, description="Strength of the pull towards the reference (IPO's tau).")
-    reference: Literal["precomputed", "live"] = Field("precomputed", description="Reference log-probs: computed "
-                                                      "once before training from the starting weights, or live "
-                                                      "every step with the LoRA adapters off (LoRA only).")  # fmt: skip
+    reference: Literal["precomputed", "live"] = Field(
+        "precomputed",
+        description="Reference log-probs: computed "
+        "once before training from the starting weights, or live "
+        "every step with the LoRA adapters off (LoRA only).",
+    )
 
 
 class RFTConfig(_Section):
@@ -594,25 +739,34 @@ class RFTConfig(_Section):
 
     attempts: int = Field(4, ge=2, description="Sampled attempts a training task (the pass rate's denominator).")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of the attempts.")
-    tasks: int | None = Field(None, ge=1, description="Attempt the first this many training tasks; null: all "
-                              "(data.train_size).")  # fmt: skip
+    tasks: int | None = Field(
+        None, ge=1, description="Attempt the first this many training tasks; null: all (data.train_size)."
+    )
 
 
 class DistillConfig(_Section):
     """On-policy distillation in `rllm train` (rllm.training.distill): a teacher scores every token the student
     sampled; the per-token reverse KL becomes the advantage."""
 
-    teacher: str | None = Field(None, description="Teacher model: an embedded name or a transformers folder with "
-                                "the student's tokenizer (with endpoint.base_url: its tokenizer, for the check); "
-                                "null: no distillation.")  # fmt: skip
-    endpoint: OpenAIEndpointConfig = Field(default_factory=OpenAIEndpointConfig, description="Score with a served "
-                                           "teacher instead (vLLM's prompt_logprobs): base_url, model (null: "
-                                           "distill.teacher), api_key_env.")  # fmt: skip
+    teacher: str | None = Field(
+        None,
+        description="Teacher model: an embedded name or a transformers folder with "
+        "the student's tokenizer (with endpoint.base_url: its tokenizer, for the check); "
+        "null: no distillation.",
+    )
+    endpoint: OpenAIEndpointConfig = Field(
+        default_factory=OpenAIEndpointConfig,
+        description="Score with a served "
+        "teacher instead (vLLM's prompt_logprobs): base_url, model (null: "
+        "distill.teacher), api_key_env.",
+    )
     coef: float = Field(1.0, gt=0, description="Weight of the per-token advantage log p_teacher - log p_student.")
-    reward_weight: float = Field(0.0, ge=0, description="Weight of the task's reward advantage (algorithm) added to "
-                                 "it; 0: pure distillation.")  # fmt: skip
-    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Dtype the local teacher scores in (bfloat16: "
-                                                  "under autocast, as model.dtype trains).")  # fmt: skip
+    reward_weight: float = Field(
+        0.0, ge=0, description="Weight of the task's reward advantage (algorithm) added to it; 0: pure distillation."
+    )
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Dtype the local teacher scores in (bfloat16: under autocast, as model.dtype trains)."
+    )
 
 
 class TrainConfig(_Section):
@@ -632,15 +786,21 @@ class TrainConfig(_Section):
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Supervised fine-tuning data (rllm sft).")
     dpo: DPOConfig = Field(default_factory=DPOConfig, description="Preference pairs and the DPO loss (rllm dpo).")
     rft: RFTConfig = Field(default_factory=RFTConfig, description="The attempts of rejection sampling (rllm rft).")
-    distill: DistillConfig = Field(default_factory=DistillConfig, description="On-policy distillation from a teacher "
-                                   "(rllm train).")  # fmt: skip
+    distill: DistillConfig = Field(
+        default_factory=DistillConfig, description="On-policy distillation from a teacher (rllm train)."
+    )
     agent_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the agent class.")
-    env_args: dict[str, Any] = Field(default_factory=dict, description="Defaults for every env (a task's own "
-                                     "fields win).")  # fmt: skip
-    workflow: str | None = Field(None, description="What plays the task: agent_env, single_turn, solver_judge, or a "
-                                 "Workflow subclass as 'package.module:Class'; null: the task's own.")  # fmt: skip
-    workflow_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the workflow "
-                                          "(e.g. n_solutions of solver_judge).")  # fmt: skip
+    env_args: dict[str, Any] = Field(
+        default_factory=dict, description="Defaults for every env (a task's own fields win)."
+    )
+    workflow: str | None = Field(
+        None,
+        description="What plays the task: agent_env, single_turn, solver_judge, or a "
+        "Workflow subclass as 'package.module:Class'; null: the task's own.",
+    )
+    workflow_args: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments of the workflow (e.g. n_solutions of solver_judge)."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
@@ -653,17 +813,23 @@ class TrainConfig(_Section):
                     "reinforce, reinforce_pp, remax or gae."
                 )
         if self.algorithm.drop_uniform_groups and n < 2:
-            raise ValueError(f"algorithm.drop_uniform_groups=true needs rollout.n >= 2 (got {n}): "
-                             "a group of one always looks uniform, so every group would be dropped.")  # fmt: skip
+            raise ValueError(
+                f"algorithm.drop_uniform_groups=true needs rollout.n >= 2 (got {n}): "
+                "a group of one always looks uniform, so every group would be dropped."
+            )
         if self.algorithm.max_sampling_rounds > 1 and not self.algorithm.drop_uniform_groups:
-            raise ValueError(f"algorithm.max_sampling_rounds={self.algorithm.max_sampling_rounds} refills the groups "
-                             "that algorithm.drop_uniform_groups drops; set algorithm.drop_uniform_groups=true "
-                             "(DAPO's dynamic sampling is both)")  # fmt: skip
+            raise ValueError(
+                f"algorithm.max_sampling_rounds={self.algorithm.max_sampling_rounds} refills the groups "
+                "that algorithm.drop_uniform_groups drops; set algorithm.drop_uniform_groups=true "
+                "(DAPO's dynamic sampling is both)"
+            )
         buffer = self.algorithm.overlong_buffer
         if buffer is not None and buffer >= self.rollout.max_tokens:
-            raise ValueError(f"algorithm.overlong_buffer={buffer} must be below rollout.max_tokens="
-                             f"{self.rollout.max_tokens}: the punishment starts that many tokens before the limit "
-                             "(DAPO: 4096 of 20480)")  # fmt: skip
+            raise ValueError(
+                f"algorithm.overlong_buffer={buffer} must be below rollout.max_tokens="
+                f"{self.rollout.max_tokens}: the punishment starts that many tokens before the limit "
+                "(DAPO: 4096 of 20480)"
+            )
         self._check_backend()
         episodes = self.trainer.tasks_per_step * n
         if self.algorithm.mini_batches > episodes:
@@ -676,44 +842,62 @@ class TrainConfig(_Section):
     def _check_backend(self) -> None:
         trainer = self.trainer
         if trainer.backend == "torch" and (trainer.nodes, trainer.workers_per_node) != (1, 1):
-            raise ValueError(f"trainer.nodes={trainer.nodes}, trainer.workers_per_node={trainer.workers_per_node}: the "
-                             "torch backend runs in one process; set trainer.backend=verl to train on several "
-                             "workers")  # fmt: skip
+            raise ValueError(
+                f"trainer.nodes={trainer.nodes}, trainer.workers_per_node={trainer.workers_per_node}: the "
+                "torch backend runs in one process; set trainer.backend=verl to train on several "
+                "workers"
+            )
         if self.rollout.dtype is not None and self.rollout.server != "local":
-            raise ValueError(f"rollout.dtype={self.rollout.dtype} sets the local rollout model's dtype; with "
-                             f"rollout.server={self.rollout.server} set the server's dtype instead "
-                             "(rollout.vllm.dtype) and drop rollout.dtype")  # fmt: skip
+            raise ValueError(
+                f"rollout.dtype={self.rollout.dtype} sets the local rollout model's dtype; with "
+                f"rollout.server={self.rollout.server} set the server's dtype instead "
+                "(rollout.vllm.dtype) and drop rollout.dtype"
+            )
         if trainer.backend != "verl":
             return
         if self.distill.teacher is not None:
-            raise ValueError("distill.teacher: on-policy distillation trains on the torch backend only; use "
-                             "trainer.backend=torch")  # fmt: skip
+            raise ValueError(
+                "distill.teacher: on-policy distillation trains on the torch backend only; use trainer.backend=torch"
+            )
         if self.model.init_from is not None:
-            raise ValueError("model.init_from seeds the torch backend only: the verl backend's workers load "
-                             "model.name; use trainer.backend=torch")  # fmt: skip
+            raise ValueError(
+                "model.init_from seeds the torch backend only: the verl backend's workers load "
+                "model.name; use trainer.backend=torch"
+            )
         if self.rollout.dtype is not None:
-            raise ValueError("rollout.dtype: the verl backend's rollouts run on a vLLM server; set "
-                             "rollout.vllm.dtype and drop rollout.dtype")  # fmt: skip
+            raise ValueError(
+                "rollout.dtype: the verl backend's rollouts run on a vLLM server; set "
+                "rollout.vllm.dtype and drop rollout.dtype"
+            )
         if self.model.device != "cpu":
-            raise ValueError(f"model.device={self.model.device}: the verl backend places its workers itself (one GPU "
-                             "per worker where there are GPUs); drop model.device")  # fmt: skip
+            raise ValueError(
+                f"model.device={self.model.device}: the verl backend places its workers itself (one GPU "
+                "per worker where there are GPUs); drop model.device"
+            )
         off_policy = self.algorithm.off_policy
         if self.rollout.max_staleness or off_policy.mode == "decoupled" or off_policy.is_level is not None:
-            raise ValueError("rollout.max_staleness > 0 and algorithm.off_policy corrections (mode=decoupled, "
-                             "is_level) train on the torch backend only: the verl backend's workers neither keep "
-                             "a separate rollout copy nor take behaviour log-probs yet; use "
-                             "trainer.backend=torch")  # fmt: skip
+            raise ValueError(
+                "rollout.max_staleness > 0 and algorithm.off_policy corrections (mode=decoupled, "
+                "is_level) train on the torch backend only: the verl backend's workers neither keep "
+                "a separate rollout copy nor take behaviour log-probs yet; use "
+                "trainer.backend=torch"
+            )
         if self.algorithm.roles_override_policy_loss():
-            raise ValueError("algorithm.roles.<role>.policy_loss / clip_low / clip_high (a policy loss per role) "
-                             "train on the torch backend only: verl's workers do not receive the rows' roles yet; "
-                             "use trainer.backend=torch or set them in algorithm for every role")  # fmt: skip
+            raise ValueError(
+                "algorithm.roles.<role>.policy_loss / clip_low / clip_high (a policy loss per role) "
+                "train on the torch backend only: verl's workers do not receive the rows' roles yet; "
+                "use trainer.backend=torch or set them in algorithm for every role"
+            )
         if self.algorithm.uses_advantage("gae"):
-            raise ValueError("algorithm.advantage gae (PPO with a critic) trains on the torch backend only: verl's "
-                             "separate critic workers are not wired in yet; use trainer.backend=torch or another "
-                             "estimator")  # fmt: skip
+            raise ValueError(
+                "algorithm.advantage gae (PPO with a critic) trains on the torch backend only: verl's "
+                "separate critic workers are not wired in yet; use trainer.backend=torch or another "
+                "estimator"
+            )
         if self.rollout.server == "vllm" and self.rollout.vllm.sync == "lora":
-            raise ValueError("rollout.vllm.sync=lora: the verl backend hands rollouts merged weights; use "
-                             "rollout.vllm.sync=reload")  # fmt: skip
+            raise ValueError(
+                "rollout.vllm.sync=lora: the verl backend hands rollouts merged weights; use rollout.vllm.sync=reload"
+            )
 
 
 # ---------------------------------------------------------------------------------------------------------- loading
@@ -837,16 +1021,19 @@ def _check_path(parts: list[str], override: str) -> None:
             prefix = ".".join(parts[:depth])
             hint = _did_you_mean(part, model.model_fields, prefix)
             where = f"section {prefix!r}" if prefix else "the config"
-            raise ConfigError(f"override {override!r}: unknown key {dotted!r}{hint}; "
-                              f"{where} has: {', '.join(model.model_fields)}")  # fmt: skip
+            raise ConfigError(
+                f"override {override!r}: unknown key {dotted!r}{hint}; {where} has: {', '.join(model.model_fields)}"
+            )
         annotation = model.model_fields[part].annotation
         if _is_model(annotation):
             model = annotation
         elif _is_dict(annotation):
             model = None
         elif depth < len(parts) - 1:
-            raise ConfigError(f"override {override!r}: {dotted!r} is a setting ({_type_name(annotation)}), "
-                              "not a section with keys of its own")  # fmt: skip
+            raise ConfigError(
+                f"override {override!r}: {dotted!r} is a setting ({_type_name(annotation)}), "
+                "not a section with keys of its own"
+            )
 
 
 def _describe(error: dict[str, Any]) -> str:

@@ -58,8 +58,9 @@ async def evaluate_async(
 ) -> tuple[dict[str, Any], Path]:
     """Evaluate `config` (module docstring); `tasks` replaces the generated validation split. Returns the summary
     and the run directory."""
-    workflow_class, workflow_args = workflow_for_config(config, workflow_class=workflow_class,
-                                                        workflow_args=workflow_args)  # fmt: skip
+    workflow_class, workflow_args = workflow_for_config(
+        config, workflow_class=workflow_class, workflow_args=workflow_args
+    )
     tasks = config.data.make_tasks("val") if tasks is None else tasks
     if not tasks:
         raise ConfigError("nothing to evaluate: data.val_size is 0 (set it to the number of tasks)")
@@ -75,9 +76,13 @@ async def evaluate_async(
         raise
     try:
         with _progress(progress, len(tasks) * config.rollout.val_n) as bar:
-            engine = AgentWorkflowEngine(workflow_class=workflow_class, workflow_args=workflow_args, model=model,
-                                         on_episode_done=lambda _: bar.update(),
-                                         **config.rollout.engine_kwargs(validation=True))  # fmt: skip
+            engine = AgentWorkflowEngine(
+                workflow_class=workflow_class,
+                workflow_args=workflow_args,
+                model=model,
+                on_episode_done=lambda _: bar.update(),
+                **config.rollout.engine_kwargs(validation=True),
+            )
             engine.sampling = config.rollout.to_sampling(validation=True, seed=config.trainer.seed)
             started = perf_counter()
             episodes = await engine.execute_tasks_async(tasks, n_rollouts=config.rollout.val_n)
@@ -119,23 +124,38 @@ def make_eval_model(config: TrainConfig, run_dir: Path) -> Any:
 
         if not rollout.openai.base_url:
             raise ConfigError("rollout.server=openai needs rollout.openai.base_url (e.g. http://localhost:8000/v1)")
-        return OpenAIClient(rollout.openai.base_url, rollout.openai.model or config.model.name,
-                            api_key=os.environ.get(rollout.openai.api_key_env), tokenizer=rollout.openai.tokenizer,
-                            max_connections=max(rollout.n_parallel, 8), timeout=rollout.openai.timeout,
-                            max_retries=rollout.openai.max_retries)  # fmt: skip
+        return OpenAIClient(
+            rollout.openai.base_url,
+            rollout.openai.model or config.model.name,
+            api_key=os.environ.get(rollout.openai.api_key_env),
+            tokenizer=rollout.openai.tokenizer,
+            max_connections=max(rollout.n_parallel, 8),
+            timeout=rollout.openai.timeout,
+            max_retries=rollout.openai.max_retries,
+        )
     if rollout.server == "vllm":
         if config.model.init_from:
-            raise ConfigError("model.init_from: rllm eval serves model.name's folder with vLLM as it is; evaluate "
-                              "another run's weights with rollout.server=local")  # fmt: skip
+            raise ConfigError(
+                "model.init_from: rllm eval serves model.name's folder with vLLM as it is; evaluate "
+                "another run's weights with rollout.server=local"
+            )
         from rllm.models import registry
         from rllm.models.vllm_rollout import VLLMRolloutClient
         from rllm.models.vllm_server import VLLMServer
 
-        server, owns = VLLMServer.from_config(rollout.vllm, lambda: registry.resolve_model_path(config.model.name),
-                                              log_path=run_dir / "vllm" / "server.log")  # fmt: skip
-        return VLLMRolloutClient(server, registry.load_tokenizer(config.model.name), workdir=run_dir / "vllm",
-                                 owns_server=owns, max_connections=max(rollout.n_parallel, 8),
-                                 vision=registry.load_vision(config.model.name))  # fmt: skip
+        server, owns = VLLMServer.from_config(
+            rollout.vllm,
+            lambda: registry.resolve_model_path(config.model.name),
+            log_path=run_dir / "vllm" / "server.log",
+        )
+        return VLLMRolloutClient(
+            server,
+            registry.load_tokenizer(config.model.name),
+            workdir=run_dir / "vllm",
+            owns_server=owns,
+            max_connections=max(rollout.n_parallel, 8),
+            vision=registry.load_vision(config.model.name),
+        )
     from rllm.models.local import LocalModel
 
     if config.model.init_from:  # another run's trained weights (rllm.training.init_from)
@@ -146,10 +166,15 @@ def make_eval_model(config: TrainConfig, run_dir: Path) -> Any:
 
         model = registry.load_causal_lm(config.model.name, dtype="float32", device=config.model.device)
         apply_init_weights(model, config.model.init_from)  # merged in float32, then cast to model.dtype
-        return LocalModel(model.to(getattr(torch, config.model.dtype)), registry.load_tokenizer(config.model.name),
-                          seed=config.trainer.seed, max_batch_size=rollout.n_parallel)  # fmt: skip
-    return LocalModel.from_pretrained(config.model.name, dtype=config.model.dtype, seed=config.trainer.seed,
-                                      max_batch_size=rollout.n_parallel)  # fmt: skip
+        return LocalModel(
+            model.to(getattr(torch, config.model.dtype)),
+            registry.load_tokenizer(config.model.name),
+            seed=config.trainer.seed,
+            max_batch_size=rollout.n_parallel,
+        )
+    return LocalModel.from_pretrained(
+        config.model.name, dtype=config.model.dtype, seed=config.trainer.seed, max_batch_size=rollout.n_parallel
+    )
 
 
 def _progress(enabled: bool, total: int) -> Any:

@@ -115,16 +115,20 @@ def _image_url(image: Any) -> str:
         if image.startswith("file://"):
             return _file_url(Path(unquote(urlsplit(image).path)))
         return _file_url(Path(image))
-    raise ImageError(f"cannot make an image of a {type(image).__name__}; give a PIL image, image bytes, a file path "
-                     "or a data/file/http URL")  # fmt: skip
+    raise ImageError(
+        f"cannot make an image of a {type(image).__name__}; give a PIL image, image bytes, a file path "
+        "or a data/file/http URL"
+    )
 
 
 def _file_url(path: Path) -> str:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise ImageError(f"cannot read the image file {path}: {exc.strerror or exc}; check the path the environment "
-                         "or the messages give") from None  # fmt: skip
+        raise ImageError(
+            f"cannot read the image file {path}: {exc.strerror or exc}; check the path the environment "
+            "or the messages give"
+        ) from None
     return _bytes_url(data, f"the file {path}")
 
 
@@ -230,8 +234,9 @@ def has_images(messages: list[dict[str, Any]]) -> bool:
     """Whether any message holds an image part (in any of the forms `normalize_images` accepts)."""
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else None
-        if type(content) is list and any(isinstance(p, dict) and p.get("type") in ("image_url", "image")
-                                         for p in content):  # fmt: skip
+        if type(content) is list and any(
+            isinstance(p, dict) and p.get("type") in ("image_url", "image") for p in content
+        ):
             return True
     return False
 
@@ -259,8 +264,9 @@ def decode_image(url: str) -> Any:
     from PIL import Image, UnidentifiedImageError
 
     if url.startswith(_REMOTE_PREFIXES):
-        raise ImageError(f"the image {url} is remote; rllm does not download images: give a data URL, "
-                         "a file or a PIL image")  # fmt: skip
+        raise ImageError(
+            f"the image {url} is remote; rllm does not download images: give a data URL, a file or a PIL image"
+        )
     try:
         image = Image.open(io.BytesIO(_data_url_bytes(url)))
         image.load()
@@ -309,9 +315,11 @@ def load_images(obj: Any, images_dir: str | os.PathLike) -> Any:
         try:
             data = (folder / name).read_bytes()
         except OSError as exc:
-            raise ImageError(f"the episode refers to the image {folder / name}, which cannot be read "
-                             f"({exc.strerror or exc}); the run's images/ folder must stay beside its "
-                             "episodes.jsonl") from None  # fmt: skip
+            raise ImageError(
+                f"the episode refers to the image {folder / name}, which cannot be read "
+                f"({exc.strerror or exc}); the run's images/ folder must stay beside its "
+                "episodes.jsonl"
+            ) from None
         return _data_url(data, name.rsplit(".", 1)[1])
 
     return replace_image_refs(obj, load)

@@ -66,8 +66,17 @@ SPLITS = ("train", "val", "eval")
 TRAINING_KINDS = ("train", "sft", "dpo")  # manifest kinds of runs that train (and so resume)
 _IMAGES = "images"  # the run's folder of episode images
 # what a training run writes before its first checkpoint (rllm sft and dpo: their data counts too)
-_FIRST_FILES = {"manifest.json", "config.yaml", "metrics.jsonl", "episodes.jsonl", "tensorboard", "checkpoints",
-                "sft_data.json", "dpo_data.json", _IMAGES}  # fmt: skip
+_FIRST_FILES = {
+    "manifest.json",
+    "config.yaml",
+    "metrics.jsonl",
+    "episodes.jsonl",
+    "tensorboard",
+    "checkpoints",
+    "sft_data.json",
+    "dpo_data.json",
+    _IMAGES,
+}
 _FIRST_FILES.add("resumes.jsonl")  # what a resume changed (rllm.training.resume), before the first checkpoint too
 _LOGS = ("metrics.jsonl", "episodes.jsonl")
 
@@ -86,8 +95,9 @@ def create_run_dir(root: str | os.PathLike, name: str | None, *parts: str) -> Pa
         try:
             path.mkdir(parents=True, exist_ok=False)
         except FileExistsError:
-            raise RunFormatError(f"run directory {path} exists already; choose another trainer.name or resume it "
-                                 f"(--resume {path})") from None  # fmt: skip
+            raise RunFormatError(
+                f"run directory {path} exists already; choose another trainer.name or resume it (--resume {path})"
+            ) from None
         return path
     base = Path(root) / "-".join([*parts, time.strftime("%Y%m%d-%H%M%S")])
     path, i = base, 1
@@ -210,8 +220,9 @@ class RunLog:
                     self._tb.add_scalar(key, value, step)
             self._tb.flush()
 
-    def log_episodes(self, step: int, episodes: Iterable[Episode], split: str,
-                     trained: dict[int, list[Any]] | None = None) -> None:  # fmt: skip
+    def log_episodes(
+        self, step: int, episodes: Iterable[Episode], split: str, trained: dict[int, list[Any]] | None = None
+    ) -> None:
         """Append one record per episode; `trained` (`rllm.training.batch.trained_steps`) adds what the update
         used, per trajectory (None for one that did not train), as the record's `trained`."""
         if split not in SPLITS:
@@ -260,8 +271,10 @@ def read_episode_records(path: str | os.PathLike, split: str | None = None) -> l
         elif "id" in data and "trajectories" in data:
             record = {"step": 0, "split": "eval", "episode": data}
         else:
-            raise RunFormatError(f"{where} is neither an episode record ({{'step', 'split', 'episode'}}) nor an "
-                                 f"episode; it has keys {sorted(data)[:8]}")  # fmt: skip
+            raise RunFormatError(
+                f"{where} is neither an episode record ({{'step', 'split', 'episode'}}) nor an "
+                f"episode; it has keys {sorted(data)[:8]}"
+            )
         if record["split"] not in SPLITS or not isinstance(record["step"], int):
             raise RunFormatError(f"{where}: step must be an int and split one of {SPLITS}")
         if images is not None:
@@ -296,8 +309,7 @@ def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
         except json.JSONDecodeError:
             if number < len(lines):
                 raise RunFormatError(f"{path}, line {number} is not JSON") from None
-            warnings.warn(f"{path}: skipped a torn last line (line {number}; the run stopped mid-write)",
-                          stacklevel=3)  # fmt: skip
+            warnings.warn(f"{path}: skipped a torn last line (line {number}; the run stopped mid-write)", stacklevel=3)
 
 
 def _truncate_after(path: Path, step: int) -> None:
@@ -312,15 +324,19 @@ def _truncate_after(path: Path, step: int) -> None:
     for number, line in enumerate(lines, start=1):
         line_step = _step_of(line)
         if line_step is None and number < len(lines):
-            raise RunFormatError(f"{path}:{number} is not a log record (corrupted in the middle of the file); "
-                                 "repair or remove that line, then resume")  # fmt: skip
+            raise RunFormatError(
+                f"{path}:{number} is not a log record (corrupted in the middle of the file); "
+                "repair or remove that line, then resume"
+            )
         if line_step is None:
             warnings.warn(f"{path}: dropped a torn last line (a run killed mid-write)", UserWarning, stacklevel=3)
         if line_step is None or line_step > step:
             cut = offset if cut is None else cut
         elif cut is not None:
-            raise RunFormatError(f"{path}:{number} is a record of step {line_step} after one of a later step (not "
-                                 "written by rllm in this order); repair the file, then resume")  # fmt: skip
+            raise RunFormatError(
+                f"{path}:{number} is a record of step {line_step} after one of a later step (not "
+                "written by rllm in this order); repair the file, then resume"
+            )
         offset += len(line)
     if cut is not None:
         os.truncate(path, cut)

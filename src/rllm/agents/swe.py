@@ -39,8 +39,9 @@ class SWEAgent(ToolAgent):
     def __init__(self, max_observation_chars: int = 4000, context_chars: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if max_observation_chars < 200:
-            raise ValueError(f"SWEAgent(max_observation_chars={max_observation_chars}): too small to be useful "
-                             "(at least 200)")  # fmt: skip
+            raise ValueError(
+                f"SWEAgent(max_observation_chars={max_observation_chars}): too small to be useful (at least 200)"
+            )
         self.max_observation_chars, self.context_chars = int(max_observation_chars), context_chars
 
     def update_from_env(self, observation: Any, reward: float, done: bool, info: dict) -> None:

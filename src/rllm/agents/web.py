@@ -45,8 +45,10 @@ class WebAgent(BaseAgent):
 
     def format_observation(self, observation: Any) -> str | list[dict[str, Any]]:
         if not isinstance(observation, dict) or "axtree" not in observation:
-            raise TypeError(f"WebAgent.format_observation: expected WebEnv's observation dict (goal, axtree, ...), "
-                            f"got {type(observation).__name__}")  # fmt: skip
+            raise TypeError(
+                f"WebAgent.format_observation: expected WebEnv's observation dict (goal, axtree, ...), "
+                f"got {type(observation).__name__}"
+            )
         text = observation_text(observation)
         if len(text) > self.max_observation_chars:
             text = text[: self.max_observation_chars] + f"\n[... page cut: {len(text)} characters in all]"

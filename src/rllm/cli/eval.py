@@ -76,15 +76,19 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
     print(f"success rate   {summary['success_rate']:.3f}  ({summary['episodes']} episodes)")
     print(f"mean reward    {summary['reward_mean']:.3f}")
     print(f"mean turns     {summary['turns_mean']:.2f}")
-    print(f"tokens/s       {summary['tokens_per_s']:.1f}  ({summary['completion_tokens']} tokens "
-          f"in {summary['wall_time_s']:.1f} s)")  # fmt: skip
+    print(
+        f"tokens/s       {summary['tokens_per_s']:.1f}  ({summary['completion_tokens']} tokens "
+        f"in {summary['wall_time_s']:.1f} s)"
+    )
     endings = {k.removeprefix("termination/"): round(v, 3) for k, v in summary.items() if k.startswith("termination/")}
     print(f"terminations   {json.dumps(endings)}")
     print(f"token mismatch {summary['token_mismatch']}")
     roles = sorted({key.split("/")[1] for key in summary if key.startswith("role/")})
     if len(roles) > 1:
         for role in roles:
-            print(f"role {role:9} success {summary[f'role/{role}/success_rate']:.3f}  "
-                  f"mean reward {summary[f'role/{role}/reward_mean']:.3f}  "
-                  f"({summary[f'role/{role}/count']} trajectories)")  # fmt: skip
+            print(
+                f"role {role:9} success {summary[f'role/{role}/success_rate']:.3f}  "
+                f"mean reward {summary[f'role/{role}/reward_mean']:.3f}  "
+                f"({summary[f'role/{role}/count']} trajectories)"
+            )
     print(f"run directory  {run_dir}   (browse it: rllm view {run_dir})")

@@ -70,8 +70,10 @@ async def _serve(model, args: argparse.Namespace) -> None:
     gateway = Gateway(model, sampling=SamplingParams(max_tokens=args.max_tokens), model_name=name)
     await gateway.start(args.host, args.port)
     print(gateway.base_url, flush=True)
-    print(f"rllm gateway serving {name}: openai.OpenAI(base_url='{gateway.base_url}/sessions/<id>/v1'); "
-          "Ctrl-C stops it", flush=True)  # fmt: skip
+    print(
+        f"rllm gateway serving {name}: openai.OpenAI(base_url='{gateway.base_url}/sessions/<id>/v1'); Ctrl-C stops it",
+        flush=True,
+    )
     stop = asyncio.Event()
     with contextlib.suppress(NotImplementedError):  # not on Windows
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)

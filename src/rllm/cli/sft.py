@@ -16,13 +16,19 @@ import argparse
 import sys
 
 _HELP = {
-    "sft": ("supervised fine-tuning on a run's successes or on conversations", "configs/arithmetic_sft.yaml",
-            "sft.episodes=runs/eval-... sft.epochs=2",
-            "the selected rows as TRL's pre-tokenized SFT dataset (input_ids, completion_mask JSONL)"),
-    "dpo": ("direct preference optimisation on a run's success/failure pairs or on preference records",
-            "configs/arithmetic_dpo.yaml", "dpo.episodes=runs/eval-... dpo.beta=0.1",
-            "the pairs as TRL's plain-text preference dataset (prompt, chosen, rejected JSONL)"),
-}  # fmt: skip
+    "sft": (
+        "supervised fine-tuning on a run's successes or on conversations",
+        "configs/arithmetic_sft.yaml",
+        "sft.episodes=runs/eval-... sft.epochs=2",
+        "the selected rows as TRL's pre-tokenized SFT dataset (input_ids, completion_mask JSONL)",
+    ),
+    "dpo": (
+        "direct preference optimisation on a run's success/failure pairs or on preference records",
+        "configs/arithmetic_dpo.yaml",
+        "dpo.episodes=runs/eval-... dpo.beta=0.1",
+        "the pairs as TRL's plain-text preference dataset (prompt, chosen, rejected JSONL)",
+    ),
+}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -37,11 +43,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "the run's own config (no CONFIG needed; a CONFIG given must match it)",
         )
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
-        p.add_argument("--export-trl", metavar="PATH", default=None,
-                       help=f"write {export} and exit without training")  # fmt: skip
+        p.add_argument("--export-trl", metavar="PATH", default=None, help=f"write {export} and exit without training")
         p.set_defaults(run=run, kind=command)
-    p = sub.add_parser("rft", help="rejection-sampling fine-tuning: sampled attempts at the training tasks, SFT on "
-                       "the successes of tasks with 0 < pass rate < 1, before/after validation")  # fmt: skip
+    p = sub.add_parser(
+        "rft",
+        help="rejection-sampling fine-tuning: sampled attempts at the training tasks, SFT on "
+        "the successes of tasks with 0 < pass rate < 1, before/after validation",
+    )
     p.add_argument("config", nargs="?", help="YAML config or shipped config name, e.g. arithmetic_sft")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rft.attempts=8 sft.max_per_task=2")
     p.add_argument("--resume", default=None, help="continue an rft run directory (attempts kept, SFT resumed)")
@@ -93,8 +101,10 @@ def run_rft(args: argparse.Namespace) -> int:
         rft_run = args.resume or (exc.run_dir.parent if exc.run_dir is not None else None)  # <rft run>/sft
         return report_interrupted(exc, "rllm rft", rft_run)
     attempts, data = result["attempts"], result["data"]
-    print(f"attempts: {attempts['episodes']} episodes, success rate {attempts['success_rate']:.3f}; kept "
-          f"{data['rows']} rows from {data['tasks']} tasks with 0 < pass rate < 1")  # fmt: skip
+    print(
+        f"attempts: {attempts['episodes']} episodes, success rate {attempts['success_rate']:.3f}; kept "
+        f"{data['rows']} rows from {data['tasks']} tasks with 0 < pass rate < 1"
+    )
     print(format_result_table(result))
     print(f"rft run: {result['rft_run_dir']}")
     return 0

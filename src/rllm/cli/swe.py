@@ -39,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--jobs", type=int, default=1, help="candidate mutants tested at once (default 1)")
     b.add_argument("--timeout", type=float, default=30.0, help="seconds for one test run on a mutant (default 30)")
     b.add_argument("--out", default="swe_tasks.jsonl", help="the JSONL file to write (default swe_tasks.jsonl)")
-    b.add_argument("--quiet", action="store_true", help="print only the per-package counts")  # fmt: skip
+    b.add_argument("--quiet", action="store_true", help="print only the per-package counts")
     what = "write the problem statements of built task rows anew (the call that fails, what it gives, what it should)"
     r = commands.add_parser("restate", help=what)
     r.add_argument("file", help="a JSONL file of `rllm swe build` rows (.jsonl or .jsonl.gz)")
@@ -87,10 +87,20 @@ def run(args: argparse.Namespace) -> int:
 
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     per_package = args.per_package or (build.DEFAULT_COUNTS if not args.packages else build.DEFAULT_PER_PACKAGE)
-    rows = build.build_tasks(specs, seed=args.seed, per_package=per_package, validation_packages=validation,
-                             jobs=args.jobs, timeout_s=args.timeout, on_package=report, log=log)  # fmt: skip
+    rows = build.build_tasks(
+        specs,
+        seed=args.seed,
+        per_package=per_package,
+        validation_packages=validation,
+        jobs=args.jobs,
+        timeout_s=args.timeout,
+        on_package=report,
+        log=log,
+    )
     build.write_tasks(rows, args.out)
     splits = {s: sum(r["split"] == s for r in rows) for s in ("train", "validation")}
-    print(f"wrote {len(rows)} tasks ({splits['train']} train, {splits['validation']} validation) to {args.out} "
-          f"in {time.monotonic() - started:.0f} s")  # fmt: skip
+    print(
+        f"wrote {len(rows)} tasks ({splits['train']} train, {splits['validation']} validation) to {args.out} "
+        f"in {time.monotonic() - started:.0f} s"
+    )
     return 0

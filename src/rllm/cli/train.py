@@ -80,8 +80,11 @@ def _run_in_verl_environment(argv: list[str]) -> int:
 
     python = _verl_python()
     if python is None or os.environ.get("RLLM_VERL_REEXEC"):
-        print(f"error: trainer.backend=verl needs verl, which this Python ({sys.executable}) lacks: {INSTALL_HINT}; "
-              "or point RLLM_VERL_PYTHON at a Python that has it", file=sys.stderr)  # fmt: skip
+        print(
+            f"error: trainer.backend=verl needs verl, which this Python ({sys.executable}) lacks: {INSTALL_HINT}; "
+            "or point RLLM_VERL_PYTHON at a Python that has it",
+            file=sys.stderr,
+        )
         return 2
     os.environ["RLLM_VERL_REEXEC"] = "1"  # never loop if that Python lacks verl too
     os.execv(python, [python, "-m", "rllm.cli.main", *argv])

@@ -90,8 +90,10 @@ class AgentWorkflowEngine:
             episode_timeout = old.pop("episode_timeout", episode_timeout)
             if old:
                 raise TypeError(f"{type(self).__name__}() got unexpected keyword arguments {sorted(old)}")
-        _require(isinstance(workflow_class, type) and issubclass(workflow_class, Workflow),
-                 f"workflow_class must be a subclass of rllm.workflows.Workflow, got {workflow_class!r}")  # fmt: skip
+        _require(
+            isinstance(workflow_class, type) and issubclass(workflow_class, Workflow),
+            f"workflow_class must be a subclass of rllm.workflows.Workflow, got {workflow_class!r}",
+        )
         _require(n_parallel >= 1, "n_parallel must be >= 1")
         _require(max_prompt_length >= 1 and max_response_length >= 1, "length limits must be >= 1")
         _require(retry_limit >= 0 and retry_backoff >= 0, "retry_limit and retry_backoff must be >= 0")
@@ -148,8 +150,11 @@ class AgentWorkflowEngine:
             _require(n_rollouts == 1 and len(uids) == len(tasks), "uids= needs one uid per task and n_rollouts=1")
             jobs = list(zip(tasks, uids, strict=True))
         else:
-            jobs = [(task, f"{_task_id(task, index)}:{rollout}")
-                    for index, task in enumerate(tasks) for rollout in range(n_rollouts)]  # fmt: skip
+            jobs = [
+                (task, f"{_task_id(task, index)}:{rollout}")
+                for index, task in enumerate(tasks)
+                for rollout in range(n_rollouts)
+            ]
         started = perf_counter()
         workflow_class, workflow_args = self._workflow_spec()
         blocking, thread_safe = workflow_class.env_policy(workflow_args)
@@ -157,8 +162,13 @@ class AgentWorkflowEngine:
         if workers is None:
             workers = self.n_parallel if blocking else 0
         executor = ThreadPoolExecutor(workers, thread_name_prefix="rllm-env") if workers else None
-        services = WorkflowServices(self.model, self.sampling, EnvRunner(executor, serialize=not thread_safe),
-                                    self.max_prompt_length, self.max_response_length)  # fmt: skip
+        services = WorkflowServices(
+            self.model,
+            self.sampling,
+            EnvRunner(executor, serialize=not thread_safe),
+            self.max_prompt_length,
+            self.max_response_length,
+        )
         pool: asyncio.Queue[Workflow] = asyncio.Queue()
         for _ in range(min(self.n_parallel, len(jobs))):
             pool.put_nowait(workflow_class.create(workflow_args))

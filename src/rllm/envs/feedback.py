@@ -55,12 +55,17 @@ class FeedbackEnv(BaseEnv):
             raise RuntimeError("the episode is over; call reset() first")
         self.attempts += 1
         reward_fn = type(self).reward_fn
-        result = to_reward_output(reward_fn(self.task, "" if action is None else str(action), **self.reward_args),
-                                  reward_fn)  # fmt: skip
+        result = to_reward_output(
+            reward_fn(self.task, "" if action is None else str(action), **self.reward_args), reward_fn
+        )
         out_of_attempts = self.max_attempts is not None and self.attempts >= self.max_attempts
         self.done = result.correct or out_of_attempts
-        info = {"success": result.correct, "attempt": self.attempts, "attempt_reward": result.reward,
-                **{k: v for k, v in result.info.items() if k != "feedback"}}  # fmt: skip
+        info = {
+            "success": result.correct,
+            "attempt": self.attempts,
+            "attempt_reward": result.reward,
+            **{k: v for k, v in result.info.items() if k != "feedback"},
+        }
         feedback = "Correct." if result.correct else str(result.info.get("feedback") or WRONG)
         reward, self.last_score = result.reward - self.last_score, result.reward
         return feedback, reward, self.done, info

@@ -51,8 +51,15 @@ class ToolEnvironment(BaseEnv):
 
     reward_fn: Callable[..., Any]
 
-    def __init__(self, task: dict, *, tool_timeout_s: float = 10.0, malformed_reward: float = 0.0,
-                 max_result_chars: int = 2000, result_hint: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        task: dict,
+        *,
+        tool_timeout_s: float = 10.0,
+        malformed_reward: float = 0.0,
+        max_result_chars: int = 2000,
+        result_hint: str | None = None,
+    ) -> None:
         self.task, self.tool_timeout_s, self.malformed_reward = task, tool_timeout_s, malformed_reward
         self.max_result_chars, self.result_hint = max_result_chars, result_hint
         self.registry: Any = None
@@ -63,8 +70,11 @@ class ToolEnvironment(BaseEnv):
     @classmethod
     def from_dict(cls, task: dict) -> ToolEnvironment:
         task = dict(task)
-        options = {k: task.pop(k) for k in ("tool_timeout_s", "malformed_reward", "max_result_chars", "result_hint")
-                   if k in task}  # fmt: skip
+        options = {
+            k: task.pop(k)
+            for k in ("tool_timeout_s", "malformed_reward", "max_result_chars", "result_hint")
+            if k in task
+        }
         return cls(task, **options)
 
     def make_tools(self) -> list:
@@ -107,8 +117,11 @@ class ToolEnvironment(BaseEnv):
             self._count_call(name, ok=False)
             content = f"{self.results[key]}\n(You already made this exact call. Use the result: answer now.)"
             return {"role": "tool", "name": name, "content": content, "is_error": True, **_call_id(call)}
-        result = run_coroutine(self.registry.call(name, call.get("arguments") or {}, timeout_s=self.tool_timeout_s,
-                                                  max_result_chars=self.max_result_chars))  # fmt: skip
+        result = run_coroutine(
+            self.registry.call(
+                name, call.get("arguments") or {}, timeout_s=self.tool_timeout_s, max_result_chars=self.max_result_chars
+            )
+        )
         if result.error_kind == "infra":  # the tool server failed (lost connection, protocol error): ours, retried
             raise InfraError(f"tool {name!r}: {result.content}")
         if result.is_error:
@@ -135,8 +148,11 @@ class ToolEnvironment(BaseEnv):
         return "done", result.reward, True, {**self._info(), "success": result.correct, "answer": answer}
 
     def _info(self) -> dict:
-        return {"tool_errors": sum(self.errors.values()), "tool_error_kinds": dict(self.errors),
-                "tool_call_counts": {name: dict(counts) for name, counts in self.calls.items()}}  # fmt: skip
+        return {
+            "tool_errors": sum(self.errors.values()),
+            "tool_error_kinds": dict(self.errors),
+            "tool_call_counts": {name: dict(counts) for name, counts in self.calls.items()},
+        }
 
 
 def _call_id(call: dict) -> dict:

@@ -124,8 +124,9 @@ def parse_request(body: Any) -> ChatRequest:
     request.top_p = _number(body, "top_p", low=0.0, high=1.0, open_low=True)
     request.top_k = _integer(body, "top_k", low=0)
     request.seed = _integer(body, "seed")
-    request.unsupported_sampling = [key for key in ("frequency_penalty", "presence_penalty", "logit_bias")
-                                    if body.get(key)]  # fmt: skip
+    request.unsupported_sampling = [
+        key for key in ("frequency_penalty", "presence_penalty", "logit_bias") if body.get(key)
+    ]
     request.logprobs = bool(body.get("logprobs"))
     request.stream = bool(body.get("stream"))
     options = body.get("stream_options") or {}
@@ -143,8 +144,9 @@ def normalize_messages(messages: list[Any]) -> list[dict[str, Any]]:
             raise RequestError(f"messages[{index}] must be an object with a string `role`", param="messages")
         role = "system" if message["role"] == "developer" else message["role"]
         if role not in _ROLES:
-            raise RequestError(f"messages[{index}] has role {role!r}; use one of {sorted(_ROLES)} (or developer)",
-                               param="messages")  # fmt: skip
+            raise RequestError(
+                f"messages[{index}] has role {role!r}; use one of {sorted(_ROLES)} (or developer)", param="messages"
+            )
         clean: dict[str, Any] = {"role": role, "content": _content(message.get("content"), index)}
         if role == "assistant" and message.get("tool_calls"):
             clean["tool_calls"] = [_message_tool_call(call, index) for call in message["tool_calls"]]
@@ -194,8 +196,11 @@ def _content(content: Any, index: int) -> str | None:
             else:
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 hint = f": {VLM_NEEDED}" if kind in ("image_url", "image", "input_image") else ""
-                raise RequestError(f"messages[{index}]: content part of type {kind!r} is not supported; the gateway "
-                                   f"serves text-only models, send text parts{hint}", param="messages")  # fmt: skip
+                raise RequestError(
+                    f"messages[{index}]: content part of type {kind!r} is not supported; the gateway "
+                    f"serves text-only models, send text parts{hint}",
+                    param="messages",
+                )
         return "\n".join(texts)
     raise RequestError(f"messages[{index}].content must be a string, a list of text parts or null", param="messages")
 
@@ -203,8 +208,9 @@ def _content(content: Any, index: int) -> str | None:
 def _message_tool_call(call: Any, index: int) -> dict[str, Any]:
     function = call.get("function") if isinstance(call, dict) else None
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        raise RequestError(f"messages[{index}].tool_calls: each call needs function.name and function.arguments",
-                           param="messages")  # fmt: skip
+        raise RequestError(
+            f"messages[{index}].tool_calls: each call needs function.name and function.arguments", param="messages"
+        )
     arguments = ToolCall.decode_arguments(function.get("arguments"))  # a malformed string is kept as written
     clean = {"type": "function", "function": {"name": function["name"], "arguments": arguments}}
     if call.get("id") is not None:
@@ -220,8 +226,10 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
     for i, tool in enumerate(tools):
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise RequestError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\": ..., "
-                               "\"parameters\": {...}}}}", param="tools")  # fmt: skip
+            raise RequestError(
+                f'tools[{i}] must be {{"type": "function", "function": {{"name": ..., "parameters": {{...}}}}}}}}',
+                param="tools",
+            )
     return tools
 
 
@@ -291,8 +299,9 @@ def logprob_entries(tokenizer: Any, ids: list[int], logprobs: list[float], piece
     for token_id, value, piece in zip(ids, logprobs, pieces, strict=True):
         token = piece or tokenizer.decode([token_id], skip_special_tokens=False)
         logprob = float(value) if math.isfinite(value) else _MIN_LOGPROB
-        entries.append({"token": token, "logprob": max(logprob, _MIN_LOGPROB), "bytes": list(token.encode()),
-                        "top_logprobs": []})  # fmt: skip
+        entries.append(
+            {"token": token, "logprob": max(logprob, _MIN_LOGPROB), "bytes": list(token.encode()), "top_logprobs": []}
+        )
     return entries
 
 
@@ -310,10 +319,20 @@ def completion_body(reply: Reply, *, completion_id: str, created: int, model: st
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     if reply.tool_calls:
         message["tool_calls"] = reply.tool_calls
-    choice = {"index": 0, "message": message, "logprobs": _logprobs(reply.token_entries, logprobs),
-              "finish_reason": reply.finish_reason}  # fmt: skip
-    return {"id": completion_id, "object": "chat.completion", "created": created, "model": model,
-            "choices": [choice], "usage": _usage(reply)}  # fmt: skip
+    choice = {
+        "index": 0,
+        "message": message,
+        "logprobs": _logprobs(reply.token_entries, logprobs),
+        "finish_reason": reply.finish_reason,
+    }
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [choice],
+        "usage": _usage(reply),
+    }
 
 
 def stream_chunks(
@@ -367,8 +386,11 @@ def _logprobs(entries: list[dict] | None, asked: bool) -> dict | None:
 
 
 def _usage(reply: Reply) -> dict[str, int]:
-    return {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-            "total_tokens": reply.prompt_tokens + reply.completion_tokens}  # fmt: skip
+    return {
+        "prompt_tokens": reply.prompt_tokens,
+        "completion_tokens": reply.completion_tokens,
+        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+    }
 
 
 def error_body(message: str, *, status: int, param: str | None = None, code: str | None = None) -> dict:

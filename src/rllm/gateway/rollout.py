@@ -83,8 +83,12 @@ class RolloutWorkflow(Workflow):
 
     async def run(self, task: dict, uid: str) -> None:
         self._gateway = gateway = await shared_gateway()
-        session = gateway.open_session(self._complete, tokenizer=getattr(self.model, "tokenizer", None),
-                                       sampling=self.sampling, honor_sampling=self.honor_sampling)  # fmt: skip
+        session = gateway.open_session(
+            self._complete,
+            tokenizer=getattr(self.model, "tokenizer", None),
+            sampling=self.sampling,
+            honor_sampling=self.honor_sampling,
+        )
         self._session = session
         try:
             answer = await _run_in_thread(type(self).fn, task, gateway.session_url(session.sid))
@@ -114,8 +118,15 @@ class RolloutWorkflow(Workflow):
         """Close the session and commit its calls as a trajectory (also when the episode fails)."""
         self._gateway.close_session(session.sid)
         self._session = None
-        steps = [Step(chat_completions=record.rendered_messages, model_output=record.output, action=record.content,
-                      info=_step_info(record)) for record in session.records]  # fmt: skip
+        steps = [
+            Step(
+                chat_completions=record.rendered_messages,
+                model_output=record.output,
+                action=record.content,
+                info=_step_info(record),
+            )
+            for record in session.records
+        ]
         trajectory = Trajectory(name=self.name, steps=steps)
         self.commit(trajectory)
         ignored = sum(session.ignored.values())
@@ -185,8 +196,10 @@ def _check_signature(function: Any) -> None:
     try:
         inspect.signature(function).bind({}, "http://")
     except TypeError as exc:
-        raise TypeError(f"@rollout needs fn(task, base_url); {getattr(function, '__qualname__', function)} "
-                        f"cannot take those two arguments ({exc})") from None  # fmt: skip
+        raise TypeError(
+            f"@rollout needs fn(task, base_url); {getattr(function, '__qualname__', function)} "
+            f"cannot take those two arguments ({exc})"
+        ) from None
     except ValueError:  # builtins without a signature: let the call decide
         pass
 

@@ -172,8 +172,13 @@ class Gateway:
     def _standalone_handler(self) -> Handler:
         """A bare Workflow's `generate`: the rendering, budget and seeding path of every rollout."""
         workflow = _ConversationWorkflow()
-        services = WorkflowServices(self.model, self.sampling, EnvRunner(None, serialize=False),
-                                    self.max_prompt_length, self.max_response_length)  # fmt: skip
+        services = WorkflowServices(
+            self.model,
+            self.sampling,
+            EnvRunner(None, serialize=False),
+            self.max_prompt_length,
+            self.max_response_length,
+        )
         workflow.start_episode(services, {}, "gateway")
 
         async def complete(messages: list[dict], tools: list[dict] | None, overrides: dict[str, Any]):
@@ -208,8 +213,12 @@ class Gateway:
             return _error(404, str(exc), code="session_closed")
         except Exception as exc:
             return _failure_response(exc)
-        meta = {"completion_id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()),
-                "model": chat.model or self.model_name, "logprobs": chat.logprobs}  # fmt: skip
+        meta = {
+            "completion_id": f"chatcmpl-{uuid.uuid4().hex}",
+            "created": int(time.time()),
+            "model": chat.model or self.model_name,
+            "logprobs": chat.logprobs,
+        }
         if not chat.stream:
             return web.json_response(completion_body(reply, **meta))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -244,8 +253,11 @@ class Gateway:
 
     async def _no_session(self, request: web.Request) -> web.Response:
         where = self.base_url if self._runner is not None else "http://host:port"
-        return _error(404, f"this gateway serves per-session URLs: use base_url={where}/sessions/<any id>/v1 "
-                      "(one id per conversation or rollout)")  # fmt: skip
+        return _error(
+            404,
+            f"this gateway serves per-session URLs: use base_url={where}/sessions/<any id>/v1 "
+            "(one id per conversation or rollout)",
+        )
 
 
 class _ConversationWorkflow(Workflow):

@@ -86,13 +86,21 @@ class CallRecord:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "messages": self.messages, "rendered_messages": self.rendered_messages, "tools": self.tools,
-            "prompt_ids": self.prompt_ids, "completion_ids": self.completion_ids, "logprobs": self.logprobs,
-            "text": self.text, "content": self.content, "tool_calls": self.tool_calls,
-            "finish_reason": self.finish_reason, "weight_version": self.weight_version,
-            "ignored_sampling": self.ignored_sampling, "tool_call_errors": self.tool_call_errors,
+            "messages": self.messages,
+            "rendered_messages": self.rendered_messages,
+            "tools": self.tools,
+            "prompt_ids": self.prompt_ids,
+            "completion_ids": self.completion_ids,
+            "logprobs": self.logprobs,
+            "text": self.text,
+            "content": self.content,
+            "tool_calls": self.tool_calls,
+            "finish_reason": self.finish_reason,
+            "weight_version": self.weight_version,
+            "ignored_sampling": self.ignored_sampling,
+            "tool_call_errors": self.tool_call_errors,
             "output": self.output.model_dump(mode="json"),
-        }  # fmt: skip
+        }
 
 
 @dataclass
@@ -142,10 +150,19 @@ class GatewaySession:
             rendered = messages
             if request.tools and self.tokenizer is not None:  # the handler's renderer described them the same way
                 rendered = describe_ignored_tools(self.tokenizer, messages, request.tools)
-            self.records.append(CallRecord(
-                messages=request.raw_messages, rendered_messages=rendered, tools=request.tools, output=output,
-                content=reply.content, tool_calls=reply.tool_calls, finish_reason=reply.finish_reason,
-                ignored_sampling=ignored, tool_call_errors=errors))  # fmt: skip
+            self.records.append(
+                CallRecord(
+                    messages=request.raw_messages,
+                    rendered_messages=rendered,
+                    tools=request.tools,
+                    output=output,
+                    content=reply.content,
+                    tool_calls=reply.tool_calls,
+                    finish_reason=reply.finish_reason,
+                    ignored_sampling=ignored,
+                    tool_call_errors=errors,
+                )
+            )
             self._produced.append(_Produced(output.text, reply.content, {c["id"] for c in reply.tool_calls}))
             return reply
 
@@ -207,9 +224,13 @@ class GatewaySession:
         tool_calls, errors = [], []
         if request.tools:
             content, tool_calls, errors = self._tool_calls(output, content)
-        reply = Reply(content=content if content or not tool_calls else None, tool_calls=tool_calls,
-                      finish_reason=finish_reason(output.finish_reason, bool(tool_calls)),
-                      prompt_tokens=output.prompt_length, completion_tokens=output.completion_length)  # fmt: skip
+        reply = Reply(
+            content=content if content or not tool_calls else None,
+            tool_calls=tool_calls,
+            finish_reason=finish_reason(output.finish_reason, bool(tool_calls)),
+            prompt_tokens=output.prompt_length,
+            completion_tokens=output.completion_length,
+        )
         if request.stream or request.logprobs:
             self._add_tokens(reply, output)
         return reply, errors
@@ -265,9 +286,13 @@ class GatewaySession:
 
     def to_json(self) -> dict[str, Any]:
         failure = None if self.failure is None else f"{type(self.failure).__name__}: {self.failure}"
-        return {"session": self.sid, "calls": [record.to_json() for record in self.records],
-                "token_mismatch": self.token_mismatches(), "ignored_sampling": dict(self.ignored),
-                "failure": failure}  # fmt: skip
+        return {
+            "session": self.sid,
+            "calls": [record.to_json() for record in self.records],
+            "token_mismatch": self.token_mismatches(),
+            "ignored_sampling": dict(self.ignored),
+            "failure": failure,
+        }
 
 
 def _cut_at_stop(text: str, stop: list[str]) -> str:

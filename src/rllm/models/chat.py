@@ -66,9 +66,13 @@ def render_text(
     template = _fast_template(tokenizer, tools)
     if template is not None and _plain_messages(messages):
         plain = [{key: value for key, value in message.items() if value is not None} for message in messages]
-        return template.render(messages=plain, tools=tools, documents=None,
-                               add_generation_prompt=add_generation_prompt,
-                               **tokenizer.special_tokens_map)  # fmt: skip
+        return template.render(
+            messages=plain,
+            tools=tools,
+            documents=None,
+            add_generation_prompt=add_generation_prompt,
+            **tokenizer.special_tokens_map,
+        )
     return tokenizer.apply_chat_template(
         messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
     )
@@ -77,9 +81,11 @@ def render_text(
 def _text_only_error(tokenizer: Any, messages: list[dict]) -> ImageError:
     name = getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__
     index = next(i for i, m in enumerate(messages) if has_images([m]))
-    return ImageError(f"messages[{index}] holds an image, but the model {name!r} is a text-only model (its prompts are "
-                      f"rendered by a tokenizer's chat template): {VLM_NEEDED} (to evaluate one, serve it behind an "
-                      "OpenAI-compatible server and give rllm's client no tokenizer)")  # fmt: skip
+    return ImageError(
+        f"messages[{index}] holds an image, but the model {name!r} is a text-only model (its prompts are "
+        f"rendered by a tokenizer's chat template): {VLM_NEEDED} (to evaluate one, serve it behind an "
+        "OpenAI-compatible server and give rllm's client no tokenizer)"
+    )
 
 
 # A tool no real conversation has: whether it shows up in a render says whether the template prints `tools`.
@@ -195,8 +201,9 @@ _PLAIN_SCALARS = (str, int, float, bool, type(None))
 
 def _plain_messages(messages: list[dict]) -> bool:
     """Dict messages whose values are exact JSON types (what transformers' conversions would leave unchanged)."""
-    return all(type(m) is dict and not _REASONING_KEYS.intersection(m) and all(map(_is_plain, m.values()))
-               for m in messages)  # fmt: skip
+    return all(
+        type(m) is dict and not _REASONING_KEYS.intersection(m) and all(map(_is_plain, m.values())) for m in messages
+    )
 
 
 def _is_plain(value: Any) -> bool:

@@ -192,8 +192,9 @@ class LocalModel:
         images: list[str] = []
         if isinstance(prompt, ImagePrompt):
             if self.vision is None:
-                raise ImageError(f"this prompt holds {len(prompt.images)} images, but the model is text-only: "
-                                 f"{VLM_NEEDED}")  # fmt: skip
+                raise ImageError(
+                    f"this prompt holds {len(prompt.images)} images, but the model is text-only: {VLM_NEEDED}"
+                )
             prompt, images = prompt.ids, list(prompt.images)
         if not isinstance(prompt, list) or not prompt:
             raise ValueError("prompt must be a non-empty list of token ids or of chat messages")
@@ -225,8 +226,10 @@ class LocalModel:
         count = sum(1 for t in ids if t == self.vision.image_token_id)
         expected = sum(image.num_image_tokens for image in self.vision.images(images))
         if count != expected:
-            raise ImageError(f"the prompt has {count} image tokens but its {len(images)} images stand for {expected}; "
-                             "give token ids and images together as rendered (rllm.models.vision)")  # fmt: skip
+            raise ImageError(
+                f"the prompt has {count} image tokens but its {len(images)} images stand for {expected}; "
+                "give token ids and images together as rendered (rllm.models.vision)"
+            )
 
     def _new_request(self, prompt_ids: list[int], sampling: SamplingParams) -> GenerationRequest:
         with self._lock:

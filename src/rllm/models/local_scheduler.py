@@ -362,8 +362,13 @@ class BatchScheduler:
     ) -> torch.Tensor:
         """Logits `[rows, vocab]` at position `last[i]` of each row (default: the last), the K/V going to
         `self.cache`. `tokens` holds `input_ids` or `inputs_embeds`."""
-        inputs = {**tokens, "position_ids": positions, "attention_mask": mask,
-                  self._cache_kwarg: self.cache, "use_cache": True}  # fmt: skip
+        inputs = {
+            **tokens,
+            "position_ids": positions,
+            "attention_mask": mask,
+            self._cache_kwarg: self.cache,
+            "use_cache": True,
+        }
         if self._parts is None:  # one unpadded row at a time (see `_chunks`)
             return self.model(**inputs, logits_to_keep=1).logits[:, -1]
         backbone, head = self._parts

@@ -171,8 +171,10 @@ class OpenAIClient:
 
             self._vision = load_vision(str(self._vision_spec))
             if self._vision is None:
-                raise RllmError(f"OpenAIClient(vision={str(self._vision_spec)!r}): that model is not a "
-                                "vision-language model (its config has no vision tower)")  # fmt: skip
+                raise RllmError(
+                    f"OpenAIClient(vision={str(self._vision_spec)!r}): that model is not a "
+                    "vision-language model (its config has no vision tower)"
+                )
         return self._vision
 
     async def generate(self, prompt: Prompt, sampling: SamplingParams | None = None) -> ModelOutput:
@@ -183,9 +185,11 @@ class OpenAIClient:
                 if output is not None:
                     return output
             if prompt.messages is None:
-                raise RllmError(f"OpenAIClient({self.base_url!r}) got an ImagePrompt without its messages: a server "
-                                "takes images in chat messages only; send the messages (or an ImagePrompt that "
-                                "carries them, as a Workflow's conversation renders)")  # fmt: skip
+                raise RllmError(
+                    f"OpenAIClient({self.base_url!r}) got an ImagePrompt without its messages: a server "
+                    "takes images in chat messages only; send the messages (or an ImagePrompt that "
+                    "carries them, as a Workflow's conversation renders)"
+                )
             return await self._generate_chat_with_ids(prompt.messages, sampling, prompt.images, sent=prompt.ids)
         is_messages = bool(prompt) and isinstance(prompt[0], dict)
         if not is_messages:
@@ -257,22 +261,35 @@ class OpenAIClient:
     async def _generate_tokens_with_images(self, prompt: ImagePrompt, sampling: SamplingParams) -> ModelOutput | None:
         """vLLM's token-in/token-out endpoint with images (module docstring); None when the server has none."""
         url = self.base_url.removesuffix("/v1") + "/inference/v1/generate"
-        params = {"max_tokens": sampling.max_tokens, "temperature": sampling.temperature, "top_p": sampling.top_p,
-                  "logprobs": 0, "skip_special_tokens": True, "include_stop_str_in_output": True}  # fmt: skip
+        params = {
+            "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "logprobs": 0,
+            "skip_special_tokens": True,
+            "include_stop_str_in_output": True,
+        }
         _add_optional_sampling(params, sampling)
-        body = {"model": self.model, "token_ids": self.vision.collapse(prompt.ids, prompt.images),
-                "content_parts": [{"type": "image_url", "url": image} for image in prompt.images],
-                "sampling_params": params, "output_mode": "text", "return_token_ids": True}  # fmt: skip
+        body = {
+            "model": self.model,
+            "token_ids": self.vision.collapse(prompt.ids, prompt.images),
+            "content_parts": [{"type": "image_url", "url": image} for image in prompt.images],
+            "sampling_params": params,
+            "output_mode": "text",
+            "return_token_ids": True,
+        }
         try:
             data = await self._post_url(url, body)
         except ModelRequestError as exc:
             if exc.status not in (403, 404, 405):
                 raise
             self._tokens_in_images = False
-            warnings.warn(f"{url} is not served ({exc}); prompts with images go through /chat/completions, where the "
-                          "server renders the history from text, so a multi-turn episode may train as several rows. "
-                          "Start vLLM with --enable-scale-out for token-in/token-out with images.",
-                          stacklevel=3)  # fmt: skip
+            warnings.warn(
+                f"{url} is not served ({exc}); prompts with images go through /chat/completions, where the "
+                "server renders the history from text, so a multi-turn episode may train as several rows. "
+                "Start vLLM with --enable-scale-out for token-in/token-out with images.",
+                stacklevel=3,
+            )
             return None
         self._tokens_in_images = True
         choice = _first_choice(data, url)
@@ -283,10 +300,14 @@ class OpenAIClient:
         logprobs = [entry["logprob"] for entry in content_logprobs]
         text = choice.get("text") or ""
         return ModelOutput(
-            text=text, content=text, prompt_ids=self._served_prompt_ids(list(prompt.ids), {}, data),
-            completion_ids=completion_ids, prompt_images=list(prompt.images), finish_reason=choice.get("finish_reason"),
+            text=text,
+            content=text,
+            prompt_ids=self._served_prompt_ids(list(prompt.ids), {}, data),
+            completion_ids=completion_ids,
+            prompt_images=list(prompt.images),
+            finish_reason=choice.get("finish_reason"),
             logprobs=logprobs if completion_ids is not None and len(logprobs) == len(completion_ids) else None,
-        )  # fmt: skip
+        )
 
     def _served_prompt_ids(self, sent: list[int], choice: dict[str, Any], data: dict[str, Any]) -> list[int]:
         """The ids the model saw: the server's echo when it gives one (it wins if it differs), else what we sent."""
@@ -304,9 +325,13 @@ class OpenAIClient:
     # ---- chat ------------------------------------------------------------------------------------------------
 
     async def _generate_chat_with_ids(
-        self, messages: list[dict[str, Any]], sampling: SamplingParams, images: list[str], *,
+        self,
+        messages: list[dict[str, Any]],
+        sampling: SamplingParams,
+        images: list[str],
+        *,
         sent: list[int] | None = None,
-    ) -> ModelOutput:  # fmt: skip
+    ) -> ModelOutput:
         """A prompt with images: the server renders the messages and returns the ids (module docstring)."""
         body = self._chat_request(normalize_images(messages), sampling)
         body.update({"logprobs": True, "return_token_ids": True, "skip_special_tokens": True})
@@ -409,8 +434,10 @@ class OpenAIClient:
                 return await self._attempt(session, url, payload)
             except _RetryableFailure as failure:
                 last = failure
-        raise InfraError(f"POST {url} failed after {self.max_retries + 1} attempts; last error: {last.reason}",
-                         retry_after=last.retry_after)  # fmt: skip
+        raise InfraError(
+            f"POST {url} failed after {self.max_retries + 1} attempts; last error: {last.reason}",
+            retry_after=last.retry_after,
+        )
 
     async def _attempt(self, session: aiohttp.ClientSession, url: str, payload: bytes) -> dict[str, Any]:
         try:

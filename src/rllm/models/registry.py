@@ -45,11 +45,29 @@ from rllm.errors import ModelNotAvailableError
 from rllm.fsutil import install_dir_atomically, rllm_home, sha256_of_file
 
 __all__ = [
-    "DEFAULT_MODEL", "DERIVED_SPECS", "MODEL_SPECS", "DerivedSpec", "ModelChecksumError", "ModelSpec", "WheelMember",
-    "build_tiny_model", "fetch_model", "get_spec", "is_fetched", "is_vision_folder", "list_models", "load_causal_lm",
-    "load_tokenizer", "load_vision", "main", "model_cache_dir", "resolve_model_path", "rllm_home", "sha256_of_file",
+    "DEFAULT_MODEL",
+    "DERIVED_SPECS",
+    "MODEL_SPECS",
+    "DerivedSpec",
+    "ModelChecksumError",
+    "ModelSpec",
+    "WheelMember",
+    "build_tiny_model",
+    "fetch_model",
+    "get_spec",
+    "is_fetched",
+    "is_vision_folder",
+    "list_models",
+    "load_causal_lm",
+    "load_tokenizer",
+    "load_vision",
+    "main",
+    "model_cache_dir",
+    "resolve_model_path",
+    "rllm_home",
+    "sha256_of_file",
     "verify_sha256",
-]  # fmt: skip
+]
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -200,8 +218,9 @@ def resolve_model_path(name_or_path: str | os.PathLike[str]) -> Path:
     name = str(name_or_path)
     spec = get_spec(name)
     if not is_fetched(name):
-        hint = f"run `rllm fetch {name}` (built from {spec.base})" if isinstance(spec, DerivedSpec) \
-            else spec.fetch_hint()  # fmt: skip
+        hint = (
+            f"run `rllm fetch {name}` (built from {spec.base})" if isinstance(spec, DerivedSpec) else spec.fetch_hint()
+        )
         raise ModelNotAvailableError(
             f"model {name!r} is not on this machine (looked in {model_cache_dir(name)}): {hint}"
         )
@@ -266,16 +285,23 @@ def _build_derived(spec: DerivedSpec, *, force: bool, log: Log) -> Path:
         started = time.perf_counter()
         model, processor, diff = build_vlm_around(base)
         if diff > _LOGITS_TOLERANCE:
-            raise ModelNotAvailableError(f"{spec.name}: without images the built model's logits differ from "
-                                         f"{spec.base}'s by {diff:.2e}; the build is wrong, nothing was "
-                                         "cached")  # fmt: skip
+            raise ModelNotAvailableError(
+                f"{spec.name}: without images the built model's logits differ from "
+                f"{spec.base}'s by {diff:.2e}; the build is wrong, nothing was "
+                "cached"
+            )
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{spec.name}.build-") as work:
             staging = Path(work) / "staging"
             model.save_pretrained(staging)
             processor.save_pretrained(staging)
-            manifest = {"format": MANIFEST_FORMAT, "name": spec.name, "base": spec.base,
-                        "builder_version": spec.builder_version, "text_logits_max_abs_diff_vs_base": diff,
-                        "created_utc": datetime.now(UTC).isoformat(timespec="seconds")}  # fmt: skip
+            manifest = {
+                "format": MANIFEST_FORMAT,
+                "name": spec.name,
+                "base": spec.base,
+                "builder_version": spec.builder_version,
+                "text_logits_max_abs_diff_vs_base": diff,
+                "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+            }
             (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
             install_dir_atomically(staging, target)
         log(f"{spec.name}: ready at {target} ({time.perf_counter() - started:.1f}s; text logits max |diff| {diff:.1e})")

@@ -42,9 +42,16 @@ from rllm.images import decode_image, message_image_urls, normalize_images
 from rllm.models.chat import describe_ignored_tools
 
 __all__ = [
-    "ImageSpan", "ProcessedImage", "VisionProcessor", "check_supported", "image_key", "image_spans", "inputs_embeds",
-    "is_vision_model", "vision_modules",
-]  # fmt: skip
+    "ImageSpan",
+    "ProcessedImage",
+    "VisionProcessor",
+    "check_supported",
+    "image_key",
+    "image_spans",
+    "inputs_embeds",
+    "is_vision_model",
+    "vision_modules",
+]
 
 _CACHED_IMAGES = 256
 
@@ -79,8 +86,11 @@ def vision_modules(model: nn.Module) -> dict[str, nn.Module]:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     prefix = getattr(base, "base_model_prefix", "model")
     backbone, decoder = getattr(base, prefix), base.get_decoder()
-    return {f"{prefix}.{name}": child for name, child in backbone.named_children()
-            if child is not decoder and any(True for _ in child.parameters())}  # fmt: skip
+    return {
+        f"{prefix}.{name}": child
+        for name, child in backbone.named_children()
+        if child is not decoder and any(True for _ in child.parameters())
+    }
 
 
 def check_supported(model: nn.Module) -> None:
@@ -103,8 +113,9 @@ class VisionProcessor:
         self.image_token: str = processor.image_token
         self.image_token_id: int = self.tokenizer.convert_tokens_to_ids(self.image_token)
         if getattr(processor, "chat_template", None) is None:
-            raise ImageError(f"the processor {type(processor).__name__} has no chat template; rllm renders "
-                             "conversations with it")  # fmt: skip
+            raise ImageError(
+                f"the processor {type(processor).__name__} has no chat template; rllm renders conversations with it"
+            )
         self._cache: OrderedDict[str, ProcessedImage] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -123,8 +134,10 @@ class VisionProcessor:
         )
         pieces = text.split(self.image_token)
         if len(pieces) - 1 != len(urls):
-            raise ImageError(f"the chat template printed {len(pieces) - 1} image placeholders for {len(urls)} images; "
-                             "it must print the processor's image token once per image part")  # fmt: skip
+            raise ImageError(
+                f"the chat template printed {len(pieces) - 1} image placeholders for {len(urls)} images; "
+                "it must print the processor's image token once per image part"
+            )
         out = [pieces[0]]
         for url, piece in zip(urls, pieces[1:], strict=True):
             out += [self.image(url).text, piece]
@@ -145,15 +158,18 @@ class VisionProcessor:
         return processed
 
     def _process(self, url: str) -> ProcessedImage:
-        batch = self.processor(text=[self.image_token], images=[[decode_image(url)]], add_special_tokens=False,
-                               return_tensors="pt")  # fmt: skip
+        batch = self.processor(
+            text=[self.image_token], images=[[decode_image(url)]], add_special_tokens=False, return_tensors="pt"
+        )
         ids = tuple(int(t) for t in batch["input_ids"][0])
         text = self.tokenizer.decode(list(ids), skip_special_tokens=False)
         from rllm.models.chat import encode_text
 
         if tuple(encode_text(self.tokenizer, text)) != ids:  # the expansion must survive a text round trip
-            raise ImageError(f"{type(self.processor).__name__}'s image expansion does not re-tokenize to the same ids; "
-                             "its image tokens must be special tokens of the tokenizer")  # fmt: skip
+            raise ImageError(
+                f"{type(self.processor).__name__}'s image expansion does not re-tokenize to the same ids; "
+                "its image tokens must be special tokens of the tokenizer"
+            )
         pixel = {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask") and isinstance(v, Tensor)}
         count = sum(1 for t in ids if t == self.image_token_id)
         return ProcessedImage(url=url, text=text, ids=ids, num_image_tokens=count, pixel_inputs=pixel)
@@ -166,8 +182,10 @@ class VisionProcessor:
             expansion = list(self.image(url).ids)
             at = _find(ids, expansion, cursor)
             if at < 0:
-                raise ImageError(f"the prompt ids do not hold the expansion of image {index} (of {len(urls)}) after "
-                                 f"position {cursor}: the ids and the images disagree")  # fmt: skip
+                raise ImageError(
+                    f"the prompt ids do not hold the expansion of image {index} (of {len(urls)}) after "
+                    f"position {cursor}: the ids and the images disagree"
+                )
             out += [*ids[cursor:at], self.image_token_id]
             cursor = at + len(expansion)
         return out + list(ids[cursor:])
@@ -216,8 +234,10 @@ def image_features(model: nn.Module, image: ProcessedImage) -> Tensor:
     out = base.get_image_features(**pixel, return_dict=True).pooler_output
     features = torch.cat(list(out), dim=0) if isinstance(out, (list, tuple)) else out.reshape(-1, out.shape[-1])
     if features.shape[0] != image.num_image_tokens:
-        raise ImageError(f"the vision tower gave {features.shape[0]} feature vectors for an image of "
-                         f"{image.num_image_tokens} image tokens; the processor and the model disagree")  # fmt: skip
+        raise ImageError(
+            f"the vision tower gave {features.shape[0]} feature vectors for an image of "
+            f"{image.num_image_tokens} image tokens; the processor and the model disagree"
+        )
     return features
 
 
@@ -236,8 +256,10 @@ def image_spans(images: Sequence[ProcessedImage], num_tokens: int, *, skip: int 
             spans.append((image, lo - start, hi - start))
         start = end
     if start < stop:
-        raise ImageError(f"the prompt has {stop} image tokens but its {len(images)} images stand for {start}: the "
-                         "image inputs do not match the prompt ids")  # fmt: skip
+        raise ImageError(
+            f"the prompt has {stop} image tokens but its {len(images)} images stand for {start}: the "
+            "image inputs do not match the prompt ids"
+        )
     return spans
 
 
@@ -259,6 +281,8 @@ def inputs_embeds(model: nn.Module, input_ids: Tensor, spans: Sequence[ImageSpan
         features.append(computed[image.url][lo:hi])
     source = torch.cat(features, dim=0) if features else embeds.new_zeros(0, embeds.shape[-1])
     if source.shape[0] != needed:
-        raise ImageError(f"the ids hold {needed} image tokens but their images give {source.shape[0]} features: "
-                         "the image inputs do not match the prompt ids")  # fmt: skip
+        raise ImageError(
+            f"the ids hold {needed} image tokens but their images give {source.shape[0]} features: "
+            "the image inputs do not match the prompt ids"
+        )
     return embeds.masked_scatter(mask[..., None], source.to(embeds.dtype))

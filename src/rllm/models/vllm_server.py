@@ -73,8 +73,15 @@ def find_vllm_python(python: str | os.PathLike | None = None) -> str:
 class VLLMServer:
     """A running vLLM server: its URLs, its process when rllm started it, and its admin API."""
 
-    def __init__(self, root_url: str, served_name: str, *, process: subprocess.Popen | None = None,
-                 log_path: Path | None = None, admin_timeout: float = 600.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        root_url: str,
+        served_name: str,
+        *,
+        process: subprocess.Popen | None = None,
+        log_path: Path | None = None,
+        admin_timeout: float = 600.0,
+    ) -> None:
         self.root_url = root_url.rstrip("/")  # http://host:port, without /v1
         self.served_name = served_name
         self.process = process
@@ -99,8 +106,14 @@ class VLLMServer:
         return server
 
     @classmethod
-    def from_config(cls, settings: Any, model: Callable[[], str | os.PathLike], *, log_path: str | os.PathLike,
-                    enable_lora: bool = False) -> tuple[Self, bool]:  # fmt: skip
+    def from_config(
+        cls,
+        settings: Any,
+        model: Callable[[], str | os.PathLike],
+        *,
+        log_path: str | os.PathLike,
+        enable_lora: bool = False,
+    ) -> tuple[Self, bool]:
         """(server, whether rllm started it) for a `VLLMConfig`: attach to `settings.base_url`, else launch on the
         folder `model()` returns (called only then, so nothing is written for a server that is attached)."""
         if settings.base_url:
@@ -139,9 +152,24 @@ class VLLMServer:
         """Start a server for the model folder `model` and wait until it answers `/health`."""
         python = find_vllm_python(python)
         port = port or _free_port(host)
-        args = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                "--served-model-name", served_name, "--host", host, "--port", str(port), "--dtype", dtype,
-                "--logprobs-mode", "processed_logprobs", "--disable-uvicorn-access-log"]  # fmt: skip
+        args = [
+            python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model),
+            "--served-model-name",
+            served_name,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--dtype",
+            dtype,
+            "--logprobs-mode",
+            "processed_logprobs",
+            "--disable-uvicorn-access-log",
+        ]
         if max_model_len:
             args += ["--max-model-len", str(max_model_len)]
         if enable_lora:
@@ -154,8 +182,9 @@ class VLLMServer:
         log = Path(log_path) if log_path else Path(os.environ.get("TMPDIR", "/tmp")) / f"rllm-vllm-{port}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "wb") as sink:
-            process = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT, env=_server_env(env, enable_lora),
-                                       start_new_session=True)  # fmt: skip
+            process = subprocess.Popen(
+                args, stdout=sink, stderr=subprocess.STDOUT, env=_server_env(env, enable_lora), start_new_session=True
+            )
         server = cls(f"http://{host}:{port}", served_name, process=process, log_path=log)
         atexit.register(server.stop)
         try:
@@ -244,16 +273,23 @@ class VLLMServer:
 
     def prompt_logprobs(self, ids: list[int], model: str | None = None) -> list[float]:
         """log p(ids[i] | ids[:i]) for i >= 1 under the served weights (temperature 1): the post-sync check."""
-        body = {"model": model or self.served_name, "prompt": ids, "max_tokens": 1, "temperature": 0.0,
-                "prompt_logprobs": 0}  # fmt: skip
+        body = {
+            "model": model or self.served_name,
+            "prompt": ids,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "prompt_logprobs": 0,
+        }
         entries = self._request("POST", "/v1/completions", body)["choices"][0]["prompt_logprobs"]
         return [float(entry[str(token)]["logprob"]) for token, entry in zip(ids[1:], entries[1:], strict=True)]
 
-    def _request(self, method: str, path: str, body: dict | None = None, *, timeout: float | None = None,
-                 raw: bool = False) -> Any:  # fmt: skip
+    def _request(
+        self, method: str, path: str, body: dict | None = None, *, timeout: float | None = None, raw: bool = False
+    ) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.root_url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        request = urllib.request.Request(
+            self.root_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=timeout or self.admin_timeout) as response:
                 payload = response.read()

@@ -47,14 +47,24 @@ def idefics3_processor(tokenizer: Any, *, image_size: int, image_seq_len: int) -
     tokenizer.add_special_tokens({"additional_special_tokens": list(IMAGE_TOKENS)})
     size = {"longest_edge": image_size}
     image_processor = Idefics3ImageProcessorPil(do_image_splitting=False, size=size, max_image_size=size)
-    return Idefics3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_len=image_seq_len,
-                             chat_template=CHATML_IMAGE_TEMPLATE)  # fmt: skip
+    return Idefics3Processor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        image_seq_len=image_seq_len,
+        chat_template=CHATML_IMAGE_TEMPLATE,
+    )
 
 
 def build_tiny_vlm(
-    tokenizer: Any, *, seed: int = 0, hidden_size: int = 64, num_layers: int = 2, image_size: int = 32,
-    patch_size: int = 8, scale_factor: int = 2,
-) -> tuple[Any, Any]:  # fmt: skip
+    tokenizer: Any,
+    *,
+    seed: int = 0,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    image_size: int = 32,
+    patch_size: int = 8,
+    scale_factor: int = 2,
+) -> tuple[Any, Any]:
     """(a random-init fp32 `Idefics3ForConditionalGeneration`, its processor). Same seed, same weights; the global
     torch RNG is left untouched. Each image costs `(image_size / patch_size / scale_factor) ** 2` image tokens
     (4 by default) plus 3 markers."""
@@ -65,14 +75,34 @@ def build_tiny_vlm(
     processor = idefics3_processor(tokenizer, image_size=image_size, image_seq_len=image_seq_len)
     tok = processor.tokenizer
     eos, pad = tok.eos_token_id, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    text = LlamaConfig(vocab_size=-(-len(tok) // 64) * 64, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                       num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
-                       max_position_embeddings=2048, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
-                       eos_token_id=eos, pad_token_id=pad)  # fmt: skip
-    vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
-              "image_size": image_size, "patch_size": patch_size}  # fmt: skip
-    config = Idefics3Config(text_config=text, vision_config=vision, scale_factor=scale_factor,
-                            image_token_id=tok.convert_tokens_to_ids("<image>"), tie_word_embeddings=True)  # fmt: skip
+    text = LlamaConfig(
+        vocab_size=-(-len(tok) // 64) * 64,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=eos,
+        pad_token_id=pad,
+    )
+    vision = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "image_size": image_size,
+        "patch_size": patch_size,
+    }
+    config = Idefics3Config(
+        text_config=text,
+        vision_config=vision,
+        scale_factor=scale_factor,
+        image_token_id=tok.convert_tokens_to_ids("<image>"),
+        tie_word_embeddings=True,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Idefics3ForConditionalGeneration(config)
@@ -81,9 +111,15 @@ def build_tiny_vlm(
 
 
 def build_vlm_around(
-    text_folder: str | Path, *, seed: int = 0, image_size: int = 64, patch_size: int = 8, scale_factor: int = 2,
-    vision_hidden: int = 128, vision_layers: int = 2,
-) -> tuple[Any, Any, float]:  # fmt: skip
+    text_folder: str | Path,
+    *,
+    seed: int = 0,
+    image_size: int = 64,
+    patch_size: int = 8,
+    scale_factor: int = 2,
+    vision_hidden: int = 128,
+    vision_layers: int = 2,
+) -> tuple[Any, Any, float]:
     """SmolVLM's architecture around a real text model folder (Llama-family, e.g. SmolLM2-135M-Instruct): the
     language model's weights as they are (its embeddings extended by the image tokens, new rows at the mean
     embedding), a random-init SigLIP-shaped vision tower and connector. Returns (model, processor, the largest
@@ -94,17 +130,28 @@ def build_vlm_around(
 
     text = AutoModelForCausalLM.from_pretrained(text_folder, dtype=torch.float32).eval()
     image_seq_len = (image_size // patch_size) ** 2 // scale_factor**2
-    processor = idefics3_processor(AutoTokenizer.from_pretrained(text_folder), image_size=image_size,
-                                   image_seq_len=image_seq_len)  # fmt: skip
+    processor = idefics3_processor(
+        AutoTokenizer.from_pretrained(text_folder), image_size=image_size, image_seq_len=image_seq_len
+    )
     tok = processor.tokenizer
     text_config = text.config.to_dict()
     old_vocab = text_config["vocab_size"]
     text_config["vocab_size"] = -(-len(tok) // 64) * 64
-    vision = {"hidden_size": vision_hidden, "intermediate_size": 2 * vision_hidden, "num_hidden_layers": vision_layers,
-              "num_attention_heads": 4, "image_size": image_size, "patch_size": patch_size}  # fmt: skip
-    config = Idefics3Config(text_config=text_config, vision_config=vision, scale_factor=scale_factor,
-                            image_token_id=tok.convert_tokens_to_ids("<image>"),
-                            tie_word_embeddings=text.config.tie_word_embeddings)  # fmt: skip
+    vision = {
+        "hidden_size": vision_hidden,
+        "intermediate_size": 2 * vision_hidden,
+        "num_hidden_layers": vision_layers,
+        "num_attention_heads": 4,
+        "image_size": image_size,
+        "patch_size": patch_size,
+    }
+    config = Idefics3Config(
+        text_config=text_config,
+        vision_config=vision,
+        scale_factor=scale_factor,
+        image_token_id=tok.convert_tokens_to_ids("<image>"),
+        tie_word_embeddings=text.config.tie_word_embeddings,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Idefics3ForConditionalGeneration(config)

@@ -157,8 +157,12 @@ def normalise_tests(tests: Any) -> dict:
             raise MalformedTestsError("humaneval tests need 'test': the source of `def check(candidate): ...`")
         if not isinstance(tests.get("prompt", ""), str):
             raise MalformedTestsError("humaneval 'prompt' must be a string")
-        out = {"format": fmt, "test": tests["test"], "entry_point": _identifier(tests, "entry_point"),
-               "prompt": tests.get("prompt", "")}  # fmt: skip
+        out = {
+            "format": fmt,
+            "test": tests["test"],
+            "entry_point": _identifier(tests, "entry_point"),
+            "prompt": tests.get("prompt", ""),
+        }
     else:
         raise MalformedTestsError(f"tests 'format' must be 'stdio', 'call' or 'humaneval', got {fmt!r}")
     tol = tests.get("float_tol", 1e-6)
@@ -308,8 +312,10 @@ def _verdict(result: Any, token: str) -> dict:
     try:
         verdict = json.loads(result.result)
     except (json.JSONDecodeError, UnicodeDecodeError):
-        return {"error": f"no valid verdict from the test runner (exit code {result.exit_code}, "
-                         f"stderr: {result.stderr[-300:].decode('utf-8', 'replace')!r})"}  # fmt: skip
+        return {
+            "error": f"no valid verdict from the test runner (exit code {result.exit_code}, "
+            f"stderr: {result.stderr[-300:].decode('utf-8', 'replace')!r})"
+        }
     if not isinstance(verdict, dict) or verdict.get("runner") != _RUNNER_VERSION:
         return {"error": "the verdict does not come from the test runner"}
     if verdict.get("error"):
@@ -334,8 +340,14 @@ def _result(spec: dict, cases: list[dict], verdict: dict) -> CodeTestResult:
         return CodeTestResult(False, 0, total, f"error: {verdict['error']}", [detail], verdict["error"])
     details = [_detail(spec, cases, t) for t in verdict["tests"]]
     if verdict.get("stopped") == "total_timeout":
-        details.append({"index": len(details), "passed": False, "status": "timeout",
-                        "error": "not run: the total time limit for all tests was reached"})  # fmt: skip
+        details.append(
+            {
+                "index": len(details),
+                "passed": False,
+                "status": "timeout",
+                "error": "not run: the total time limit for all tests was reached",
+            }
+        )
     passed = sum(1 for d in details if d["passed"])
     failed = next((d for d in details if not d["passed"]), None)
     all_passed = failed is None and passed == total
@@ -425,11 +437,20 @@ def code_reward(
         feedback = "No code found: reply with the complete solution in one ```python block."
         info = {"passed_tests": 0, "total_tests": total, "first_failure": "no code block", "feedback": feedback}
         return RewardOutput(0.0, is_correct=False, info=info)
-    result = run_code_tests(code, spec, per_test_timeout_s=per_test_timeout_s,
-                            total_timeout_s=total_timeout_s, stop_at_first_failure=not partial_credit)  # fmt: skip
+    result = run_code_tests(
+        code,
+        spec,
+        per_test_timeout_s=per_test_timeout_s,
+        total_timeout_s=total_timeout_s,
+        stop_at_first_failure=not partial_credit,
+    )
     reward = 1.0 if result.passed else (result.passed_tests / result.total_tests if partial_credit else 0.0)
-    info = {"passed_tests": result.passed_tests, "total_tests": result.total_tests,
-            "first_failure": result.first_failure, "feedback": feedback_text(result)}  # fmt: skip
+    info = {
+        "passed_tests": result.passed_tests,
+        "total_tests": result.total_tests,
+        "first_failure": result.first_failure,
+        "feedback": feedback_text(result),
+    }
     if result.error:
         info["error"] = result.error
     return RewardOutput(reward, is_correct=result.passed, info=info)

@@ -94,8 +94,14 @@ def main() -> None:
     tests, stopped = _run_all(job, started, worker)
     worker.stop()
     hardening["non_dumpable"] = hardening["non_dumpable"] and worker.non_dumpable
-    verdict = {"runner": RUNNER_VERSION, "token": _SECRETS.get("token"), "tests": tests, "stopped": stopped,
-               "total": len(job["inputs"]), "hardening": hardening}  # fmt: skip
+    verdict = {
+        "runner": RUNNER_VERSION,
+        "token": _SECRETS.get("token"),
+        "tests": tests,
+        "stopped": stopped,
+        "total": len(job["inputs"]),
+        "hardening": hardening,
+    }
     _write_verdict(verdict)
 
 
@@ -290,8 +296,14 @@ def _run_test(job: dict, index: int, total_deadline: float) -> tuple[dict, list]
     _reap_orphans()
     os.close(report_r)
     stdout, stderr = _read_anon(out_fd, limit), _read_anon(err_fd, limit)
-    seen = {"nonce": nonce, "outcome": outcome, "status": status, "reported": line is not None,
-            "duration_s": round(time.monotonic() - start, 4), "cut_by_total": deadline < per_test_deadline}  # fmt: skip
+    seen = {
+        "nonce": nonce,
+        "outcome": outcome,
+        "status": status,
+        "reported": line is not None,
+        "duration_s": round(time.monotonic() - start, 4),
+        "cut_by_total": deadline < per_test_deadline,
+    }
     return seen, [line or b"", stdout, stderr]
 
 
@@ -404,14 +416,20 @@ def _judge(job, index, nonce, line, outcome, status, stdout, stderr, limit) -> d
     else:
         got = report.get("value")
         ok = values_equal(got, expected, job.get("float_tol")) or (
-            bool(job.get("unwrap_single")) and isinstance(expected, list) and len(expected) == 1
+            bool(job.get("unwrap_single"))
+            and isinstance(expected, list)
+            and len(expected) == 1
             and values_equal(got, expected[0], job.get("float_tol"))
-        )  # fmt: skip
+        )
         got = json.dumps(got)
     if ok:
         return {"passed": True, "status": "passed"}
-    return {"passed": False, "status": "wrong_answer", "got": got[: int(job.get("excerpt_chars", 300))],
-            "stderr": _tail(stderr)}  # fmt: skip
+    return {
+        "passed": False,
+        "status": "wrong_answer",
+        "got": got[: int(job.get("excerpt_chars", 300))],
+        "stderr": _tail(stderr),
+    }
 
 
 _CHILD_FAILURES = ("runtime_error", "syntax_error", "unserializable", "missing_function", "harness_error")
@@ -554,8 +572,9 @@ def _child_run(job: dict, index: int) -> dict:
     _set_stdin(test_input)
     _set_limits(job)
     sys.stdout = sys.__stdout__ = _STDOUT[0] = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8")
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
-                                                   errors="backslashreplace", line_buffering=True)  # fmt: skip
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True
+    )
     sys.argv = ["solution.py"]
     if fmt == "humaneval":
         test_ns = _load_harness(job)  # trusted code first: before the solution can patch anything
@@ -666,8 +685,12 @@ def _call_test(job: dict, index: int, namespace: dict) -> dict:
     try:
         return {"status": "ok", "value": to_json_data(value)}
     except (TypeError, ValueError, RecursionError) as exc:
-        return {"status": "unserializable", "error": f"the function {exc}" if isinstance(exc, NotPlainError)
-                else f"the return value is not JSON data: {exc}"}  # fmt: skip
+        return {
+            "status": "unserializable",
+            "error": f"the function {exc}"
+            if isinstance(exc, NotPlainError)
+            else f"the return value is not JSON data: {exc}",
+        }
 
 
 def to_json_data(value):

@@ -84,12 +84,14 @@ class SandboxSession:
             reply = json.loads(line)
         except ValueError:
             self._finish("bad_reply")
-            raise SessionClosedError(f"the sandboxed program answered something not JSON: {line[:200]!r}",
-                                     "bad_reply") from None  # fmt: skip
+            raise SessionClosedError(
+                f"the sandboxed program answered something not JSON: {line[:200]!r}", "bad_reply"
+            ) from None
         if not isinstance(reply, dict):
             self._finish("bad_reply")
-            raise SessionClosedError(f"the sandboxed program answered {type(reply).__name__}, not an object",
-                                     "bad_reply")  # fmt: skip
+            raise SessionClosedError(
+                f"the sandboxed program answered {type(reply).__name__}, not an object", "bad_reply"
+            )
         return reply
 
     def _read_line(self, deadline: float) -> bytes:

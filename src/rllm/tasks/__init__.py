@@ -84,8 +84,9 @@ class Task:
 
     def _need(self, value: type | None, what: str) -> type:
         if value is None:
-            raise UnknownTaskError(f"task {self.name!r} has no {what}; play it with a workflow "
-                                   f"(e.g. workflow: {self.default_workflow})")  # fmt: skip
+            raise UnknownTaskError(
+                f"task {self.name!r} has no {what}; play it with a workflow (e.g. workflow: {self.default_workflow})"
+            )
         return value
 
 
@@ -96,8 +97,9 @@ def get_task(name: str) -> Task:
     module = importlib.import_module(REGISTRY[name])
     task = getattr(module, "TASK", None)
     if not isinstance(task, Task) or task.name != name:
-        raise UnknownTaskError(f"{module.__name__} must define TASK = Task(name={name!r}, ...): the registry "
-                               f"names it for task {name!r}")  # fmt: skip
+        raise UnknownTaskError(
+            f"{module.__name__} must define TASK = Task(name={name!r}, ...): the registry names it for task {name!r}"
+        )
     return task
 
 

@@ -69,14 +69,18 @@ def code_prompt(task: dict) -> str:
     """The user message: the problem and the ask for one ```python block (for HumanEval: the signature+docstring)."""
     tests = normalise_tests(task["tests"])
     if tests["format"] == "humaneval":
-        return ("Complete the following Python function. Reply with the complete function (signature included) in "
-                f"one ```python block.\n\n```python\n{tests['prompt'].strip()}\n```")  # fmt: skip
+        return (
+            "Complete the following Python function. Reply with the complete function (signature included) in "
+            f"one ```python block.\n\n```python\n{tests['prompt'].strip()}\n```"
+        )
     parts = [str(task.get("question", "")).strip()]
     if task.get("starter_code"):
         parts.append(f"Start from this code:\n```python\n{task['starter_code'].strip()}\n```")
     if tests["format"] == "stdio":
-        parts.append("Write a complete Python program that reads standard input and writes standard output. "
-                     "Reply with the program in one ```python block.")  # fmt: skip
+        parts.append(
+            "Write a complete Python program that reads standard input and writes standard output. "
+            "Reply with the program in one ```python block."
+        )
     else:
         parts.append(f"Reply with the function {tests['fn_name']} in one ```python block.")
     return "\n\n".join(p for p in parts if p)
@@ -162,13 +166,19 @@ def _lcb_tests(row: dict) -> dict:
         raise MalformedCodeRowError("no LiveCodeBench test cases")
     kinds = {c.get("testtype") for c in cases}
     if kinds == {"stdin"}:
-        return normalise_tests({"format": "stdio", "cases": [{"input": c["input"], "output": c["output"]}
-                                                              for c in cases]})  # fmt: skip
+        return normalise_tests(
+            {"format": "stdio", "cases": [{"input": c["input"], "output": c["output"]} for c in cases]}
+        )
     if kinds == {"functional"}:
         metadata = row.get("metadata") or {}
         metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
-        calls = [{"args": [json.loads(line) for line in c["input"].split("\n") if line.strip()],
-                  "output": json.loads(c["output"])} for c in cases]  # fmt: skip
+        calls = [
+            {
+                "args": [json.loads(line) for line in c["input"].split("\n") if line.strip()],
+                "output": json.loads(c["output"]),
+            }
+            for c in cases
+        ]
         return normalise_tests({"format": "call", "fn_name": metadata.get("func_name"), "cases": calls})
     raise MalformedCodeRowError(
         f"LiveCodeBench test types must all be 'stdin' or all 'functional', got {sorted(map(str, kinds))}"
@@ -233,65 +243,166 @@ class _Template(NamedTuple):
 
 _T = _Template
 _TEMPLATES = [
-    _T("add_k", "xs, k", "a new list with k added to every number in xs", "return [x + k for x in xs]",
-       lambda r: [_ints(r), r.randint(-5, 9)]),
-    _T("count_even", "xs", "how many numbers in xs are even", "return sum(1 for x in xs if x % 2 == 0)",
-       lambda r: [_ints(r)]),
-    _T("max_minus_min", "xs", "the largest number in the non-empty list xs minus the smallest",
-       "return max(xs) - min(xs)", lambda r: [_ints(r, 1)]),
-    _T("reverse_words", "s", "the words of s in reverse order, joined by single spaces",
-       "return ' '.join(s.split()[::-1])", lambda r: [_text(r)]),
-    _T("sum_digits", "n", "the sum of the decimal digits of the non-negative integer n",
-       "return sum(int(d) for d in str(n))", lambda r: [r.randint(0, 10**6)]),
-    _T("count_vowels", "s", "how many characters of s are vowels (a, e, i, o, u, in either case)",
-       "return sum(1 for c in s.lower() if c in 'aeiou')", lambda r: [_text(r)]),
-    _T("is_palindrome", "s", "True if s reads the same forwards and backwards, else False", "return s == s[::-1]",
-       lambda r: [_maybe_palindrome(r)]),
-    _T("running_sum", "xs", "the running totals of xs: item i is xs[0] + ... + xs[i]",
-       "out, total = [], 0\n    for x in xs:\n        total += x\n        out.append(total)\n    return out",
-       lambda r: [_ints(r)]),
-    _T("greater_than", "xs, k", "the numbers in xs that are greater than k, in their original order",
-       "return [x for x in xs if x > k]", lambda r: [_ints(r), r.randint(-3, 12)]),
-    _T("count_char", "s, c", "how many times the character c occurs in s", "return s.count(c)",
-       lambda r: [_text(r), r.choice("aeiorst")]),
-    _T("square_all", "xs", "a new list with the square of every number in xs", "return [x * x for x in xs]",
-       lambda r: [_ints(r)]),
-    _T("longest_word", "s", "the longest word in s (the first one when several are equally long)",
-       "return max(s.split(), key=len)", lambda r: [_text(r)]),
-    _T("dedupe", "xs", "xs without repeats, keeping the first occurrence of each number in order",
-       "out = []\n    for x in xs:\n        if x not in out:\n            out.append(x)\n    return out",
-       lambda r: [[r.randint(0, 5) for _ in range(r.randint(0, 8))]]),
+    _T(
+        "add_k",
+        "xs, k",
+        "a new list with k added to every number in xs",
+        "return [x + k for x in xs]",
+        lambda r: [_ints(r), r.randint(-5, 9)],
+    ),
+    _T(
+        "count_even",
+        "xs",
+        "how many numbers in xs are even",
+        "return sum(1 for x in xs if x % 2 == 0)",
+        lambda r: [_ints(r)],
+    ),
+    _T(
+        "max_minus_min",
+        "xs",
+        "the largest number in the non-empty list xs minus the smallest",
+        "return max(xs) - min(xs)",
+        lambda r: [_ints(r, 1)],
+    ),
+    _T(
+        "reverse_words",
+        "s",
+        "the words of s in reverse order, joined by single spaces",
+        "return ' '.join(s.split()[::-1])",
+        lambda r: [_text(r)],
+    ),
+    _T(
+        "sum_digits",
+        "n",
+        "the sum of the decimal digits of the non-negative integer n",
+        "return sum(int(d) for d in str(n))",
+        lambda r: [r.randint(0, 10**6)],
+    ),
+    _T(
+        "count_vowels",
+        "s",
+        "how many characters of s are vowels (a, e, i, o, u, in either case)",
+        "return sum(1 for c in s.lower() if c in 'aeiou')",
+        lambda r: [_text(r)],
+    ),
+    _T(
+        "is_palindrome",
+        "s",
+        "True if s reads the same forwards and backwards, else False",
+        "return s == s[::-1]",
+        lambda r: [_maybe_palindrome(r)],
+    ),
+    _T(
+        "running_sum",
+        "xs",
+        "the running totals of xs: item i is xs[0] + ... + xs[i]",
+        "out, total = [], 0\n    for x in xs:\n        total += x\n        out.append(total)\n    return out",
+        lambda r: [_ints(r)],
+    ),
+    _T(
+        "greater_than",
+        "xs, k",
+        "the numbers in xs that are greater than k, in their original order",
+        "return [x for x in xs if x > k]",
+        lambda r: [_ints(r), r.randint(-3, 12)],
+    ),
+    _T(
+        "count_char",
+        "s, c",
+        "how many times the character c occurs in s",
+        "return s.count(c)",
+        lambda r: [_text(r), r.choice("aeiorst")],
+    ),
+    _T(
+        "square_all",
+        "xs",
+        "a new list with the square of every number in xs",
+        "return [x * x for x in xs]",
+        lambda r: [_ints(r)],
+    ),
+    _T(
+        "longest_word",
+        "s",
+        "the longest word in s (the first one when several are equally long)",
+        "return max(s.split(), key=len)",
+        lambda r: [_text(r)],
+    ),
+    _T(
+        "dedupe",
+        "xs",
+        "xs without repeats, keeping the first occurrence of each number in order",
+        "out = []\n    for x in xs:\n        if x not in out:\n            out.append(x)\n    return out",
+        lambda r: [[r.randint(0, 5) for _ in range(r.randint(0, 8))]],
+    ),
     # a step harder: an edge case, a rule to follow exactly, or a structure to build
-    _T("second_largest", "xs", "the second largest distinct number in xs (xs has at least two distinct numbers)",
-       "return sorted(set(xs))[-2]", lambda r: [_ints(r, 1) + [21, 22]]),
-    _T("rotate_left", "xs, k", "xs rotated left by k positions (k may be larger than len(xs); xs is not empty)",
-       "k %= len(xs)\n    return xs[k:] + xs[:k]", lambda r: [_ints(r, 1), r.randint(0, 12)]),
-    _T("chunks", "xs, n", "xs split into consecutive lists of n items (the last one may be shorter)",
-       "return [xs[i:i + n] for i in range(0, len(xs), n)]", lambda r: [_ints(r), r.randint(1, 4)]),
-    _T("run_lengths", "s",
-       "the run-length encoding of s as a list of [character, count] pairs, e.g. 'aab' gives [['a', 2], ['b', 1]]",
-       ("out = []\n    for c in s:\n        if out and out[-1][0] == c:\n            out[-1][1] += 1\n"
-        "        else:\n            out.append([c, 1])\n    return out"),
-       lambda r: ["".join(r.choice("aab") * r.randint(1, 3) for _ in range(r.randint(0, 4)))]),
-    _T("caesar", "s, k",
-       "s with every lowercase letter shifted k places forward in the alphabet (z wraps to a); others stay",
-       "return ''.join(chr((ord(c) - 97 + k) % 26 + 97) if 'a' <= c <= 'z' else c for c in s)",
-       lambda r: [_text(r), r.randint(1, 30)]),
-    _T("word_counts", "s", "a dict mapping each word of s to how many times it occurs",
-       "out = {}\n    for w in s.split():\n        out[w] = out.get(w, 0) + 1\n    return out",
-       lambda r: [_text(r, 0)]),
-    _T("pair_count", "xs, t", "how many pairs of positions i < j have xs[i] + xs[j] == t",
-       "return sum(1 for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[i] + xs[j] == t)",
-       lambda r: [[r.randint(0, 6) for _ in range(r.randint(0, 7))], r.randint(2, 9)]),
-    _T("most_common", "xs", "the number occurring most often in the non-empty list xs (the smallest on a tie)",
-       "return min(set(xs), key=lambda x: (-xs.count(x), x))",
-       lambda r: [[r.randint(0, 5) for _ in range(r.randint(1, 8))]]),
-    _T("collatz_steps", "n",
-       "how many steps the rule n -> n // 2 (n even) or 3 * n + 1 (n odd) takes to reach 1 from the positive n",
-       "steps = 0\n    while n != 1:\n        n = n // 2 if n % 2 == 0 else 3 * n + 1\n"
-       "        steps += 1\n    return steps",
-       lambda r: [r.randint(1, 60)]),
-]  # fmt: skip
+    _T(
+        "second_largest",
+        "xs",
+        "the second largest distinct number in xs (xs has at least two distinct numbers)",
+        "return sorted(set(xs))[-2]",
+        lambda r: [_ints(r, 1) + [21, 22]],
+    ),
+    _T(
+        "rotate_left",
+        "xs, k",
+        "xs rotated left by k positions (k may be larger than len(xs); xs is not empty)",
+        "k %= len(xs)\n    return xs[k:] + xs[:k]",
+        lambda r: [_ints(r, 1), r.randint(0, 12)],
+    ),
+    _T(
+        "chunks",
+        "xs, n",
+        "xs split into consecutive lists of n items (the last one may be shorter)",
+        "return [xs[i:i + n] for i in range(0, len(xs), n)]",
+        lambda r: [_ints(r), r.randint(1, 4)],
+    ),
+    _T(
+        "run_lengths",
+        "s",
+        "the run-length encoding of s as a list of [character, count] pairs, e.g. 'aab' gives [['a', 2], ['b', 1]]",
+        (
+            "out = []\n    for c in s:\n        if out and out[-1][0] == c:\n            out[-1][1] += 1\n"
+            "        else:\n            out.append([c, 1])\n    return out"
+        ),
+        lambda r: ["".join(r.choice("aab") * r.randint(1, 3) for _ in range(r.randint(0, 4)))],
+    ),
+    _T(
+        "caesar",
+        "s, k",
+        "s with every lowercase letter shifted k places forward in the alphabet (z wraps to a); others stay",
+        "return ''.join(chr((ord(c) - 97 + k) % 26 + 97) if 'a' <= c <= 'z' else c for c in s)",
+        lambda r: [_text(r), r.randint(1, 30)],
+    ),
+    _T(
+        "word_counts",
+        "s",
+        "a dict mapping each word of s to how many times it occurs",
+        "out = {}\n    for w in s.split():\n        out[w] = out.get(w, 0) + 1\n    return out",
+        lambda r: [_text(r, 0)],
+    ),
+    _T(
+        "pair_count",
+        "xs, t",
+        "how many pairs of positions i < j have xs[i] + xs[j] == t",
+        "return sum(1 for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[i] + xs[j] == t)",
+        lambda r: [[r.randint(0, 6) for _ in range(r.randint(0, 7))], r.randint(2, 9)],
+    ),
+    _T(
+        "most_common",
+        "xs",
+        "the number occurring most often in the non-empty list xs (the smallest on a tie)",
+        "return min(set(xs), key=lambda x: (-xs.count(x), x))",
+        lambda r: [[r.randint(0, 5) for _ in range(r.randint(1, 8))]],
+    ),
+    _T(
+        "collatz_steps",
+        "n",
+        "how many steps the rule n -> n // 2 (n even) or 3 * n + 1 (n odd) takes to reach 1 from the positive n",
+        "steps = 0\n    while n != 1:\n        n = n // 2 if n % 2 == 0 else 3 * n + 1\n"
+        "        steps += 1\n    return steps",
+        lambda r: [r.randint(1, 60)],
+    ),
+]
 
 
 CODE_FAMILIES = tuple(t.name for t in _TEMPLATES)

@@ -323,10 +323,19 @@ FROZENLAKE_IMAGE_SYSTEM_PROMPT = (
 )
 
 _SYNONYMS = {
-    "up": "up", "down": "down", "left": "left", "right": "right",
-    "north": "up", "south": "down", "west": "left", "east": "right",
-    "↑": "up", "↓": "down", "←": "left", "→": "right",
-}  # fmt: skip
+    "up": "up",
+    "down": "down",
+    "left": "left",
+    "right": "right",
+    "north": "up",
+    "south": "down",
+    "west": "left",
+    "east": "right",
+    "↑": "up",
+    "↓": "down",
+    "←": "left",
+    "→": "right",
+}
 _DIRECTION = re.compile(r"\b(up|down|left|right|north|south|east|west)\b|([↑↓←→])", re.IGNORECASE)
 _ACTION_MARKER = re.compile(r"action\s*:", re.IGNORECASE)
 
@@ -366,9 +375,11 @@ class FrozenLakeAgent(BaseAgent):
         is_picture = isinstance(observation, dict) and "image" in observation
         if is_picture != (self.observation == "image"):
             sent, built = ("pictures", "text") if is_picture else ("text", "pictures")
-            raise TypeError(f"FrozenLakeAgent.format_observation: the env sends {sent} but the agent was built for "
-                            f"{built}: set the same `observation` in agent_args and env_args (text or "
-                            "image)")  # fmt: skip
+            raise TypeError(
+                f"FrozenLakeAgent.format_observation: the env sends {sent} but the agent was built for "
+                f"{built}: set the same `observation` in agent_args and env_args (text or "
+                "image)"
+            )
         if not is_picture:
             return str(observation)
         parts = [image_part(observation["image"])]

@@ -30,8 +30,16 @@ def load_humaneval(limit: int | None = None) -> list[dict]:
     rows = []
     for task_id, p in list(read_problems().items())[:limit]:
         tests = {"format": "humaneval", "prompt": p["prompt"], "test": p["test"], "entry_point": p["entry_point"]}
-        rows.append({"id": task_id, "question": p["prompt"], "prompt": p["prompt"], "entry_point": p["entry_point"],
-                     "canonical_solution": p["canonical_solution"], "tests": tests})  # fmt: skip
+        rows.append(
+            {
+                "id": task_id,
+                "question": p["prompt"],
+                "prompt": p["prompt"],
+                "entry_point": p["entry_point"],
+                "canonical_solution": p["canonical_solution"],
+                "tests": tests,
+            }
+        )
     return rows
 
 

@@ -25,8 +25,14 @@ from rllm.images import image_part
 from rllm.tasks import Task
 
 __all__ = [
-    "QUESTIONS", "ShapesAgent", "ShapesEnv", "draw_shapes", "make_shapes_tasks", "parse_answer", "sft_records",
-]  # fmt: skip
+    "QUESTIONS",
+    "ShapesAgent",
+    "ShapesEnv",
+    "draw_shapes",
+    "make_shapes_tasks",
+    "parse_answer",
+    "sft_records",
+]
 
 COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 70, 220), "yellow": (235, 210, 40)}
 SHAPES = ("circle", "square", "triangle")
@@ -108,8 +114,9 @@ def draw_shapes(rng: random.Random, *, colour: str, shape: str, count: int, size
         elif shape == "square":
             draw.rectangle(box, fill=COLOURS[colour])
         else:
-            draw.polygon([(cx, cy - radius), (cx - radius, cy + radius), (cx + radius, cy + radius)],
-                         fill=COLOURS[colour])  # fmt: skip
+            draw.polygon(
+                [(cx, cy - radius), (cx - radius, cy + radius), (cx + radius, cy + radius)], fill=COLOURS[colour]
+            )
     return picture
 
 
@@ -129,17 +136,25 @@ def make_shapes_tasks(n: int, *, seed: int = 0, question: str = "colour", size: 
         count = int(answer) if question == "count" else 1
         picture = draw_shapes(rng, colour=colour, shape=shape, count=count, size=size)
         url = image_part(picture)["image_url"]["url"]
-        tasks.append({"id": f"shapes-{question}-{seed}-{i}", "image": url, "question": text, "answer": answer,
-                      "kind": question})  # fmt: skip
+        tasks.append(
+            {"id": f"shapes-{question}-{seed}-{i}", "image": url, "question": text, "answer": answer, "kind": question}
+        )
     return tasks
 
 
 def sft_records(tasks: list[dict]) -> list[dict]:
     """Supervised conversations for `rllm sft` (`sft.messages`): the agent's prompt and the right one-word answer."""
     agent = ShapesAgent()
-    return [{"messages": [{"role": "system", "content": ShapesAgent.system_prompt},
-                          {"role": "user", "content": agent.format_observation(t)},
-                          {"role": "assistant", "content": t["answer"]}]} for t in tasks]  # fmt: skip
+    return [
+        {
+            "messages": [
+                {"role": "system", "content": ShapesAgent.system_prompt},
+                {"role": "user", "content": agent.format_observation(t)},
+                {"role": "assistant", "content": t["answer"]},
+            ]
+        }
+        for t in tasks
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,9 +25,16 @@ from rllm.tasks import Task
 __all__ = ["make_swe_tasks"]
 
 
-def make_swe_tasks(n: int, *, seed: int = 0, split: str = "train", easiest: bool = False,
-                   packages: list[str] | None = None, file: str | None = None,
-                   **env_options: Any) -> list[dict]:  # fmt: skip
+def make_swe_tasks(
+    n: int,
+    *,
+    seed: int = 0,
+    split: str = "train",
+    easiest: bool = False,
+    packages: list[str] | None = None,
+    file: str | None = None,
+    **env_options: Any,
+) -> list[dict]:
     """n task rows (see the module docstring); `env_options` (e.g. scaffold, step_timeout) go into every row."""
     if file:
         wanted = "train" if split == "train" else "validation"
@@ -39,9 +46,11 @@ def make_swe_tasks(n: int, *, seed: int = 0, split: str = "train", easiest: bool
     if packages:
         rows = [r for r in rows if r.get("repo") in set(packages)]
     if n > len(rows):
-        raise ValueError(f"the swe task's {split} split has {len(rows)} rows"
-                         f"{' of ' + ', '.join(packages) if packages else ''}; asked for {n}: lower "
-                         f"data.{'train' if split == 'train' else 'val'}_size")  # fmt: skip
+        raise ValueError(
+            f"the swe task's {split} split has {len(rows)} rows"
+            f"{' of ' + ', '.join(packages) if packages else ''}; asked for {n}: lower "
+            f"data.{'train' if split == 'train' else 'val'}_size"
+        )
     if easiest:
         chosen = sorted(rows, key=lambda r: (r.get("difficulty", 0), r["instance_id"]))[:n]
     else:

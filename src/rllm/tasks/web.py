@@ -20,8 +20,9 @@ from rllm.tasks import Task
 __all__ = ["make_web_tasks"]
 
 
-def make_web_tasks(n: int, *, seed: int = 0, split: str = "train", tasks: list[str] | None = None,
-                   **env_options: Any) -> list[dict]:  # fmt: skip
+def make_web_tasks(
+    n: int, *, seed: int = 0, split: str = "train", tasks: list[str] | None = None, **env_options: Any
+) -> list[dict]:
     """n rows (see the module docstring); `env_options` (e.g. reward, step_timeout) go into every row."""
     if tasks:
         for name in tasks:

@@ -137,8 +137,10 @@ class FakeVLLMServer(FakeOpenAIServer):
     # ---- model requests ------------------------------------------------------------------------------------
 
     async def _models(self, request: web.Request) -> web.Response:
-        cards = [{"id": name, "object": "model", "created": 0, "owned_by": "rllm-fake"}
-                 for name in (self.model, *self.adapters)]  # fmt: skip
+        cards = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "rllm-fake"}
+            for name in (self.model, *self.adapters)
+        ]
         return web.json_response({"object": "list", "data": cards})
 
     def _validate(self, body: dict[str, Any]) -> web.Response | None:

@@ -370,9 +370,15 @@ def overlong_penalties(trajectory: Trajectory, algorithm: Any, max_tokens: int |
     `max_tokens`, the rollout's per-reply limit); all 0 when it is off."""
     if algorithm.overlong_buffer is None or max_tokens is None:
         return [0.0] * len(trajectory.steps)
-    return [soft_overlong_penalty(step.model_output.completion_length if step.model_output else 0, max_tokens,
-                                  algorithm.overlong_buffer, algorithm.overlong_penalty)
-            for step in trajectory.steps]  # fmt: skip
+    return [
+        soft_overlong_penalty(
+            step.model_output.completion_length if step.model_output else 0,
+            max_tokens,
+            algorithm.overlong_buffer,
+            algorithm.overlong_penalty,
+        )
+        for step in trajectory.steps
+    ]
 
 
 @dataclass
@@ -392,13 +398,22 @@ def _outcomes(episodes: Sequence[Episode], algorithm: Any, max_tokens: int | Non
     pairs = [(episode, trajectory) for episode in episodes for trajectory in episode.trajectories]
     keys = [group_key(*pair) for pair in pairs]
     penalties = [overlong_penalties(trajectory, algorithm, max_tokens) for _, trajectory in pairs]
-    rewards = [trajectory_reward(episode, trajectory, algorithm.policy_error_reward) + sum(penalty)
-               for (episode, trajectory), penalty in zip(pairs, penalties, strict=True)]  # fmt: skip
+    rewards = [
+        trajectory_reward(episode, trajectory, algorithm.policy_error_reward) + sum(penalty)
+        for (episode, trajectory), penalty in zip(pairs, penalties, strict=True)
+    ]
     valid, stats = _validity(pairs, algorithm)
     if algorithm.overlong_buffer is not None:
         stats["overlong_penalized"] = sum(p < 0 for penalty in penalties for p in penalty)
-    uniform = uniform_groups(torch.tensor(rewards, dtype=torch.float64), group_index_from_keys(keys),
-                             torch.tensor(valid, dtype=torch.bool)).tolist() if pairs else []  # fmt: skip
+    uniform = (
+        uniform_groups(
+            torch.tensor(rewards, dtype=torch.float64),
+            group_index_from_keys(keys),
+            torch.tensor(valid, dtype=torch.bool),
+        ).tolist()
+        if pairs
+        else []
+    )
     # groups with a valid member whose rewards are all equal: no signal for a group baseline (every estimator but
     # reinforce, remax and gae gives them 0)
     stats["uniform_groups"] = len({k for k, u, v in zip(keys, uniform, valid, strict=True) if u and v})
@@ -409,19 +424,33 @@ def _outcomes(episodes: Sequence[Episode], algorithm: Any, max_tokens: int | Non
 def informative_tasks(episodes: Sequence[Episode], algorithm: Any, *, max_tokens: int | None = None) -> set[str]:
     """The task ids with at least one group whose valid rewards differ: what DAPO's dynamic sampling counts."""
     found = _outcomes(episodes, algorithm, max_tokens)
-    return {episode.task_id for (episode, _), u, v in zip(found.pairs, found.uniform, found.valid, strict=True)
-            if v and not u}  # fmt: skip
+    return {
+        episode.task_id
+        for (episode, _), u, v in zip(found.pairs, found.uniform, found.valid, strict=True)
+        if v and not u
+    }
 
 
-def score_episodes(episodes: Sequence[Episode], algorithm: Any, greedy_rewards: dict[str, float] | None = None,
-                   *, max_tokens: int | None = None) -> ScoredBatch:  # fmt: skip
+def score_episodes(
+    episodes: Sequence[Episode],
+    algorithm: Any,
+    greedy_rewards: dict[str, float] | None = None,
+    *,
+    max_tokens: int | None = None,
+) -> ScoredBatch:
     """Group, filter and score `episodes` under an `AlgorithmConfig` (module docstring). `greedy_rewards` maps a
     group key to the reward of that group's greedy rollout: ReMax's baseline, needed for roles that use remax.
     `max_tokens` (the rollout's per-reply limit) is what `algorithm.overlong_buffer` counts back from: each reply's
     penalty is added to its step's reward and to its trajectory's."""
     found = _outcomes(episodes, algorithm, max_tokens)
-    pairs, keys, penalties, rewards, valid, stats = (found.pairs, found.keys, found.penalties, found.rewards,
-                                                     found.valid, found.stats)  # fmt: skip
+    pairs, keys, penalties, rewards, valid, stats = (
+        found.pairs,
+        found.keys,
+        found.penalties,
+        found.rewards,
+        found.valid,
+        found.stats,
+    )
     keep = list(valid)
     if algorithm.drop_uniform_groups:
         stats["dropped_uniform"] = sum(u and v for u, v in zip(found.uniform, valid, strict=True))
@@ -432,16 +461,27 @@ def score_episodes(episodes: Sequence[Episode], algorithm: Any, greedy_rewards: 
         settings = algorithm.for_role(role)
         mine = [i for i, (_, trajectory) in enumerate(pairs) if trajectory.name == role]
         steps = [[step.reward + p for step, p in zip(pairs[i][1].steps, penalties[i], strict=True)] for i in mine]
-        role_advantages = _role_step_advantages(settings, steps, [keys[i] for i in mine], [rewards[i] for i in mine],
-                                                [valid[i] for i in mine], greedy_rewards)  # fmt: skip
+        role_advantages = _role_step_advantages(
+            settings,
+            steps,
+            [keys[i] for i in mine],
+            [rewards[i] for i in mine],
+            [valid[i] for i in mine],
+            greedy_rewards,
+        )
         for i, step_rewards, step_advantages in zip(mine, steps, role_advantages, strict=True):
             advantages[i] = step_advantages
             last = [0.0] * (len(step_rewards) - 1) + [rewards[i]] if step_rewards else []
             critic_rewards[i] = step_rewards if settings.stepwise else last
     kept = [i for i in range(len(pairs)) if keep[i]]
     stats.update(trajectories=len(pairs), groups=len(set(keys)), kept=len(kept))
-    return ScoredBatch([pairs[i] for i in kept], [advantages[i] for i in kept], [critic_rewards[i] for i in kept],
-                       [rewards[i] for i in kept], stats)  # fmt: skip
+    return ScoredBatch(
+        [pairs[i] for i in kept],
+        [advantages[i] for i in kept],
+        [critic_rewards[i] for i in kept],
+        [rewards[i] for i in kept],
+        stats,
+    )
 
 
 def _validity(pairs: list[tuple[Episode, Trajectory]], algorithm: Any) -> tuple[list[bool], dict[str, float]]:
@@ -464,8 +504,14 @@ def _validity(pairs: list[tuple[Episode, Trajectory]], algorithm: Any) -> tuple[
     return valid, stats
 
 
-def _role_step_advantages(settings: Any, steps: list[list[float]], keys: list[str], rewards: list[float],
-                          valid: list[bool], greedy_rewards: dict[str, float] | None) -> list[list[float]]:  # fmt: skip
+def _role_step_advantages(
+    settings: Any,
+    steps: list[list[float]],
+    keys: list[str],
+    rewards: list[float],
+    valid: list[bool],
+    greedy_rewards: dict[str, float] | None,
+) -> list[list[float]]:
     """One role's advantages, one per step. The estimator runs over entries: one per trajectory (its reward, then
     broadcast to every step) or, stepwise, one per step (its discounted return), each in its trajectory's group."""
     if settings.advantage == "gae":
@@ -545,8 +591,13 @@ def apply_gae(rows: Sequence[Any], values: Sequence[Sequence[float]], algorithm:
             continue
         token_rewards = torch.tensor([[rows[i].rewards[t] for i, t in mine]], dtype=torch.float32)
         token_values = torch.tensor([[float(values[i][t]) for i, t in mine]], dtype=torch.float32)
-        adv, ret = gae_advantages(token_rewards, token_values, torch.ones_like(token_rewards, dtype=torch.bool),
-                                  gamma=settings.gamma, lam=settings.lam)  # fmt: skip
+        adv, ret = gae_advantages(
+            token_rewards,
+            token_values,
+            torch.ones_like(token_rewards, dtype=torch.bool),
+            gamma=settings.gamma,
+            lam=settings.lam,
+        )
         for (i, t), a, g in zip(mine, adv[0].tolist(), ret[0].tolist(), strict=True):
             advantages[i][t], returns[i][t] = a, g
         slots.extend(mine)
@@ -557,5 +608,7 @@ def apply_gae(rows: Sequence[Any], values: Sequence[Sequence[float]], algorithm:
     for i, row in enumerate(rows):
         row.advantages, row.returns, row.old_values = advantages[i], returns[i], [float(v) for v in values[i]]
     n = max(len(slots), 1)
-    return {"return_mean": sum(returns[i][t] for i, t in slots) / n,
-            "old_value_mean": sum(float(values[i][t]) for i, t in slots) / n}  # fmt: skip
+    return {
+        "return_mean": sum(returns[i][t] for i, t in slots) / n,
+        "old_value_mean": sum(float(values[i][t]) for i, t in slots) / n,
+    }

@@ -117,8 +117,14 @@ class _OpenRow:
 
     row: TrainingRow
 
-    def append(self, ids: Sequence[int], *, logprobs: Sequence[float] | None = None, advantage: float = 0.0,
-               reward: float = 0.0) -> None:  # fmt: skip
+    def append(
+        self,
+        ids: Sequence[int],
+        *,
+        logprobs: Sequence[float] | None = None,
+        advantage: float = 0.0,
+        reward: float = 0.0,
+    ) -> None:
         """Append ids; with `logprobs` they are sampled tokens (mask 1; `reward` on the last one), without they are
         context (mask 0)."""
         row = self.row
@@ -176,13 +182,20 @@ def build_rows(
     return rows, stats
 
 
-def _merge_steps(episode: Episode, trajectory: Trajectory, advantages: Sequence[float], rewards: Sequence[float],
-                 stats: dict[str, int]) -> list[_OpenRow]:  # fmt: skip
+def _merge_steps(
+    episode: Episode,
+    trajectory: Trajectory,
+    advantages: Sequence[float],
+    rewards: Sequence[float],
+    stats: dict[str, int],
+) -> list[_OpenRow]:
     """One trajectory's rows, merged by prefix extension, before any length limit."""
     for name, given in (("step advantages", advantages), ("step rewards", rewards)):
         if len(given) != len(trajectory.steps):
-            raise RowBuildError(f"episode {episode.id!r}, trajectory {trajectory.name!r}: {len(given)} {name} "
-                                f"for {len(trajectory.steps)} steps")  # fmt: skip
+            raise RowBuildError(
+                f"episode {episode.id!r}, trajectory {trajectory.name!r}: {len(given)} {name} "
+                f"for {len(trajectory.steps)} steps"
+            )
     rows: list[_OpenRow] = []
     current: _OpenRow | None = None
     for index, (step, advantage, reward) in enumerate(zip(trajectory.steps, advantages, rewards, strict=True)):
@@ -344,8 +357,9 @@ def split_micro_batches(rows: Sequence[TrainingRow], micro_batch_size: int) -> l
 
 def nonfinite_tokens(rows: Sequence[TrainingRow]) -> int:
     """Loss tokens whose recorded sampler log-prob is NaN or infinite (a broken sampler): the loss masks them."""
-    return sum(1 for row in rows for lp, m in zip(row.old_logprobs, row.loss_mask, strict=True)
-               if m and not math.isfinite(lp))  # fmt: skip
+    return sum(
+        1 for row in rows for lp, m in zip(row.old_logprobs, row.loss_mask, strict=True) if m and not math.isfinite(lp)
+    )
 
 
 def collate(rows: Sequence[TrainingRow], *, pad_id: int, pad_to_multiple: int | None = None) -> dict[str, torch.Tensor]:
@@ -393,14 +407,18 @@ def collate(rows: Sequence[TrainingRow], *, pad_id: int, pad_to_multiple: int | 
     with_prox = [row.prox_logprobs is not None for row in rows]
     if any(with_prox):
         if not all(with_prox):
-            raise RowBuildError("some rows carry prox_logprobs (off_policy.mode=decoupled) and some do not: the "
-                                "trainer recomputes them for every row of an update")  # fmt: skip
+            raise RowBuildError(
+                "some rows carry prox_logprobs (off_policy.mode=decoupled) and some do not: the "
+                "trainer recomputes them for every row of an update"
+            )
         batch["target_prox_logprobs"] = padded([row.prox_logprobs for row in rows], 0.0, torch.float32)[:, 1:]
     with_critic = [row.returns is not None and row.old_values is not None for row in rows]
     if any(with_critic):
         if not all(with_critic):
-            raise RowBuildError("some rows have critic targets (returns, old_values) and some do not: "
-                                "apply_gae sets them on every row of a batch")  # fmt: skip
+            raise RowBuildError(
+                "some rows have critic targets (returns, old_values) and some do not: "
+                "apply_gae sets them on every row of a batch"
+            )
         batch["target_returns"] = padded([row.returns for row in rows], 0.0, torch.float32)[:, 1:]
         batch["target_old_values"] = padded([row.old_values for row in rows], 0.0, torch.float32)[:, 1:]
     return batch
@@ -433,14 +451,20 @@ def collate_packed(rows: Sequence[TrainingRow], *, pad_id: int) -> dict[str, tor
     target crosses from one row into the next."""
     import torch
 
-    joined = TrainingRow(input_ids=[t for row in rows for t in row.input_ids], prompt_length=rows[0].prompt_length,
-                         loss_mask=[m for row in rows for m in row.loss_mask],
-                         old_logprobs=[x for row in rows for x in row.old_logprobs],
-                         advantages=[x for row in rows for x in row.advantages], group_key=rows[0].group_key,
-                         episode_id=rows[0].episode_id, trajectory_name=rows[0].trajectory_name)  # fmt: skip
+    joined = TrainingRow(
+        input_ids=[t for row in rows for t in row.input_ids],
+        prompt_length=rows[0].prompt_length,
+        loss_mask=[m for row in rows for m in row.loss_mask],
+        old_logprobs=[x for row in rows for x in row.old_logprobs],
+        advantages=[x for row in rows for x in row.advantages],
+        group_key=rows[0].group_key,
+        episode_id=rows[0].episode_id,
+        trajectory_name=rows[0].trajectory_name,
+    )
     if any(row.loss_mask and row.loss_mask[0] for row in rows):
-        raise RowBuildError("collate_packed: a row trains its first token, which would be predicted from the row "
-                            "packed before it")  # fmt: skip
+        raise RowBuildError(
+            "collate_packed: a row trains its first token, which would be predicted from the row packed before it"
+        )
     batch = collate([joined], pad_id=pad_id)
     segment = torch.tensor([i for i, row in enumerate(rows) for _ in row.input_ids])
     positions = torch.tensor([p for row in rows for p in range(len(row))])

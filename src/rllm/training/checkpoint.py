@@ -54,8 +54,9 @@ class CheckpointError(RllmError, RuntimeError):
     """A checkpoint is missing, incomplete or corrupted."""
 
 
-def save_checkpoint(run_dir: str | os.PathLike, step: int, parts: dict[str, Any],
-                    write: Callable[[Path], None] | None = None) -> Path:  # fmt: skip
+def save_checkpoint(
+    run_dir: str | os.PathLike, step: int, parts: dict[str, Any], write: Callable[[Path], None] | None = None
+) -> Path:
     """Write `parts` (name → torch-serialisable object) as the checkpoint of `step`, after `write(folder)` has put
     its own files into the (staging) folder; returns the checkpoint's folder."""
     import torch
@@ -70,8 +71,11 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, parts: dict[str, Any]
         write(staging)
     for name, obj in parts.items():
         torch.save(obj, staging / f"{name}.pt")
-    files = {path.relative_to(staging).as_posix(): sha256_of_file(path)
-             for path in sorted(staging.rglob("*")) if path.is_file()}  # fmt: skip
+    files = {
+        path.relative_to(staging).as_posix(): sha256_of_file(path)
+        for path in sorted(staging.rglob("*"))
+        if path.is_file()
+    }
     manifest = {"step": step, "parts": sorted(parts), "files": files, "versions": versions()}
     manifest["manifest_sha256"] = _manifest_digest(manifest)  # the manifest checks itself too
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")

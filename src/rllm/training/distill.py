@@ -51,8 +51,16 @@ def check_same_tokenizer(student: Any, teacher: Any, teacher_name: str) -> None:
 class Teacher:
     """A local teacher model scoring rows (`score`: token-aligned log-probs like `row.old_logprobs`)."""
 
-    def __init__(self, name: str, *, student_tokenizer: Any, dtype: str = "float32", micro_batch_size: int = 4,
-                 device: str = "cpu", model: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        name: str,
+        *,
+        student_tokenizer: Any,
+        dtype: str = "float32",
+        micro_batch_size: int = 4,
+        device: str = "cpu",
+        model: Any = None,
+    ) -> None:
         import torch
 
         from rllm.models import registry
@@ -69,8 +77,13 @@ class Teacher:
     def score(self, rows: Sequence[TrainingRow]) -> list[list[float]]:
         from rllm.training.backends.torch import score_rows
 
-        return score_rows(self.model, rows, pad_id=self.pad_id, micro_batch_size=self.micro_batch_size,
-                          autocast_dtype=self.autocast_dtype)  # fmt: skip
+        return score_rows(
+            self.model,
+            rows,
+            pad_id=self.pad_id,
+            micro_batch_size=self.micro_batch_size,
+            autocast_dtype=self.autocast_dtype,
+        )
 
 
 class EndpointTeacher:
@@ -78,8 +91,9 @@ class EndpointTeacher:
 
     RETRIES = 4
 
-    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, concurrency: int = 8,
-                 timeout: float = 120.0) -> None:  # fmt: skip
+    def __init__(
+        self, base_url: str, model: str, *, api_key: str | None = None, concurrency: int = 8, timeout: float = 120.0
+    ) -> None:
         self.url = base_url.rstrip("/") + "/completions"
         self.model, self.api_key, self.concurrency, self.timeout = model, api_key, concurrency, timeout
 
@@ -91,13 +105,14 @@ class EndpointTeacher:
 
     def _score_row(self, row: TrainingRow) -> list[float]:
         """Token-aligned like `row.old_logprobs`: entry t is the teacher's log p(token t | tokens < t), 0.0 at t = 0."""
-        body = {"model": self.model, "prompt": row.input_ids, "max_tokens": 1, "temperature": 0.0,
-                "prompt_logprobs": 0}  # fmt: skip
+        body = {"model": self.model, "prompt": row.input_ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
         entries = self._post(body)["choices"][0].get("prompt_logprobs")
         if not isinstance(entries, list) or len(entries) != len(row.input_ids):
-            raise RllmError(f"distill.endpoint {self.url} returned no prompt log-probs for a "
-                            f"{len(row.input_ids)}-token prompt: the teacher must be served by vLLM "
-                            "(prompt_logprobs)")  # fmt: skip
+            raise RllmError(
+                f"distill.endpoint {self.url} returned no prompt log-probs for a "
+                f"{len(row.input_ids)}-token prompt: the teacher must be served by vLLM "
+                "(prompt_logprobs)"
+            )
         pairs = zip(row.input_ids[1:], entries[1:], strict=True)
         return [0.0] + [float(entry[str(token)]["logprob"]) for token, entry in pairs]
 
@@ -118,8 +133,9 @@ class EndpointTeacher:
             except urllib.error.HTTPError as exc:
                 retryable = exc.code == 429 or exc.code >= 500
                 if not retryable or attempt == self.RETRIES - 1:
-                    raise RllmError(f"distill.endpoint {self.url} answered {exc.code}: "
-                                    f"{exc.read()[:300].decode(errors='replace')}") from None  # fmt: skip
+                    raise RllmError(
+                        f"distill.endpoint {self.url} answered {exc.code}: {exc.read()[:300].decode(errors='replace')}"
+                    ) from None
             except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
                 if attempt == self.RETRIES - 1:
                     raise RllmError(f"distill.endpoint {self.url} unreachable: {exc}") from None
@@ -127,25 +143,33 @@ class EndpointTeacher:
         raise AssertionError("unreachable")
 
 
-def make_teacher(settings: DistillConfig, *, student_tokenizer: Any, micro_batch_size: int,
-                 device: str = "cpu") -> Teacher | EndpointTeacher:  # fmt: skip
+def make_teacher(
+    settings: DistillConfig, *, student_tokenizer: Any, micro_batch_size: int, device: str = "cpu"
+) -> Teacher | EndpointTeacher:
     """The teacher `distill` configures, its tokenizer checked against the student's."""
     import os
 
     endpoint = settings.endpoint
     if endpoint.base_url is None:
-        return Teacher(settings.teacher, student_tokenizer=student_tokenizer, dtype=settings.dtype,
-                       micro_batch_size=micro_batch_size, device=device)  # fmt: skip
+        return Teacher(
+            settings.teacher,
+            student_tokenizer=student_tokenizer,
+            dtype=settings.dtype,
+            micro_batch_size=micro_batch_size,
+            device=device,
+        )
     from rllm.models import registry
 
     tokenizer_name = endpoint.tokenizer or settings.teacher
     check_same_tokenizer(student_tokenizer, registry.load_tokenizer(tokenizer_name), tokenizer_name)
-    return EndpointTeacher(endpoint.base_url, endpoint.model or settings.teacher,
-                           api_key=os.environ.get(endpoint.api_key_env))  # fmt: skip
+    return EndpointTeacher(
+        endpoint.base_url, endpoint.model or settings.teacher, api_key=os.environ.get(endpoint.api_key_env)
+    )
 
 
-def apply_distillation(rows: Sequence[TrainingRow], teacher_logprobs: Sequence[Sequence[float]],
-                       settings: DistillConfig) -> dict[str, float]:  # fmt: skip
+def apply_distillation(
+    rows: Sequence[TrainingRow], teacher_logprobs: Sequence[Sequence[float]], settings: DistillConfig
+) -> dict[str, float]:
     """Set every trained token's advantage to the distillation advantage (module docstring), in place; returns the
     metrics."""
     gap_sum, teacher_sum, tokens = 0.0, 0.0, 0

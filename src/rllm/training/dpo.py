@@ -34,23 +34,31 @@ __all__ = ["DPOTrainer", "load_dpo_pairs"]
 class DPOTrainer(OfflineTrainer):
     run_kind = section = "dpo"
 
-    def __init__(self, *, config: TrainConfig, pairs: list[PreferencePair] | None = None, model: Any = None,
-                 tokenizer: Any = None, progress: bool = True, **workflow: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        config: TrainConfig,
+        pairs: list[PreferencePair] | None = None,
+        model: Any = None,
+        tokenizer: Any = None,
+        progress: bool = True,
+        **workflow: Any,
+    ) -> None:
         """`pairs` replaces the data the `dpo` section names; `workflow` and `val_dataset` are AgentTrainer's."""
         if config.dpo.reference == "live" and not config.model.lora.enabled:
-            raise ConfigError("dpo.reference=live computes the reference with the LoRA adapters disabled; with full "
-                              "fine-tuning (model.lora.enabled=false) use dpo.reference=precomputed")  # fmt: skip
+            raise ConfigError(
+                "dpo.reference=live computes the reference with the LoRA adapters disabled; with full "
+                "fine-tuning (model.lora.enabled=false) use dpo.reference=precomputed"
+            )
         self._references_ready = False
-        super().__init__(config=config, examples=pairs, model=model, tokenizer=tokenizer, progress=progress,
-                         **workflow)  # fmt: skip
+        super().__init__(config=config, examples=pairs, model=model, tokenizer=tokenizer, progress=progress, **workflow)
 
     def _load_examples(self, config: TrainConfig, tokenizer: Any, vision: Any) -> tuple[list, dict[str, int]]:
         return load_dpo_pairs(config, tokenizer)  # (preference messages with images are not rendered for a VLM yet)
 
     def _update_examples(self, examples: list) -> dict[str, float]:
         dpo = self.config.dpo
-        return self.backend.update_pairs(examples, loss=dpo.loss, beta=dpo.beta,
-                                         live_reference=dpo.reference == "live")  # fmt: skip
+        return self.backend.update_pairs(examples, loss=dpo.loss, beta=dpo.beta, live_reference=dpo.reference == "live")
 
     def setup(self) -> None:
         super().setup()
@@ -66,8 +74,10 @@ class DPOTrainer(OfflineTrainer):
         pairs: list[PreferencePair] = self.train_dataset
         rows = [row for pair in pairs for row in (pair.chosen, pair.rejected)]
         logprobs = self.backend.compute_logprobs(rows, temperature=1.0)
-        sums = [sum(lp for lp, m in zip(row_lp, row.loss_mask, strict=True) if m)
-                for row_lp, row in zip(logprobs, rows, strict=True)]  # fmt: skip
+        sums = [
+            sum(lp for lp, m in zip(row_lp, row.loss_mask, strict=True) if m)
+            for row_lp, row in zip(logprobs, rows, strict=True)
+        ]
         for index, pair in enumerate(pairs):
             pair.ref_chosen, pair.ref_rejected = sums[2 * index], sums[2 * index + 1]
         self._references_ready = True
@@ -80,13 +90,21 @@ def load_dpo_pairs(config: TrainConfig, tokenizer: Any) -> tuple[list[Preference
 
     dpo = config.dpo
     if (dpo.episodes is None) == (dpo.preferences is None):
-        raise ConfigError("rllm dpo needs exactly one data source: dpo.episodes (a run directory or its "
-                          "episodes.jsonl) or dpo.preferences (a JSONL of prompt/chosen/rejected records)")  # fmt: skip
+        raise ConfigError(
+            "rllm dpo needs exactly one data source: dpo.episodes (a run directory or its "
+            "episodes.jsonl) or dpo.preferences (a JSONL of prompt/chosen/rejected records)"
+        )
     if dpo.preferences is not None:
         check_data_path("dpo.preferences", dpo.preferences, run=False)
-        return pairs_from_preferences(read_jsonl(dpo.preferences), tokenizer, max_length=dpo.max_length,
-                                      overlong=dpo.overlong)  # fmt: skip
+        return pairs_from_preferences(
+            read_jsonl(dpo.preferences), tokenizer, max_length=dpo.max_length, overlong=dpo.overlong
+        )
     check_data_path("dpo.episodes", dpo.episodes, run=True)
-    return pairs_from_episodes(read_episode_records(dpo.episodes), split=dpo.split, roles=dpo.roles,
-                               max_pairs_per_task=dpo.max_pairs_per_task, max_length=dpo.max_length,
-                               overlong=dpo.overlong)  # fmt: skip
+    return pairs_from_episodes(
+        read_episode_records(dpo.episodes),
+        split=dpo.split,
+        roles=dpo.roles,
+        max_pairs_per_task=dpo.max_pairs_per_task,
+        max_length=dpo.max_length,
+        overlong=dpo.overlong,
+    )

@@ -60,15 +60,23 @@ def pairs_from_episodes(
     overlong: Overlong = "error",
 ) -> tuple[list[PreferencePair], dict[str, int]]:
     """Success/failure pairs of the same task and role (module docstring) and counts."""
-    episodes = [r if isinstance(r, Episode) else r["episode"] for r in records
-                if isinstance(r, Episode) or split is None or r["split"] == split]  # fmt: skip
+    episodes = [
+        r if isinstance(r, Episode) else r["episode"]
+        for r in records
+        if isinstance(r, Episode) or split is None or r["split"] == split
+    ]
     groups: dict[str, tuple[list[TrajectoryRef], list[TrajectoryRef]]] = defaultdict(lambda: ([], []))
     for episode in episodes:
         for trajectory in episode.trajectories:
             if not roles or trajectory.name in roles:
                 groups[group_key(episode, trajectory)][0 if trajectory.succeeded() else 1].append((episode, trajectory))
-    stats = {"episodes": len(episodes), "groups": len(groups), "groups_all_succeeded": 0, "groups_all_failed": 0,
-             "trajectories_split": 0}  # fmt: skip
+    stats = {
+        "episodes": len(episodes),
+        "groups": len(groups),
+        "groups_all_succeeded": 0,
+        "groups_all_failed": 0,
+        "trajectories_split": 0,
+    }
     pairs = []
     for key, (won, lost) in groups.items():
         stats["groups_all_succeeded"] += not lost
@@ -86,7 +94,7 @@ def pairs_from_episodes(
             f"{f' with a role in {list(roles)}' if roles else ''} (groups={stats['groups']}, all succeeded="
             f"{stats['groups_all_succeeded']}, all failed={stats['groups_all_failed']}, split trajectories="
             f"{stats['trajectories_split']}): sample more attempts a task (rollout.val_n) or use harder/easier tasks"
-        )  # fmt: skip
+        )
     return _fit_pairs(pairs, max_length, overlong, stats)
 
 
@@ -95,35 +103,43 @@ def _single_row(side: TrajectoryRef) -> TrainingRow | None:
     return rows[0] if len(rows) == 1 else None
 
 
-def pairs_from_preferences(records: Sequence[dict[str, Any]], tokenizer: Any, *, max_length: int,
-                           overlong: Overlong = "error") -> tuple[list[PreferencePair], dict[str, int]]:  # fmt: skip
+def pairs_from_preferences(
+    records: Sequence[dict[str, Any]], tokenizer: Any, *, max_length: int, overlong: Overlong = "error"
+) -> tuple[list[PreferencePair], dict[str, int]]:
     """Pairs from TRL-style conversational preference records (module docstring)."""
     pairs = []
     for number, record in enumerate(records, 1):
         missing = [key for key in ("prompt", "chosen", "rejected") if key not in record]
         if missing:
-            raise TrainingDataError(f"record {number} lacks {missing}: a preference record is {{prompt, chosen, "
-                                    "rejected}, each a list of messages (tools optional)")  # fmt: skip
+            raise TrainingDataError(
+                f"record {number} lacks {missing}: a preference record is {{prompt, chosen, "
+                "rejected}, each a list of messages (tools optional)"
+            )
         sides = []
         for side in ("chosen", "rejected"):
             conversation = {"prompt": record["prompt"], "completion": record[side], "tools": record.get("tools")}
             rows, _ = rows_from_messages([conversation], tokenizer, max_length=None)
             if len(rows) != 1:
-                raise TrainingDataError(f"record {number}: its {side} side does not render as one extension of the "
-                                        "prompt (the chat template rewrites earlier turns)")  # fmt: skip
+                raise TrainingDataError(
+                    f"record {number}: its {side} side does not render as one extension of the "
+                    "prompt (the chat template rewrites earlier turns)"
+                )
             sides.append(rows[0])
         pairs.append(PreferencePair(sides[0], sides[1], f"record {number}"))
     return _fit_pairs(pairs, max_length, overlong, {"records": len(records)})
 
 
-def _fit_pairs(pairs: list[PreferencePair], max_length: int, overlong: Overlong,
-               stats: dict[str, int]) -> tuple[list[PreferencePair], dict[str, int]]:  # fmt: skip
+def _fit_pairs(
+    pairs: list[PreferencePair], max_length: int, overlong: Overlong, stats: dict[str, int]
+) -> tuple[list[PreferencePair], dict[str, int]]:
     long = [pair for pair in pairs if pair.length > max_length]
     if long and overlong == "error":
         longest = max(pair.length for pair in long)
-        raise TrainingDataError(f"{len(long)} of {len(pairs)} pairs have a side longer than dpo.max_length="
-                                f"{max_length} tokens (longest {longest}): raise dpo.max_length, or set "
-                                "dpo.overlong=truncate (keep the first tokens) or dpo.overlong=drop")  # fmt: skip
+        raise TrainingDataError(
+            f"{len(long)} of {len(pairs)} pairs have a side longer than dpo.max_length="
+            f"{max_length} tokens (longest {longest}): raise dpo.max_length, or set "
+            "dpo.overlong=truncate (keep the first tokens) or dpo.overlong=drop"
+        )
     kept, dropped = [], 0
     for pair in pairs:
         for row in (pair.chosen, pair.rejected):
@@ -135,8 +151,10 @@ def _fit_pairs(pairs: list[PreferencePair], max_length: int, overlong: Overlong,
         kept.append(pair)
     stats = {**stats, "pairs": len(kept), "pairs_dropped_overlong": dropped}
     if not kept:
-        raise TrainingDataError(f"no pair keeps a trained token on both sides within dpo.max_length={max_length} "
-                                f"({dropped} of {len(pairs)} dropped): raise dpo.max_length")  # fmt: skip
+        raise TrainingDataError(
+            f"no pair keeps a trained token on both sides within dpo.max_length={max_length} "
+            f"({dropped} of {len(pairs)} dropped): raise dpo.max_length"
+        )
     return kept, stats
 
 
@@ -151,8 +169,10 @@ def export_trl_preferences(pairs: Sequence[PreferencePair], tokenizer: Any, path
             start = min(pair.chosen.loss_mask.index(1), pair.rejected.loss_mask.index(1))
             if pair.chosen.input_ids[:start] != pair.rejected.input_ids[:start]:
                 raise TrainingDataError(f"pair {pair.key}: its sides do not share their prompt")
-            text = {side: tokenizer.decode(getattr(pair, side).input_ids[start:], skip_special_tokens=False)
-                    for side in ("chosen", "rejected")}  # fmt: skip
+            text = {
+                side: tokenizer.decode(getattr(pair, side).input_ids[start:], skip_special_tokens=False)
+                for side in ("chosen", "rejected")
+            }
             prompt = tokenizer.decode(pair.chosen.input_ids[:start], skip_special_tokens=False)
             handle.write(json.dumps({"prompt": prompt, **text}) + "\n")
     return len(pairs)

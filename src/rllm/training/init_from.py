@@ -45,8 +45,10 @@ def resolve_init_checkpoint(path: str | os.PathLike) -> Path:
     for note in notes:
         warnings.warn(f"model.init_from={path}: {note}", RuntimeWarning, stacklevel=3)
     if found is None:
-        raise InitFromError(f"model.init_from={path}: no checkpoint there (expected a run directory with "
-                            "checkpoints/latest, or a checkpoints/step_N folder)")  # fmt: skip
+        raise InitFromError(
+            f"model.init_from={path}: no checkpoint there (expected a run directory with "
+            "checkpoints/latest, or a checkpoints/step_N folder)"
+        )
     return found
 
 
@@ -60,8 +62,10 @@ def apply_init_weights(model: Any, path: str | os.PathLike) -> Path:
 
     checkpoint = resolve_init_checkpoint(path)
     if not (checkpoint / STATE_FILE).exists():
-        raise InitFromError(f"model.init_from={path}: {checkpoint} holds no {STATE_FILE} (a torch backend "
-                            "checkpoint); a verl run's checkpoint cannot seed a run yet")  # fmt: skip
+        raise InitFromError(
+            f"model.init_from={path}: {checkpoint} holds no {STATE_FILE} (a torch backend "
+            "checkpoint); a verl run's checkpoint cannot seed a run yet"
+        )
     trained = torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=True)["trainable"]
     lora = load_config(checkpoint.parent.parent / "config.yaml").model.lora
     params = dict(model.named_parameters())
@@ -82,7 +86,9 @@ def _parameter(params: dict[str, Any], name: str, value: Any, path: Any) -> Any:
     """The model's parameter `name`, checked to take `value`: a mismatch means another base model."""
     if name not in params or params[name].shape != value.shape:
         found = f"shape {tuple(params[name].shape)}" if name in params else "no such weight"
-        raise InitFromError(f"model.init_from={path} trained {name} with shape {tuple(value.shape)}, this model "
-                            f"has {found}: it was trained from another base model; set model.name to that "
-                            "run's")  # fmt: skip
+        raise InitFromError(
+            f"model.init_from={path} trained {name} with shape {tuple(value.shape)}, this model "
+            f"has {found}: it was trained from another base model; set model.name to that "
+            "run's"
+        )
     return params[name]

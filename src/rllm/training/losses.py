@@ -129,8 +129,9 @@ def policy_loss(
 
 
 @torch.no_grad()
-def _ratio_metrics(m: Tensor, log_ratio: Tensor, ratio: Tensor, clipped: Tensor,
-                   dual_clipped: Tensor | None = None) -> dict[str, Tensor]:  # fmt: skip
+def _ratio_metrics(
+    m: Tensor, log_ratio: Tensor, ratio: Tensor, clipped: Tensor, dual_clipped: Tensor | None = None
+) -> dict[str, Tensor]:
     """Masked means over the loss tokens (no host sync): clip_fraction (`clipped` tokens), dual_clip_fraction,
     approx_kl (k3 of KL(old || new) from the per-token log-ratio), ratio_mean and ratio_max (of `ratio`)."""
     n = m.sum().clamp(min=1)
@@ -183,8 +184,13 @@ def gspo_loss(
     # ratio metrics of the rows' sequence ratios (each row's tokens share it; a row counts once)
     first = m & (m.cumsum(-1) == 1)
     metrics = _ratio_metrics(m, log_ratio, ratio.detach(), clipped > unclipped)
-    metrics.update({k: v for k, v in _ratio_metrics(first, log_ratio, ratio.detach(), first).items()
-                    if k in ("ratio_mean", "ratio_max")})  # fmt: skip
+    metrics.update(
+        {
+            k: v
+            for k, v in _ratio_metrics(first, log_ratio, ratio.detach(), first).items()
+            if k in ("ratio_mean", "ratio_max")
+        }
+    )
     return loss, metrics
 
 
@@ -350,9 +356,15 @@ def actor_loss(
     mask, weights, is_metrics = _off_policy_mask(logprobs, old_logprobs, behaviour_logprobs, mask, algorithm)
     agg = partial(aggregate, mask=mask, mode=algorithm.loss_agg, norm_length=norm_length)
     pg_loss, token_means = _grouped_policy_loss(
-        logprobs, old_logprobs, advantages, mask, algorithm, norm_length=norm_length, weights=weights,
+        logprobs,
+        old_logprobs,
+        advantages,
+        mask,
+        algorithm,
+        norm_length=norm_length,
+        weights=weights,
         row_roles=row_roles,
-    )  # fmt: skip
+    )
     loss = pg_loss
     losses = {"pg_loss": pg_loss.item()}
     token_means["entropy"] = masked_token_mean(entropy, mask)
@@ -372,9 +384,17 @@ def actor_loss(
 POLICY_LOSSES = {"ppo": policy_loss, "gspo": gspo_loss, "cispo": cispo_loss}  # `algorithm.policy_loss`
 
 
-def _grouped_policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, algorithm: Any, *,
-                         norm_length: int | None, weights: Tensor | None,
-                         row_roles: Sequence[str] | None) -> tuple[Tensor, dict[str, float]]:  # fmt: skip
+def _grouped_policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    algorithm: Any,
+    *,
+    norm_length: int | None,
+    weights: Tensor | None,
+    row_roles: Sequence[str] | None,
+) -> tuple[Tensor, dict[str, float]]:
     """The policy-gradient loss of rows whose roles may choose different policy losses (`actor_loss`), and the
     token means of its ratio metrics."""
     groups = _policy_groups(algorithm, row_roles, mask)
@@ -383,9 +403,17 @@ def _grouped_policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Ten
     for settings, group_mask in groups:
         options = {"dual_clip": settings.dual_clip} if settings.policy_loss == "ppo" else {}
         loss, pg = POLICY_LOSSES[settings.policy_loss](
-            logprobs, old_logprobs, advantages, group_mask, clip_low=settings.clip_low, clip_high=settings.clip_high,
-            agg=algorithm.loss_agg, norm_length=norm_length, weights=weights, **options,
-        )  # fmt: skip
+            logprobs,
+            old_logprobs,
+            advantages,
+            group_mask,
+            clip_low=settings.clip_low,
+            clip_high=settings.clip_high,
+            agg=algorithm.loss_agg,
+            norm_length=norm_length,
+            weights=weights,
+            **options,
+        )
         if len(groups) == 1:
             return loss, {k: pg[k].item() for k in _RATIO_METRICS}
         loss = loss * (_agg_units(group_mask, algorithm.loss_agg) / units)
@@ -425,8 +453,9 @@ def _agg_units(mask: Tensor, agg: str) -> Tensor:
     return mask.sum() if agg == "token-mean" else (mask.sum(-1) > 0).sum().to(mask.dtype)
 
 
-def _off_policy_mask(logprobs: Tensor, old_logprobs: Tensor, behaviour_logprobs: Tensor | None, mask: Tensor,
-                     algorithm: Any) -> tuple[Tensor, Tensor | None, dict[str, Tensor]]:  # fmt: skip
+def _off_policy_mask(
+    logprobs: Tensor, old_logprobs: Tensor, behaviour_logprobs: Tensor | None, mask: Tensor, algorithm: Any
+) -> tuple[Tensor, Tensor | None, dict[str, Tensor]]:
     """The loss mask without non-finite old/behaviour tokens and without what `algorithm.off_policy` masks, the
     importance weights (decoupled mode) and their metrics. All finite and no correction: `mask` unchanged."""
     finite = torch.isfinite(old_logprobs)
@@ -438,8 +467,10 @@ def _off_policy_mask(logprobs: Tensor, old_logprobs: Tensor, behaviour_logprobs:
         return mask, None, {}
     decoupled = settings.mode == "decoupled"
     if decoupled and behaviour_logprobs is None:
-        raise ValueError("algorithm.off_policy.mode=decoupled needs the sampler's log-probs (behaviour_logprobs) "
-                         "beside the recomputed old_logprobs")  # fmt: skip
+        raise ValueError(
+            "algorithm.off_policy.mode=decoupled needs the sampler's log-probs (behaviour_logprobs) "
+            "beside the recomputed old_logprobs"
+        )
     behaviour = behaviour_logprobs if decoupled else old_logprobs
     target = old_logprobs if decoupled else logprobs.detach()  # bypass: pi_theta / pi_sampler, at this forward
     log_ratio = torch.where(mask > 0, target - behaviour, torch.zeros_like(target))
@@ -453,9 +484,17 @@ def _off_policy_mask(logprobs: Tensor, old_logprobs: Tensor, behaviour_logprobs:
 DPO_LOSSES = ("sigmoid", "ipo", "hinge")
 
 
-def dpo_loss(chosen: Tensor, rejected: Tensor, ref_chosen: Tensor, ref_rejected: Tensor, *, beta: float,
-             kind: str = "sigmoid", chosen_tokens: Tensor | None = None,
-             rejected_tokens: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:  # fmt: skip
+def dpo_loss(
+    chosen: Tensor,
+    rejected: Tensor,
+    ref_chosen: Tensor,
+    ref_rejected: Tensor,
+    *,
+    beta: float,
+    kind: str = "sigmoid",
+    chosen_tokens: Tensor | None = None,
+    rejected_tokens: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Direct preference optimisation over P pairs: `chosen`/`rejected` are the policy's log-probabilities of each
     side (summed over its trained tokens, `[P]`), `ref_*` the reference's. With log-ratios c = chosen - ref_chosen,
     r = rejected - ref_rejected (TRL's `DPOTrainer` definitions, mean over pairs):

@@ -24,20 +24,30 @@ def start_vllm_rollout(cfg: TrainConfig, backend: Any, run_dir: Path) -> VLLMRol
     settings = cfg.rollout.vllm
     vision = getattr(backend, "vision", None)  # a VLM's processor (torch backend), None for a text model
     if settings.sync == "lora" and vision is not None and cfg.model.vision_tower == "trainable":
-        raise ConfigError("rollout.vllm.sync=lora hot-loads LoRA adapters only, and model.vision_tower=trainable "
-                          "trains the image tower whole: the server would sample with the untrained tower. Use "
-                          "rollout.vllm.sync=reload (or model.vision_tower=frozen)")  # fmt: skip
+        raise ConfigError(
+            "rollout.vllm.sync=lora hot-loads LoRA adapters only, and model.vision_tower=trainable "
+            "trains the image tower whole: the server would sample with the untrained tower. Use "
+            "rollout.vllm.sync=reload (or model.vision_tower=frozen)"
+        )
     source = TorchWeightSource(backend)
     workdir = run_dir / "vllm"
 
     def served() -> Path:  # with sync=lora the server holds the base weights; the adapter is hot-loaded on top
         return source.save_model(workdir / "served-model", merge_lora=settings.sync != "lora")
 
-    server, owns = VLLMServer.from_config(settings, served, log_path=workdir / "server.log",
-                                          enable_lora=settings.sync == "lora")  # fmt: skip
-    client = VLLMRolloutClient(server, backend.tokenizer, sync=settings.sync, workdir=workdir, vision=vision,
-                               logprob_tolerance=settings.logprob_tolerance, owns_server=owns,
-                               max_connections=max(cfg.rollout.n_parallel, 8))  # fmt: skip
+    server, owns = VLLMServer.from_config(
+        settings, served, log_path=workdir / "server.log", enable_lora=settings.sync == "lora"
+    )
+    client = VLLMRolloutClient(
+        server,
+        backend.tokenizer,
+        sync=settings.sync,
+        workdir=workdir,
+        vision=vision,
+        logprob_tolerance=settings.logprob_tolerance,
+        owns_server=owns,
+        max_connections=max(cfg.rollout.n_parallel, 8),
+    )
     try:
         client.sync_weights(source, backend.weight_version)
     except BaseException:

@@ -49,8 +49,16 @@ class OfflineTrainer(AgentTrainer):
 
     section = ""
 
-    def __init__(self, *, config: TrainConfig, examples: list | None = None, model: Any = None, tokenizer: Any = None,
-                 progress: bool = True, **workflow: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        config: TrainConfig,
+        examples: list | None = None,
+        model: Any = None,
+        tokenizer: Any = None,
+        progress: bool = True,
+        **workflow: Any,
+    ) -> None:
         if config.trainer.backend != "torch":
             raise ConfigError(f"rllm {self.section} trains on the torch backend only: set trainer.backend=torch")
         if examples is None:
@@ -68,10 +76,12 @@ class OfflineTrainer(AgentTrainer):
         section = getattr(config, self.section)
         steps = math.ceil(section.epochs * len(examples) / section.batch_size)
         working = config.model_copy(update={"algorithm": AlgorithmConfig(advantage="reinforce")})
-        working = override_config(working, [f"trainer.total_steps={steps}", "rollout.max_staleness=0"],
-                                  f"rllm {self.section}")  # fmt: skip
-        super().__init__(config=working, train_dataset=examples, model=model, tokenizer=tokenizer, progress=progress,
-                         **workflow)  # fmt: skip
+        working = override_config(
+            working, [f"trainer.total_steps={steps}", "rollout.max_staleness=0"], f"rllm {self.section}"
+        )
+        super().__init__(
+            config=working, train_dataset=examples, model=model, tokenizer=tokenizer, progress=progress, **workflow
+        )
 
     def _load_examples(self, config: TrainConfig, tokenizer: Any, vision: Any) -> tuple[list, dict[str, int]]:
         """`vision`: a vision-language model's `VisionProcessor` (None for a text-only model)."""
@@ -104,8 +114,12 @@ class OfflineTrainer(AgentTrainer):
     async def _train_step(self, step: int, log: RunLog, examples: list, **_: Any) -> dict[str, Any]:
         started = time.perf_counter()
         update = self._update_examples(examples)
-        metrics = {**update, "examples": len(examples), "epoch": self.sampler.position / len(self.train_dataset),
-                   "time_update_s": time.perf_counter() - started}  # fmt: skip
+        metrics = {
+            **update,
+            "examples": len(examples),
+            "epoch": self.sampler.position / len(self.train_dataset),
+            "time_update_s": time.perf_counter() - started,
+        }
         log.log(step, metrics)
         self._check_finite(step, update, [])
         return metrics
@@ -116,47 +130,66 @@ class OfflineTrainer(AgentTrainer):
         return await super()._validate(log, step)
 
     def _progress_postfix(self, metrics: dict[str, Any]) -> dict[str, str]:
-        return {"loss": f"{metrics.get('loss', float('nan')):.3f}",
-                "val": f"{self.val_history[-1]['success_rate']:.2f}"}  # fmt: skip
+        return {
+            "loss": f"{metrics.get('loss', float('nan')):.3f}",
+            "val": f"{self.val_history[-1]['success_rate']:.2f}",
+        }
 
 
 class SFTTrainer(OfflineTrainer):
     run_kind = section = "sft"
 
-    def __init__(self, *, config: TrainConfig, rows: list[TrainingRow] | None = None, model: Any = None,
-                 tokenizer: Any = None, progress: bool = True, **workflow: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        config: TrainConfig,
+        rows: list[TrainingRow] | None = None,
+        model: Any = None,
+        tokenizer: Any = None,
+        progress: bool = True,
+        **workflow: Any,
+    ) -> None:
         """`rows` replaces the data the `sft` section names; `workflow` (workflow_class, agent_class, ...) and
         `val_dataset` are AgentTrainer's, for validation."""
-        super().__init__(config=config, examples=rows, model=model, tokenizer=tokenizer, progress=progress,
-                         **workflow)  # fmt: skip
+        super().__init__(config=config, examples=rows, model=model, tokenizer=tokenizer, progress=progress, **workflow)
 
     def _load_examples(self, config: TrainConfig, tokenizer: Any, vision: Any) -> tuple[list, dict[str, int]]:
         return load_sft_rows(config, tokenizer, vision=vision)
 
     def _update_examples(self, examples: list) -> dict[str, float]:
         sft = self.config.sft
-        return self.backend.update(examples, temperature=1.0, objective="sft",
-                                   pack_length=sft.max_length if sft.packing else None)  # fmt: skip
+        return self.backend.update(
+            examples, temperature=1.0, objective="sft", pack_length=sft.max_length if sft.packing else None
+        )
 
 
-def load_sft_rows(config: TrainConfig, tokenizer: Any, *,
-                  vision: Any = None) -> tuple[list[TrainingRow], dict[str, int]]:  # fmt: skip
+def load_sft_rows(
+    config: TrainConfig, tokenizer: Any, *, vision: Any = None
+) -> tuple[list[TrainingRow], dict[str, int]]:
     """The rows `config.sft` names (exactly one of `episodes` and `messages`), filtered and length-checked.
     `vision` renders messages with images for a vision-language model (`rllm.models.vision`)."""
     from rllm.runs import read_episode_records
 
     sft = config.sft
     if (sft.episodes is None) == (sft.messages is None):
-        raise ConfigError("rllm sft needs exactly one data source: sft.episodes (a run directory or its "
-                          "episodes.jsonl) or sft.messages (a JSONL of conversations)")  # fmt: skip
+        raise ConfigError(
+            "rllm sft needs exactly one data source: sft.episodes (a run directory or its "
+            "episodes.jsonl) or sft.messages (a JSONL of conversations)"
+        )
     if sft.messages is not None:
         check_data_path("sft.messages", sft.messages, run=False)
-        return rows_from_messages(read_jsonl(sft.messages), tokenizer, max_length=sft.max_length,
-                                  overlong=sft.overlong, vision=vision)  # fmt: skip
+        return rows_from_messages(
+            read_jsonl(sft.messages), tokenizer, max_length=sft.max_length, overlong=sft.overlong, vision=vision
+        )
     check_data_path("sft.episodes", sft.episodes, run=True)
     pairs, stats = select_trajectories(
-        read_episode_records(sft.episodes), split=sft.split, roles=sft.roles, correct_only=sft.correct_only,
-        min_reward=sft.min_reward, task_pass_rate=sft.task_pass_rate, max_per_task=sft.max_per_task,
-    )  # fmt: skip
+        read_episode_records(sft.episodes),
+        split=sft.split,
+        roles=sft.roles,
+        correct_only=sft.correct_only,
+        min_reward=sft.min_reward,
+        task_pass_rate=sft.task_pass_rate,
+        max_per_task=sft.max_per_task,
+    )
     rows, row_stats = rows_from_trajectories(pairs, max_length=sft.max_length, overlong=sft.overlong)
     return rows, {**stats, **row_stats}

@@ -81,8 +81,11 @@ def select_trajectories(
 ) -> tuple[list[TrajectoryRef], dict[str, int]]:
     """The `(episode, trajectory)` pairs to train on, from `read_episode_records` records (or bare episodes), and
     the count left after each filter (module docstring). Raises `TrainingDataError` when a filter leaves nothing."""
-    episodes = [r if isinstance(r, Episode) else r["episode"] for r in records
-                if isinstance(r, Episode) or split is None or r["split"] == split]  # fmt: skip
+    episodes = [
+        r if isinstance(r, Episode) else r["episode"]
+        for r in records
+        if isinstance(r, Episode) or split is None or r["split"] == split
+    ]
     pairs = [(e, t) for e in episodes for t in e.trajectories]
     stats = {"episodes": len(episodes), "trajectories": len(pairs)}
     _require(pairs, stats, "trajectories", f"no episodes{f' of split {split!r}' if split else ''} in the file")
@@ -130,8 +133,9 @@ def _require(items: list, stats: dict[str, int], key: str, why: str) -> None:
         raise TrainingDataError(f"the SFT dataset is empty after filtering: {why} (counts: {counts})")
 
 
-def rows_from_trajectories(pairs: Sequence[TrajectoryRef], *, max_length: int | None,
-                           overlong: Overlong = "error") -> tuple[list[TrainingRow], dict[str, int]]:  # fmt: skip
+def rows_from_trajectories(
+    pairs: Sequence[TrajectoryRef], *, max_length: int | None, overlong: Overlong = "error"
+) -> tuple[list[TrainingRow], dict[str, int]]:
     """Rows of exactly the sampled ids (loss mask on every sampled token), then `fit_length` (none when
     `max_length` is None)."""
     for episode, trajectory in pairs:
@@ -143,8 +147,7 @@ def rows_from_trajectories(pairs: Sequence[TrajectoryRef], *, max_length: int | 
                     "rollout.openai.tokenizer set, or train on its messages (sft.messages)"
                 )
     ones = [[1.0] * len(t.steps) for _, t in pairs]
-    rows, stats = build_rows(pairs, step_advantages=ones, max_prompt_length=_UNLIMITED,
-                             max_response_length=_UNLIMITED)  # fmt: skip
+    rows, stats = build_rows(pairs, step_advantages=ones, max_prompt_length=_UNLIMITED, max_response_length=_UNLIMITED)
     if max_length is None:
         return rows, stats
     return fit_length(rows, max_length=max_length, overlong=overlong, stats=stats)
@@ -200,9 +203,13 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def rows_from_messages(
-    records: Sequence[dict[str, Any]], tokenizer: Any, *, max_length: int | None, overlong: Overlong = "error",
+    records: Sequence[dict[str, Any]],
+    tokenizer: Any,
+    *,
+    max_length: int | None,
+    overlong: Overlong = "error",
     vision: Any = None,
-) -> tuple[list[TrainingRow], dict[str, int]]:  # fmt: skip
+) -> tuple[list[TrainingRow], dict[str, int]]:
     """Rows from TRL-style conversational records (module docstring), then `fit_length`. A record without a
     trained assistant turn, or in neither format, is an error naming how many records and which ones. With
     `vision` (a VLM's `VisionProcessor`) messages may hold images: they render as the VLM's rollouts do, and each
@@ -217,9 +224,11 @@ def rows_from_messages(
         pairs.append((Episode(id=f"record{number}:0"), Trajectory(name="assistant", steps=steps)))
     if empty:
         shown = ", ".join(map(str, empty[:10])) + (" ..." if len(empty) > 10 else "")
-        raise TrainingDataError(f"{len(empty)} of {len(records)} records have no assistant turn to train on (records "
-                                f"{shown}); every record needs one (role 'assistant', in 'completion' for the "
-                                "prompt/completion format)")  # fmt: skip
+        raise TrainingDataError(
+            f"{len(empty)} of {len(records)} records have no assistant turn to train on (records "
+            f"{shown}); every record needs one (role 'assistant', in 'completion' for the "
+            "prompt/completion format)"
+        )
     return rows_from_trajectories(pairs, max_length=max_length, overlong=overlong)
 
 
@@ -229,20 +238,25 @@ def _conversation(record: dict[str, Any], number: int) -> tuple[list[dict], int]
         messages, first = record["messages"], 0
     elif "prompt" in record and "completion" in record:
         if not isinstance(record["prompt"], list) or not isinstance(record["completion"], list):
-            raise TrainingDataError(f"record {number}: prompt and completion must be lists of messages "
-                                    "(conversational format); plain-text prompt/completion is not "
-                                    "supported")  # fmt: skip
+            raise TrainingDataError(
+                f"record {number}: prompt and completion must be lists of messages "
+                "(conversational format); plain-text prompt/completion is not "
+                "supported"
+            )
         messages, first = record["prompt"] + record["completion"], len(record["prompt"])
     else:
-        raise TrainingDataError(f"record {number} has keys {sorted(record)}: expected 'messages' (with optional "
-                                "'tools') or 'prompt' and 'completion'")  # fmt: skip
+        raise TrainingDataError(
+            f"record {number} has keys {sorted(record)}: expected 'messages' (with optional "
+            "'tools') or 'prompt' and 'completion'"
+        )
     if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
         raise TrainingDataError(f"record {number}: messages must be a list of objects with a 'role'")
     return messages, first
 
 
-def _assistant_steps(tokenizer: Any, messages: list[dict], first_trained: int, tools: Any, number: int,
-                     vision: Any = None) -> list[Step]:  # fmt: skip
+def _assistant_steps(
+    tokenizer: Any, messages: list[dict], first_trained: int, tools: Any, number: int, vision: Any = None
+) -> list[Step]:
     """One step per trained assistant message: prompt = the messages before it with the generation prompt, completion
     = the text the template adds for it, cut after the first EOS (the rest opens the next prompt)."""
     from rllm.models.chat import encode_text, render_text
@@ -259,12 +273,18 @@ def _assistant_steps(tokenizer: Any, messages: list[dict], first_trained: int, t
         prompt, images = render(index, True)
         full, _ = render(index + 1, False)
         if not full.startswith(prompt):
-            raise TrainingDataError(f"record {number}, message {index}: the chat template does not render the turn "
-                                    "as an extension of the conversation before it (with the generation prompt), so "
-                                    "the assistant's tokens cannot be told apart")  # fmt: skip
+            raise TrainingDataError(
+                f"record {number}, message {index}: the chat template does not render the turn "
+                "as an extension of the conversation before it (with the generation prompt), so "
+                "the assistant's tokens cannot be told apart"
+            )
         completion = _cut_after_eos(encode_text(tokenizer, full[len(prompt) :]), tokenizer.eos_token_id)
-        output = ModelOutput(prompt_ids=encode_text(tokenizer, prompt), completion_ids=completion,
-                             logprobs=[0.0] * len(completion), prompt_images=images or None)  # fmt: skip
+        output = ModelOutput(
+            prompt_ids=encode_text(tokenizer, prompt),
+            completion_ids=completion,
+            logprobs=[0.0] * len(completion),
+            prompt_images=images or None,
+        )
         steps.append(Step(model_output=output))
     return steps
 
@@ -276,17 +296,20 @@ def _cut_after_eos(ids: list[int], eos_id: int | None) -> list[int]:
 # ---- length --------------------------------------------------------------------------------------------------
 
 
-def fit_length(rows: list[TrainingRow], *, max_length: int, overlong: Overlong = "error",
-               stats: dict[str, int] | None = None) -> tuple[list[TrainingRow], dict[str, int]]:  # fmt: skip
+def fit_length(
+    rows: list[TrainingRow], *, max_length: int, overlong: Overlong = "error", stats: dict[str, int] | None = None
+) -> tuple[list[TrainingRow], dict[str, int]]:
     """Apply the SFT length limit to whole rows (module docstring); adds `rows_truncated`/`rows_dropped_overlong`
     to `stats`. A row whose loss mask is empty after truncation is dropped and counted too."""
     stats = dict(stats or {})
     long = [row for row in rows if len(row) > max_length]
     if long and overlong == "error":
         longest = max(len(row) for row in long)
-        raise TrainingDataError(f"{len(long)} of {len(rows)} sequences are longer than sft.max_length={max_length} "
-                                f"tokens (longest {longest}): raise sft.max_length, or set sft.overlong=truncate (keep "
-                                "the first tokens) or sft.overlong=drop")  # fmt: skip
+        raise TrainingDataError(
+            f"{len(long)} of {len(rows)} sequences are longer than sft.max_length={max_length} "
+            f"tokens (longest {longest}): raise sft.max_length, or set sft.overlong=truncate (keep "
+            "the first tokens) or sft.overlong=drop"
+        )
     kept, dropped = [], 0
     for row in rows:
         if len(row) > max_length and overlong == "truncate":
@@ -295,11 +318,17 @@ def fit_length(rows: list[TrainingRow], *, max_length: int, overlong: Overlong =
             dropped += 1
             continue
         kept.append(row)
-    stats.update(rows=len(kept), rows_truncated=sum(row.truncated for row in kept), rows_dropped_overlong=dropped,
-                 loss_tokens=sum(row.num_loss_tokens for row in kept))  # fmt: skip
+    stats.update(
+        rows=len(kept),
+        rows_truncated=sum(row.truncated for row in kept),
+        rows_dropped_overlong=dropped,
+        loss_tokens=sum(row.num_loss_tokens for row in kept),
+    )
     if not kept:
-        raise TrainingDataError(f"no row has a token to train on within sft.max_length={max_length} "
-                                f"({dropped} of {len(rows)} rows dropped): raise sft.max_length")  # fmt: skip
+        raise TrainingDataError(
+            f"no row has a token to train on within sft.max_length={max_length} "
+            f"({dropped} of {len(rows)} rows dropped): raise sft.max_length"
+        )
     return kept, stats
 
 
@@ -317,8 +346,9 @@ def export_trl(rows: Sequence[TrainingRow], path: str | os.PathLike) -> int:
     """Write `rows` as TRL's pre-tokenized SFT format, one `{"input_ids", "completion_mask"}` object a line; returns
     the number of rows written."""
     if any(row.images for row in rows):
-        raise TrainingDataError("these rows hold images, which TRL's pre-tokenized format cannot carry; train them "
-                                "with rllm sft")  # fmt: skip
+        raise TrainingDataError(
+            "these rows hold images, which TRL's pre-tokenized format cannot carry; train them with rllm sft"
+        )
     with open(path, "w", encoding="utf-8") as handle:
         for row in rows:
             handle.write(json.dumps({"input_ids": row.input_ids, "completion_mask": row.loss_mask}) + "\n")

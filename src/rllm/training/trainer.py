@@ -136,13 +136,20 @@ class AgentTrainer:
         arguments = [f"{key}={value}" for key, value in given.items() if value is not None]
         cfg = override_config(config or TrainConfig(), arguments, "AgentTrainer(backend=..., rollout=...)")
         if cfg.rollout.server == "openai":
-            raise ConfigError("rollout.server=openai samples from an endpoint whose weights the trainer cannot update; "
-                              "train with rollout.server=local or vllm (openai is for rllm eval)")  # fmt: skip
+            raise ConfigError(
+                "rollout.server=openai samples from an endpoint whose weights the trainer cannot update; "
+                "train with rollout.server=local or vllm (openai is for rllm eval)"
+            )
         self.config = cfg
         self.workflow_class, self.workflow_args = workflow_for_config(
-            cfg, workflow_class=workflow_class, workflow_args=workflow_args, agent_class=agent_class,
-            env_class=env_class, agent_args=agent_args, env_args=env_args,
-        )  # fmt: skip
+            cfg,
+            workflow_class=workflow_class,
+            workflow_args=workflow_args,
+            agent_class=agent_class,
+            env_class=env_class,
+            agent_args=agent_args,
+            env_args=env_args,
+        )
         self.train_dataset = train_dataset if train_dataset is not None else cfg.data.make_tasks("train")
         self.val_dataset = val_dataset if val_dataset is not None else cfg.data.make_tasks("val")
         tasks = [task for task in (*self.train_dataset[:64], *self.val_dataset[:64]) if isinstance(task, dict)]
@@ -280,8 +287,9 @@ class AgentTrainer:
                 else:
                     started = time.perf_counter()
                     batch = await pipeline.take(step)
-                    metrics = await self._train_step(step, log, batch, waited=time.perf_counter() - started,
-                                                     pipeline=pipeline)  # fmt: skip
+                    metrics = await self._train_step(
+                        step, log, batch, waited=time.perf_counter() - started, pipeline=pipeline
+                    )
                 self.step = step
                 if cfg.val_every and step % cfg.val_every == 0 and step < cfg.total_steps:
                     self.val_history.append({"step": step, **await self._validate(log, step)})
@@ -328,8 +336,15 @@ class AgentTrainer:
         greedy = await self._greedy_baselines(tasks) if cfg.algorithm.uses_advantage("remax") else None
         return StepRollouts(step, episodes, greedy, time.perf_counter() - started, version)
 
-    async def _train_step(self, step: int, log: RunLog, rollouts: StepRollouts, *, waited: float | None = None,
-                          pipeline: RolloutPipeline | None = None) -> dict[str, Any]:  # fmt: skip
+    async def _train_step(
+        self,
+        step: int,
+        log: RunLog,
+        rollouts: StepRollouts,
+        *,
+        waited: float | None = None,
+        pipeline: RolloutPipeline | None = None,
+    ) -> dict[str, Any]:
         """Score and train on `rollouts`, then push the new weights. Synchronously (`pipeline` None) everything runs
         here; asynchronously the update runs in a worker thread while the pipeline's rollouts go on, and the push
         waits until the rollouts that must use the older weights are done."""
@@ -391,8 +406,9 @@ class AgentTrainer:
             prox = self.backend.compute_logprobs(rows, temperature=cfg.rollout.temperature)
             for row, logprobs in zip(rows, prox, strict=True):
                 row.prox_logprobs = logprobs
-        out.update(self.backend.update(rows, temperature=cfg.rollout.temperature,
-                                       norm_length=cfg.rollout.max_response_length))  # fmt: skip
+        out.update(
+            self.backend.update(rows, temperature=cfg.rollout.temperature, norm_length=cfg.rollout.max_response_length)
+        )
         if prox is not None:  # every row's trainer log-probs exist: measure the mismatch on all of them
             out.update(_rows_mismatch(rows, cfg.algorithm.off_policy.mismatch_threshold))
         return out
@@ -504,8 +520,9 @@ class AgentTrainer:
         renamed = {"mean_reward": "reward_mean", "mean_turns": "turns_mean"}
         # interned keys: the same string objects as a run that never stopped, so pickle shares them the same way and
         # the next checkpoint is byte-identical to that run's
-        self.val_history = [{sys.intern(renamed.get(k, k)): v for k, v in entry.items()}
-                            for entry in state["val_history"]]  # fmt: skip
+        self.val_history = [
+            {sys.intern(renamed.get(k, k)): v for k, v in entry.items()} for entry in state["val_history"]
+        ]
         _set_rng_state(state["rng"])
         pending = [StepRollouts.from_state(entry) for entry in state.get("pending_rollouts", [])]
         self.pending_rollouts = {rollouts.step: rollouts for rollouts in pending}
@@ -537,8 +554,12 @@ class AgentTrainer:
             await close_model(self.rollout_model)
 
     def _make_engine(self) -> AgentWorkflowEngine:
-        return AgentWorkflowEngine(workflow_class=self.workflow_class, workflow_args=self.workflow_args,
-                                   model=self.rollout_model, **self.config.rollout.engine_kwargs())  # fmt: skip
+        return AgentWorkflowEngine(
+            workflow_class=self.workflow_class,
+            workflow_args=self.workflow_args,
+            model=self.rollout_model,
+            **self.config.rollout.engine_kwargs(),
+        )
 
     def _save(self) -> None:
         trainer_state = {
@@ -573,13 +594,23 @@ class StepRollouts:
     weight_version: int  # the rollout model's version when they were sampled
 
     def to_state(self) -> dict[str, Any]:
-        return {"step": self.step, "episodes": [episode.to_dict() for episode in self.episodes],
-                "greedy": self.greedy, "seconds": self.seconds, "weight_version": self.weight_version}  # fmt: skip
+        return {
+            "step": self.step,
+            "episodes": [episode.to_dict() for episode in self.episodes],
+            "greedy": self.greedy,
+            "seconds": self.seconds,
+            "weight_version": self.weight_version,
+        }
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> StepRollouts:
-        return cls(state["step"], [Episode.from_dict(e) for e in state["episodes"]], state["greedy"],
-                   state["seconds"], state["weight_version"])  # fmt: skip
+        return cls(
+            state["step"],
+            [Episode.from_dict(e) for e in state["episodes"]],
+            state["greedy"],
+            state["seconds"],
+            state["weight_version"],
+        )
 
 
 class RolloutPipeline:
@@ -722,8 +753,12 @@ def _rows_mismatch(rows: list, threshold: float) -> dict[str, float]:
 
     total = None
     for row in rows:
-        sums = mismatch_sums(torch.tensor(row.prox_logprobs), torch.tensor(row.old_logprobs),
-                             torch.tensor(row.loss_mask), threshold=threshold)  # fmt: skip
+        sums = mismatch_sums(
+            torch.tensor(row.prox_logprobs),
+            torch.tensor(row.old_logprobs),
+            torch.tensor(row.loss_mask),
+            threshold=threshold,
+        )
         total = merge_mismatch_sums(total, sums)
     return mismatch_metrics(total)
 
@@ -773,8 +808,11 @@ def _find_checkpoint(path: Path) -> Path | None:
                 f"--resume {path}: no checkpoint found (expected {path}/checkpoints/latest) and it is "
                 "not a training run stopped before its first one; give a training run's folder"
             )
-        warnings.warn(f"--resume {path}: the run was stopped before its first checkpoint; it starts over",
-                      RuntimeWarning, stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"--resume {path}: the run was stopped before its first checkpoint; it starts over",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return found
 
 

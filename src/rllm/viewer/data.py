@@ -24,8 +24,19 @@ from rllm.viewer.index import EpisodeIndex
 __all__ = ["NotARunError", "ViewerRun", "discover_runs", "query_episodes"]
 
 RUN_FILES = ("manifest.json", "episodes.jsonl", "metrics.jsonl")  # any one makes a folder a run
-SORTABLE = ("line", "step", "split", "episode_id", "task_id", "reward", "correct", "termination", "turns", "tokens",
-            "mismatch")  # fmt: skip
+SORTABLE = (
+    "line",
+    "step",
+    "split",
+    "episode_id",
+    "task_id",
+    "reward",
+    "correct",
+    "termination",
+    "turns",
+    "tokens",
+    "mismatch",
+)
 RUNNING_WITHIN_S = 120.0  # a run whose logs changed this recently, with no result yet, is shown as running
 KIND_LABELS = {"train": "RL", "eval": "eval", "sft": "SFT", "dpo": "DPO", "rft": "RFT"}  # manifest kind -> shown
 RL_KINDS = ("train",)  # the kinds whose config's `algorithm` section (the advantage estimator) was used
@@ -198,18 +209,27 @@ class ViewerRun:
         except (ConfigError, OSError, ValueError):
             config = None
         algorithm = config.algorithm if config is not None else None
-        if algorithm is not None and not any(algorithm.uses_advantage(n) for n in ("remax", "gae")) and (
-                config.distill.teacher is None):  # fmt: skip
+        if (
+            algorithm is not None
+            and not any(algorithm.uses_advantage(n) for n in ("remax", "gae"))
+            and (config.distill.teacher is None)
+        ):
             index = self.index()
             lines = [e["line"] for e in index.entries if e["split"] == "train" and e["step"] == step and not e["error"]]
             episodes = [Episode.model_validate(json.loads(index.read_line(line))["episode"]) for line in lines]
             batch = score_episodes(episodes, algorithm, max_tokens=config.rollout.max_tokens)
-            rows, _ = build_rows(batch.trajectories, step_advantages=batch.step_advantages,
-                                 max_prompt_length=config.rollout.max_prompt_length,
-                                 max_response_length=config.rollout.max_response_length)  # fmt: skip
+            rows, _ = build_rows(
+                batch.trajectories,
+                step_advantages=batch.step_advantages,
+                max_prompt_length=config.rollout.max_prompt_length,
+                max_response_length=config.rollout.max_response_length,
+            )
             by_id = trained_steps(batch.trajectories, rows)
-            result = {(episode.id, i): by_id.get(id(trajectory)) for episode in episodes
-                      for i, trajectory in enumerate(episode.trajectories)}  # fmt: skip
+            result = {
+                (episode.id, i): by_id.get(id(trajectory))
+                for episode in episodes
+                for i, trajectory in enumerate(episode.trajectories)
+            }
         with self._lock:
             self._recomputed = {**dict(list(self._recomputed.items())[-7:]), step: result}  # the last few steps
         return result

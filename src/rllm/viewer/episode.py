@@ -26,8 +26,9 @@ __all__ = ["conversation", "episode_view", "overlay"]
 DEFAULT_LIMIT = 10**9  # eval runs have no length limits: every token is kept
 
 
-def episode_view(record: dict[str, Any], config: dict[str, Any], tokenizer: Any, note: str | None, *,
-                 image_base: str = "") -> dict[str, Any]:  # fmt: skip
+def episode_view(
+    record: dict[str, Any], config: dict[str, Any], tokenizer: Any, note: str | None, *, image_base: str = ""
+) -> dict[str, Any]:
     """The episode, its conversation per trajectory and its overlay per trajectory. In the conversation a stored
     image (`rllm-image:<name>`, `rllm.images`) becomes the URL `image_base + name` the page shows it from."""
     episode = Episode.model_validate(record["episode"])
@@ -80,24 +81,28 @@ def conversation(trajectory: Any) -> list[dict[str, Any]]:
         if not rewritten and seen and new and new[0].get("role") == "assistant":
             new = new[1:]  # the previous reply, shown with the previous step
         output = step.model_output
-        turns.append({
-            "messages": new,
-            "history_rewritten": rewritten,
-            "reply": None if output is None else {
-                "content": output.content if output.content is not None else output.text,
-                "reasoning": output.reasoning,
-                "tool_calls": [call.model_dump(mode="json") for call in output.tool_calls],
-                "finish_reason": output.finish_reason,
-                "weight_version": output.weight_version,
-                "tokens": output.completion_length,
-            },
-            "action": _plain(step.action),
-            "observation": _jsonable(step.observation),
-            "observation_in_prompt": False,
-            "reward": step.reward,
-            "done": step.done,
-            "info": step.info,
-        })  # fmt: skip
+        turns.append(
+            {
+                "messages": new,
+                "history_rewritten": rewritten,
+                "reply": None
+                if output is None
+                else {
+                    "content": output.content if output.content is not None else output.text,
+                    "reasoning": output.reasoning,
+                    "tool_calls": [call.model_dump(mode="json") for call in output.tool_calls],
+                    "finish_reason": output.finish_reason,
+                    "weight_version": output.weight_version,
+                    "tokens": output.completion_length,
+                },
+                "action": _plain(step.action),
+                "observation": _jsonable(step.observation),
+                "observation_in_prompt": False,
+                "reward": step.reward,
+                "done": step.done,
+                "info": step.info,
+            }
+        )
         seen = messages + [{"role": "assistant", "content": turns[-1]["reply"]["content"]}] if output else messages
     for turn, following in itertools.pairwise(turns):
         observation, shown = turn["observation"], following["messages"]
@@ -152,8 +157,16 @@ def _is_image_part(value: Any) -> bool:
     return isinstance(value, dict) and value.get("type") == "image_url"
 
 
-def overlay(episode: Episode, index: int, trained: list[Any] | None, config: dict[str, Any], tokenizer: Any,
-            note: str | None, *, in_update: bool | None = None) -> dict[str, Any]:  # fmt: skip
+def overlay(
+    episode: Episode,
+    index: int,
+    trained: list[Any] | None,
+    config: dict[str, Any],
+    tokenizer: Any,
+    note: str | None,
+    *,
+    in_update: bool | None = None,
+) -> dict[str, Any]:
     """The training rows of trajectory `index`, token by token (module docstring). `in_update`: whether the
     trajectory was in its step's update (False for validation and eval episodes, which never are; None: unknown,
     a training episode of a run that recorded no advantages)."""

@@ -32,8 +32,24 @@ INDEX_VERSION = 2  # 2: the task_key column
 CHUNK_BYTES = 1 << 25  # read 32 MiB at a time
 HEAD_BYTES = 4096  # the beginning of the file, hashed to notice a file rewritten rather than appended to
 # what one index entry holds, in this order (`EpisodeIndex.columns`)
-COLUMNS = ("line", "offset", "length", "step", "split", "episode_id", "task_id", "task_key", "reward", "correct",
-           "termination", "roles", "turns", "tokens", "mismatch", "error")  # fmt: skip
+COLUMNS = (
+    "line",
+    "offset",
+    "length",
+    "step",
+    "split",
+    "episode_id",
+    "task_id",
+    "task_key",
+    "reward",
+    "correct",
+    "termination",
+    "roles",
+    "turns",
+    "tokens",
+    "mismatch",
+    "error",
+)
 # keys that name a task rather than say what it is: the engine numbers tasks without an id by their position in
 # the batch, and generators number theirs per seed, so the same id can be two different questions in two runs
 ID_KEYS = frozenset({"id", "uid", "task_id", "idx", "index"})
@@ -149,9 +165,21 @@ class EpisodeIndex:
         try:
             entry = summarize_record(json.loads(raw))
         except (ValueError, TypeError, AttributeError, KeyError) as exc:
-            entry = {"step": None, "split": None, "episode_id": "", "task_id": "", "task_key": "", "reward": None,
-                     "correct": None, "termination": None, "roles": [], "turns": 0, "tokens": 0, "mismatch": 0,
-                     "error": f"not an episode record: {str(exc)[:200]}"}  # fmt: skip
+            entry = {
+                "step": None,
+                "split": None,
+                "episode_id": "",
+                "task_id": "",
+                "task_key": "",
+                "reward": None,
+                "correct": None,
+                "termination": None,
+                "roles": [],
+                "turns": 0,
+                "tokens": 0,
+                "mismatch": 0,
+                "error": f"not an episode record: {str(exc)[:200]}",
+            }
         entry.update(line=line, offset=offset, length=len(raw))
         self.entries.append(entry)
         self.offsets.append(offset)
@@ -179,8 +207,13 @@ class EpisodeIndex:
     def _save_cache(self) -> None:
         if self.cache_path is None:
             return
-        data = {"version": INDEX_VERSION, "path": str(self.path.resolve()), "indexed_bytes": self.indexed_bytes,
-                "head": self._head.hex(), "rows": [[entry[c] for c in COLUMNS] for entry in self.entries]}  # fmt: skip
+        data = {
+            "version": INDEX_VERSION,
+            "path": str(self.path.resolve()),
+            "indexed_bytes": self.indexed_bytes,
+            "head": self._head.hex(),
+            "rows": [[entry[c] for c in COLUMNS] for entry in self.entries],
+        }
         try:
             self.cache_path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.cache_path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")

@@ -76,8 +76,12 @@ class Viewer:
         rest = parts[2:]
         if not rest:
             config_text = _read_text(run.path / "config.yaml")
-            return {"summary": run.summary(), "manifest": run.manifest(), "config": config_text,
-                    "facets": facets(run.index())}  # fmt: skip
+            return {
+                "summary": run.summary(),
+                "manifest": run.manifest(),
+                "config": config_text,
+                "facets": facets(run.index()),
+            }
         if rest == ["metrics"]:
             return run.series()
         if rest == ["episodes"]:
@@ -93,11 +97,13 @@ class Viewer:
                 recomputed = run.recomputed_trained(record["step"])
                 if recomputed is not None:
                     episode = record["episode"]
-                    record["trained"] = [recomputed.get((episode.get("id"), i))
-                                         for i in range(len(episode.get("trajectories") or []))]  # fmt: skip
+                    record["trained"] = [
+                        recomputed.get((episode.get("id"), i)) for i in range(len(episode.get("trajectories") or []))
+                    ]
                     record["trained_source"] = "recomputed"
-            view = episode_view(record, run.config(), tokenizer, note,
-                                image_base=f"/api/run/{quote(run.id, safe='')}/images/")  # fmt: skip
+            view = episode_view(
+                record, run.config(), tokenizer, note, image_base=f"/api/run/{quote(run.id, safe='')}/images/"
+            )
             view["line"] = int(rest[1])
             return view
         raise LookupError(f"no API /api/{'/'.join(parts)}")

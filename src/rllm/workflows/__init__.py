@@ -31,8 +31,9 @@ def get_workflow(name: str) -> type[Workflow]:
     module, _, attr = path.rpartition(":")
     if not attr or not module:
         known = ", ".join(sorted(BUILTIN_WORKFLOWS))
-        raise ValueError(f"unknown workflow {name!r}; built-in: {known}, or give 'package.module:Class' "
-                         "or 'path/to/file.py:Class'")  # fmt: skip
+        raise ValueError(
+            f"unknown workflow {name!r}; built-in: {known}, or give 'package.module:Class' or 'path/to/file.py:Class'"
+        )
     try:
         loaded = _import_file(module) if module.endswith(".py") else importlib.import_module(module)
         workflow = getattr(loaded, attr)

@@ -190,8 +190,10 @@ def _update_from_model(agent: Any, output: ModelOutput) -> Any:
     action = agent.update_from_model(output.text)
     step = agent.get_current_state()
     if step is None:
-        raise AgentOutputError(f"{type(agent).__name__}.update_from_model recorded no step: rLLM agents append a Step "
-                               "to their trajectory in update_from_env or update_from_model")  # fmt: skip
+        raise AgentOutputError(
+            f"{type(agent).__name__}.update_from_model recorded no step: rLLM agents append a Step "
+            "to their trajectory in update_from_env or update_from_model"
+        )
     step.model_output = output
     step.model_response = step.model_response or output.text
     return action

@@ -125,8 +125,13 @@ class Workflow:
         if conversation is None:
             services = self._services
             tokenizer = getattr(services.model, "tokenizer", None)
-            conversation = Conversation(tokenizer, services.max_prompt_length, services.max_response_length, tools,
-                                        vision=getattr(services.model, "vision", None))  # fmt: skip
+            conversation = Conversation(
+                tokenizer,
+                services.max_prompt_length,
+                services.max_response_length,
+                tools,
+                vision=getattr(services.model, "vision", None),
+            )
             self._conversations[name] = conversation
         return conversation
 
@@ -214,8 +219,11 @@ class Workflow:
             return event.reason, None, _termination_info(event)
         except Exception as exc:
             site = error_site(exc)
-            info = {"error": f"{type(exc).__name__}: {exc}", "error_site": site,
-                    "traceback": "".join(traceback.format_exception(exc))}  # fmt: skip
+            info = {
+                "error": f"{type(exc).__name__}: {exc}",
+                "error_site": site,
+                "traceback": "".join(traceback.format_exception(exc)),
+            }
             if getattr(exc, "retry_after", None) is not None:
                 info["retry_after_s"] = float(exc.retry_after)  # the server's delay: the engine's retry honours it
             return classify_error(exc, site), None, info
@@ -231,8 +239,13 @@ class Workflow:
         for trajectory in trajectories:
             if not trajectory.has_reward():
                 trajectory.reward = self.compute_trajectory_reward(trajectory)
-        episode = Episode(id=uid, task=task, trajectories=trajectories, termination_reason=reason,
-                          info={**(returned.info if returned else {}), **self.episode_info, **info})  # fmt: skip
+        episode = Episode(
+            id=uid,
+            task=task,
+            trajectories=trajectories,
+            termination_reason=reason,
+            info={**(returned.info if returned else {}), **self.episode_info, **info},
+        )
         episode.is_correct = reason is not _Reason.INFRA_ERROR and bool(self.assign_episode_correctness(episode))
         conversations = self._conversations.values()
         episode.metrics = {

@@ -91,9 +91,13 @@ class Conversation:
     length budget is kept (module docstring). A workflow has one per independent conversation, by name."""
 
     def __init__(
-        self, tokenizer: Any, max_prompt_length: int, max_response_length: int, tools: list[dict] | None = None,
+        self,
+        tokenizer: Any,
+        max_prompt_length: int,
+        max_response_length: int,
+        tools: list[dict] | None = None,
         vision: Any = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.renderer = ChatRenderer(tokenizer, tools=tools, vision=vision) if tokenizer is not None else None
         self.max_prompt_length = max_prompt_length
         self.max_response_length = max_response_length

@@ -88,8 +88,9 @@ class SolverJudgeWorkflow(Workflow):
         self.picked_correct = choice is not None and bool(solvers[choice].is_correct)
         reward = 1.0 if self.picked_correct else 0.0
         info = {"choice": choice, "picked_correct": self.picked_correct}
-        judge.steps.append(Step(chat_completions=messages, model_output=output, action=choice, reward=reward,
-                                done=True, info=info))  # fmt: skip
+        judge.steps.append(
+            Step(chat_completions=messages, model_output=output, action=choice, reward=reward, done=True, info=info)
+        )
         judge.is_correct = self.picked_correct
         if choice is None:
             self.episode_info["judge_parse_error"] = True

@@ -150,16 +150,22 @@ def _refuse_unsupported(engine_name: str, rollout_engine: Any, chat_parser: Any,
             "AgentTrainer, whose trainer.backend=verl runs verl's workers"
         )
     if rollout_engine is not None:
-        raise ValueError("rollout_engine= (verl's AgentLoopManager) is not used here: give engine_name='openai' and "
-                         "rollout_engine_args={'base_url': ...}, or train with AgentTrainer")  # fmt: skip
+        raise ValueError(
+            "rollout_engine= (verl's AgentLoopManager) is not used here: give engine_name='openai' and "
+            "rollout_engine_args={'base_url': ...}, or train with AgentTrainer"
+        )
     if chat_parser is not None:
-        raise ValueError("chat_parser= is not used: rllm renders prompts with the tokenizer's own chat template "
-                         "(pass tokenizer= only)")  # fmt: skip
+        raise ValueError(
+            "chat_parser= is not used: rllm renders prompts with the tokenizer's own chat template "
+            "(pass tokenizer= only)"
+        )
     if config is not None:
         raise ValueError("config= is not read by the evaluation engine here; training configs go to AgentTrainer")
     if unknown:
-        raise TypeError(f"AgentExecutionEngine() got arguments rLLM v0.2's engine does not take, or that rllm does "
-                        f"not support: {sorted(unknown)}")  # fmt: skip
+        raise TypeError(
+            f"AgentExecutionEngine() got arguments rLLM v0.2's engine does not take, or that rllm does "
+            f"not support: {sorted(unknown)}"
+        )
 
 
 def _openai_client(client_args: dict, sampling_params: dict, tokenizer: Any, api_retries: int) -> Any:

@@ -60,12 +60,16 @@ class AgentWorkflowEngine(_Engine):
         if unknown:
             raise TypeError(f"AgentWorkflowEngine() got arguments rllm does not support: {sorted(unknown)}")
         if config is not None or episode_logger is not None:
-            raise ValueError("config= and episode_logger= are rLLM's training hooks: train with AgentTrainer, whose "
-                             "run directory logs every episode (episodes.jsonl)")  # fmt: skip
+            raise ValueError(
+                "config= and episode_logger= are rLLM's training hooks: train with AgentTrainer, whose "
+                "run directory logs every episode (episodes.jsonl)"
+            )
         if not isinstance(rollout_engine, ClientRolloutEngine):
             given = type(rollout_engine).__name__
-            raise TypeError("rollout_engine must be an OpenAIEngine (from rllm.engine import OpenAIEngine) or "
-                            f"another rllm.engine.rollout.ClientRolloutEngine, not {given}")  # fmt: skip
+            raise TypeError(
+                "rollout_engine must be an OpenAIEngine (from rllm.engine import OpenAIEngine) or "
+                f"another rllm.engine.rollout.ClientRolloutEngine, not {given}"
+            )
         args = dict(workflow_args or {})
         timeout = args.get("timeout")
         super().__init__(
@@ -113,8 +117,10 @@ class AgentWorkflowEngine(_Engine):
         ]
         if failed and self.raise_on_error:
             first = failed[0]
-            raise RolloutFailedError(f"[{first.id}] rollout failed ({len(failed)} of {len(episodes)} episodes): "
-                                     f"{first.info.get('error')}\n{first.info.get('traceback', '')}")  # fmt: skip
+            raise RolloutFailedError(
+                f"[{first.id}] rollout failed ({len(failed)} of {len(episodes)} episodes): "
+                f"{first.info.get('error')}\n{first.info.get('traceback', '')}"
+            )
         return episodes
 
     def shutdown(self) -> None:

@@ -75,9 +75,11 @@ class AgentTrainer:
             given = {"agent_class": agent_class, "agent_args": agent_args, "env_class": env_class, "env_args": env_args}
             for name, value in given.items():
                 if value is not None:  # rLLM's own check and wording
-                    raise ValueError(f"{name} is not supported when using workflow, use workflow_args['agent_cls'] / "
-                                     "workflow_args['env_cls'] / workflow_args['agent_args'] / workflow_args["
-                                     "'env_args'] instead")  # fmt: skip
+                    raise ValueError(
+                        f"{name} is not supported when using workflow, use workflow_args['agent_cls'] / "
+                        "workflow_args['env_cls'] / workflow_args['agent_args'] / workflow_args["
+                        "'env_args'] instead"
+                    )
         train_rows = _rows(train_dataset, rllm_config, "train")
         val_rows = _rows(val_dataset, rllm_config, "val") if val_dataset is not None else None
         translation = translate(rllm_config, workflow=workflow_class is not None, train_size=len(train_rows))
@@ -90,8 +92,10 @@ class AgentTrainer:
         self.rllm_config = rllm_config
         self.train_dataset, self.val_dataset = train_dataset, val_dataset
         if workflow_class is not None:
-            classes = {"workflow_class": workflow_class,
-                       "workflow_args": _merge_workflow_args(workflow_args, translation.workflow_args)}  # fmt: skip
+            classes = {
+                "workflow_class": workflow_class,
+                "workflow_args": _merge_workflow_args(workflow_args, translation.workflow_args),
+            }
         else:
             agent_class = agent_class or _named_class(translation.agent_name, AGENT_CLASSES, "rllm.agent.name")
             env_class = env_class or _named_class(translation.env_name, ENV_CLASSES, "rllm.env.name")
@@ -99,8 +103,13 @@ class AgentTrainer:
             env_args = {**(env_args or {}), **translation.env_args}
             # rLLM builds each env from {**row, **env_args}: the env args win over the row's own fields. They stay
             # out of the rows (a reward function in env_args cannot be logged with the episode's task).
-            classes = {"agent_class": agent_class, "env_class": env_class, "agent_args": agent_args,
-                       "env_args": env_args, "workflow_args": {"env_args_win": True}}  # fmt: skip
+            classes = {
+                "agent_class": agent_class,
+                "env_class": env_class,
+                "agent_args": agent_args,
+                "env_args": env_args,
+                "workflow_args": {"env_args_win": True},
+            }
         from rllm.training.trainer import AgentTrainer as _Trainer
 
         self.trainer = _Trainer(config=self.config, train_dataset=train_rows, val_dataset=val_rows, **classes)
@@ -152,8 +161,9 @@ def _overrides(config: Any) -> list[tuple[str, Any]]:
                 raise ConfigError(f"rLLM config override {item!r} must look like key=value")
             pairs.append((key.strip(), yaml.safe_load(raw) if raw.strip() else None))
         return pairs
-    raise TypeError(f"config must be a Hydra DictConfig, a dict or a list of 'key=value' strings, not "
-                    f"{type(config).__name__}")  # fmt: skip
+    raise TypeError(
+        f"config must be a Hydra DictConfig, a dict or a list of 'key=value' strings, not {type(config).__name__}"
+    )
 
 
 def _flat_items(node: Mapping, prefix: str = ""):
@@ -168,8 +178,10 @@ def _flat_items(node: Mapping, prefix: str = ""):
 def _refuse_unsupported(backend: str, agent_run_func: Callable | None) -> None:
     ours = "rllm trains with AgentTrainer(...) and trainer.backend=torch (embedded) or trainer.backend=verl"
     if backend in ("fireworks", "tinker"):
-        raise NotImplementedError(f"AgentTrainer(backend={backend!r}): rLLM's {backend} backend is not available "
-                                  f"here; {ours} (backend='verl', the default, uses it)")  # fmt: skip
+        raise NotImplementedError(
+            f"AgentTrainer(backend={backend!r}): rLLM's {backend} backend is not available "
+            f"here; {ours} (backend='verl', the default, uses it)"
+        )
     if backend != "verl":
         raise ValueError(f"AgentTrainer(backend={backend!r}): rLLM's backends are verl, fireworks and tinker; {ours}")
     if agent_run_func is not None:
@@ -186,9 +198,11 @@ def _rows(dataset: Any, config: Mapping, split: str) -> list[dict]:
         key = "data.train_files" if split == "train" else "data.val_files"
         path = config["data"][f"{split}_files"]
         if changed_from_default(config, key) is None:
-            raise ValueError(f"AgentTrainer(train_dataset=None): give the training rows (an rLLM Dataset, e.g. "
-                             f"DatasetRegistry.load_dataset(name, 'train'), which is None when that dataset was "
-                             f"never registered), or set {key}")  # fmt: skip
+            raise ValueError(
+                f"AgentTrainer(train_dataset=None): give the training rows (an rLLM Dataset, e.g. "
+                f"DatasetRegistry.load_dataset(name, 'train'), which is None when that dataset was "
+                f"never registered), or set {key}"
+            )
         from rllm.compat.data.dataset import Dataset
 
         dataset = Dataset.load_data(os.path.expanduser(str(path)))

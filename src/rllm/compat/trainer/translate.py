@@ -269,22 +269,29 @@ def translate(config: Mapping[str, Any], *, workflow: bool = False, train_size: 
     for name in ("top_p", "top_k"):
         given, train = get(f"{val}.{name}"), get(f"{rollout}.{name}")
         if val_temperature > 0 and float(given) != float(train):
-            t.warnings.append(f"{val}.{name}={given}: rllm has no separate validation {name}; validation samples "
-                              f"with {rollout}.{name}={train} (rollout.{name})")  # fmt: skip
+            t.warnings.append(
+                f"{val}.{name}={given}: rllm has no separate validation {name}; validation samples "
+                f"with {rollout}.{name}={train} (rollout.{name})"
+            )
 
     # the advantage and the loss
     estimator = get("algorithm.adv_estimator")
     if estimator in _ESTIMATORS:
         put("algorithm.advantage", _ESTIMATORS[estimator], "algorithm.adv_estimator")
     else:
-        refuse("algorithm.adv_estimator", f"not available; rllm has {', '.join(_ESTIMATORS)} (algorithm.advantage "
-               "also offers dr_grpo and reinforce)")  # fmt: skip
+        refuse(
+            "algorithm.adv_estimator",
+            f"not available; rllm has {', '.join(_ESTIMATORS)} (algorithm.advantage also offers dr_grpo and reinforce)",
+        )
     put("algorithm.norm_by_std", bool(get("algorithm.norm_adv_by_std_in_grpo")), "algorithm.norm_adv_by_std_in_grpo")
     put("algorithm.gamma", float(get("algorithm.gamma")), "algorithm.gamma")
     put("algorithm.lam", float(get("algorithm.lam")), "algorithm.lam")
     if get("algorithm.use_kl_in_reward"):
-        refuse("algorithm.use_kl_in_reward", "a KL penalty inside the reward is not available; the nearest is the KL "
-               f"loss: {actor}.use_kl_loss=True {actor}.kl_loss_coef=<c> (rllm's algorithm.kl_coef)")  # fmt: skip
+        refuse(
+            "algorithm.use_kl_in_reward",
+            "a KL penalty inside the reward is not available; the nearest is the KL "
+            f"loss: {actor}.use_kl_loss=True {actor}.kl_loss_coef=<c> (rllm's algorithm.kl_coef)",
+        )
     use_kl = bool(get(f"{actor}.use_kl_loss"))
     kl_keys = (f"{actor}.use_kl_loss", f"{actor}.kl_loss_coef")
     put("algorithm.kl_coef", float(get(f"{actor}.kl_loss_coef")) if use_kl else 0.0, *kl_keys)
@@ -334,8 +341,11 @@ def translate(config: Mapping[str, Any], *, workflow: bool = False, train_size: 
         put("model.lora.alpha", float(get(f"{model}.lora_alpha")), f"{model}.lora_alpha")
         modules = get(f"{model}.target_modules")
         if modules != "all-linear":
-            put("model.lora.target_modules", [modules] if isinstance(modules, str) else list(modules),
-                f"{model}.target_modules")  # fmt: skip
+            put(
+                "model.lora.target_modules",
+                [modules] if isinstance(modules, str) else list(modules),
+                f"{model}.target_modules",
+            )
     checkpointing = bool(get(f"{model}.enable_gradient_checkpointing"))
     put("model.gradient_checkpointing", checkpointing, f"{model}.enable_gradient_checkpointing")
 
@@ -346,9 +356,12 @@ def translate(config: Mapping[str, Any], *, workflow: bool = False, train_size: 
         if train_size is not None:
             steps = epochs * (train_size // tasks)
             if steps < 1:
-                refuse("trainer.total_epochs", f"makes 0 training steps: {train_size} training rows hold no full "
-                       f"batch of data.train_batch_size={tasks} (verl drops the partial last batch); lower "
-                       "data.train_batch_size or set trainer.total_training_steps")  # fmt: skip
+                refuse(
+                    "trainer.total_epochs",
+                    f"makes 0 training steps: {train_size} training rows hold no full "
+                    f"batch of data.train_batch_size={tasks} (verl drops the partial last batch); lower "
+                    "data.train_batch_size or set trainer.total_training_steps",
+                )
         put("trainer.total_steps", steps, "trainer.total_epochs", "data.train_batch_size")
     else:
         put("trainer.total_steps", steps, "trainer.total_training_steps")
@@ -359,18 +372,26 @@ def translate(config: Mapping[str, Any], *, workflow: bool = False, train_size: 
     put("trainer.val_every", max(get("trainer.test_freq") or 0, 0), "trainer.test_freq")
     put("trainer.save_every", max(get("trainer.save_freq") or 0, 0), "trainer.save_freq")
     if not get("trainer.val_before_train"):
-        t.warnings.append("trainer.val_before_train=False: rllm always validates before training (the baseline of "
-                          "val/ metrics); an empty val_dataset skips validation")  # fmt: skip
+        t.warnings.append(
+            "trainer.val_before_train=False: rllm always validates before training (the baseline of "
+            "val/ metrics); an empty val_dataset skips validation"
+        )
     _run_dir(config, put)
     _loggers(get("trainer.logger"), t, put)
     if backend == "verl":
         put("trainer.nodes", get("trainer.nnodes"), "trainer.nnodes")
         put("trainer.workers_per_node", get("trainer.n_gpus_per_node"), "trainer.n_gpus_per_node")
-        put("verl.ulysses_sequence_parallel_size", get(f"{actor}.ulysses_sequence_parallel_size"),
-            f"{actor}.ulysses_sequence_parallel_size")  # fmt: skip
+        put(
+            "verl.ulysses_sequence_parallel_size",
+            get(f"{actor}.ulysses_sequence_parallel_size"),
+            f"{actor}.ulysses_sequence_parallel_size",
+        )
         put("verl.param_offload", bool(get(f"{actor}.fsdp_config.param_offload")), f"{actor}.fsdp_config.param_offload")
-        put("verl.optimizer_offload", bool(get(f"{actor}.fsdp_config.optimizer_offload")),
-            f"{actor}.fsdp_config.optimizer_offload")  # fmt: skip
+        put(
+            "verl.optimizer_offload",
+            bool(get(f"{actor}.fsdp_config.optimizer_offload")),
+            f"{actor}.fsdp_config.optimizer_offload",
+        )
         if get(f"{actor}.strategy") in ("fsdp", "fsdp2"):
             put("verl.strategy", get(f"{actor}.strategy"), f"{actor}.strategy")
     if get(f"{actor}.strategy") not in ("fsdp", "fsdp2"):
@@ -406,8 +427,11 @@ def _rllm_section(config: Mapping, workflow: bool, t: Translation, put, refuse) 
         put("rollout.n_parallel", get("rllm.workflow.n_parallel_tasks"), "rllm.workflow.n_parallel_tasks")
         put("rollout.retry_limit", max(get("rllm.workflow.retry_limit") - 1, 0), "rllm.workflow.retry_limit")
         if float(get("rllm.rejection_sample.multiplier")) != 1:
-            refuse("rllm.rejection_sample.multiplier", "oversampling tasks is not available; rllm drops uniform "
-                   "groups without replacing them (rejection_sample.enable: drop_uniform_groups)")  # fmt: skip
+            refuse(
+                "rllm.rejection_sample.multiplier",
+                "oversampling tasks is not available; rllm drops uniform "
+                "groups without replacing them (rejection_sample.enable: drop_uniform_groups)",
+            )
     else:
         engine_args = dict(get("rllm.agent.engine_args") or {})
         key = "rllm.agent.engine_args"
@@ -421,21 +445,30 @@ def _rllm_section(config: Mapping, workflow: bool, t: Translation, put, refuse) 
             refuse(f"{key}.{name}", f"not an engine argument rllm has; it takes {', '.join(_ENGINE_ARGS)}")
     for key in ("rllm.disable_thinking", "rllm.accumulate_reasoning"):
         if get(key):
-            refuse(key, "not available: rllm renders prompts with the chat template's defaults and keeps the "
-                   "messages the agent gives")  # fmt: skip
+            refuse(
+                key,
+                "not available: rllm renders prompts with the chat template's defaults and keeps the "
+                "messages the agent gives",
+            )
     if get("rllm.stepwise_advantage.enable"):
         if get("rllm.stepwise_advantage.mode") == "per_step":
             put("algorithm.stepwise", True, "rllm.stepwise_advantage.enable", "rllm.stepwise_advantage.mode")
         else:
-            refuse("rllm.stepwise_advantage.mode", "broadcast (the last step's advantage copied to every step) is "
-                   "not available; the nearest is mode=per_step (rllm's algorithm.stepwise)")  # fmt: skip
+            refuse(
+                "rllm.stepwise_advantage.mode",
+                "broadcast (the last step's advantage copied to every step) is "
+                "not available; the nearest is mode=per_step (rllm's algorithm.stepwise)",
+            )
         if get("rllm.stepwise_advantage.normalize_by_steps"):
             refuse("rllm.stepwise_advantage.normalize_by_steps", "not available; set it to False")
     put("algorithm.drop_uniform_groups", bool(get("rllm.rejection_sample.enable")), "rllm.rejection_sample.enable")
     if get("rllm.compact_filtering.enable"):
-        refuse("rllm.compact_filtering.enable", "masking episodes by termination reason is not available; the nearest "
-               "are rllm.mask_truncated_samples=True (algorithm.filter_overlong) and rllm's "
-               "algorithm.mask_infra_errors (on by default)")  # fmt: skip
+        refuse(
+            "rllm.compact_filtering.enable",
+            "masking episodes by termination reason is not available; the nearest "
+            "are rllm.mask_truncated_samples=True (algorithm.filter_overlong) and rllm's "
+            "algorithm.mask_infra_errors (on by default)",
+        )
 
 
 def _run_dir(config: Mapping, put) -> None:
@@ -456,8 +489,10 @@ def _loggers(value: Any, t: Translation, put) -> None:
         put("trainer.tensorboard", True, "trainer.logger")
     others = [name for name in loggers if name not in _CONSOLE_LOGGERS]
     if others:
-        t.warnings.append(f"trainer.logger={loggers}: {', '.join(others)} not available in rllm; metrics go to the run "
-                          "directory's metrics.jsonl and TensorBoard events (`rllm view <run dir>`)")  # fmt: skip
+        t.warnings.append(
+            f"trainer.logger={loggers}: {', '.join(others)} not available in rllm; metrics go to the run "
+            "directory's metrics.jsonl and TensorBoard events (`rllm view <run dir>`)"
+        )
 
 
 def _check_the_rest(config: Mapping, t: Translation, errors: list[str]) -> None:

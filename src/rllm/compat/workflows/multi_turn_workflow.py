@@ -16,8 +16,15 @@ __all__ = ["MultiTurnWorkflow"]
 
 
 class MultiTurnWorkflow(TimingTrackingMixin, Workflow):
-    def __init__(self, agent_cls: Any, env_cls: Any, agent_args: dict | None = None, env_args: dict | None = None,
-                 max_steps: int = 5, **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        agent_cls: Any,
+        env_cls: Any,
+        agent_args: dict | None = None,
+        env_args: dict | None = None,
+        max_steps: int = 5,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         agent_cls = resolve(agent_cls, AGENT_CLASSES, "agent_cls")
         env_cls = resolve(env_cls, ENV_CLASSES, "env_cls")

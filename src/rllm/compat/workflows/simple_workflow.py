@@ -44,8 +44,15 @@ class SimpleWorkflow(Workflow):
         action = Action(output.content)
         reward = self.reward_function(task, action)
         reply = {"role": "assistant", "content": output.content, "reasoning": output.reasoning}
-        self.agent.trajectory.steps.append(Step(chat_completions=[*messages, reply], thought=output.reasoning,
-                                                action=action, reward=reward.reward, model_output=output))  # fmt: skip
+        self.agent.trajectory.steps.append(
+            Step(
+                chat_completions=[*messages, reply],
+                thought=output.reasoning,
+                action=action,
+                reward=reward.reward,
+                model_output=output,
+            )
+        )
         self.commit(agent=self.agent, reset=True)
         if output.finish_reason == "length":
             raise TerminationEvent(TerminationReason.MAX_RESPONSE_LENGTH_EXCEEDED)

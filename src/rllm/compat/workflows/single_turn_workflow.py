@@ -12,8 +12,9 @@ __all__ = ["SingleTurnWorkflow"]
 
 
 class SingleTurnWorkflow(MultiTurnWorkflow):
-    def __init__(self, agent_cls: Any, env_cls: Any, agent_args: dict | None = None, env_args: dict | None = None,
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self, agent_cls: Any, env_cls: Any, agent_args: dict | None = None, env_args: dict | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(agent_cls, env_cls, agent_args, env_args, max_steps=1, **kwargs)
 
     async def run(self, task: dict, uid: str, **kwargs: Any) -> None:

@@ -84,8 +84,15 @@ class Workflow(_Workflow):
             if name in vars(cls):
                 setattr(cls, name, _returning_the_field(vars(cls)[name], name))
 
-    def __init__(self, rollout_engine: Any = None, executor: Any = None, timeout: float = 1e6, gamma: float = 0.0,
-                 reward_bonus_coeff: float = 0.0, **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        rollout_engine: Any = None,
+        executor: Any = None,
+        timeout: float = 1e6,
+        gamma: float = 0.0,
+        reward_bonus_coeff: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
         self.rollout_engine = rollout_engine if rollout_engine is not None else ClientRolloutEngine(None)
         self.executor = executor  # rLLM's thread pool; `run_in_executor` uses the engine's
         self.timeout = int(timeout)
@@ -119,8 +126,13 @@ class Workflow(_Workflow):
             elif isinstance(value, BaseEnv):
                 value.reset(task=task)
 
-    def commit(self, name: str | None = None, agent: Any = None, trajectory: Trajectory | None = None,  # type: ignore[override]
-               reset: bool = False) -> None:  # fmt: skip
+    def commit(
+        self,
+        name: str | None = None,
+        agent: Any = None,
+        trajectory: Trajectory | None = None,  # type: ignore[override]
+        reset: bool = False,
+    ) -> None:
         """rLLM's commit: a snapshot of `trajectory` (or `agent.trajectory`) joins the episode, unless it is empty."""
         if isinstance(name, Trajectory):  # rllm's own signature, commit(trajectory, name=...)
             name, trajectory = None, name
@@ -260,8 +272,11 @@ def _last_assistant_text(messages: list[dict]) -> str | None:
 
 def _returning_the_field(hook: Any, name: str) -> Any:
     """An rLLM hook that sets the field and returns None, made to return the field (rllm's hooks return it)."""
-    field = {"compute_trajectory_reward": "reward", "assign_episode_correctness": "is_correct",
-             "collect_metrics": "metrics"}[name]  # fmt: skip
+    field = {
+        "compute_trajectory_reward": "reward",
+        "assign_episode_correctness": "is_correct",
+        "collect_metrics": "metrics",
+    }[name]
 
     @functools.wraps(hook)
     def wrapper(self: Any, target: Any) -> Any:

@@ -55,9 +55,20 @@ from rllm.envs.swe.grading import NOT_SOURCE, test_files
 from rllm.envs.swe.mutate import Mutation, apply_mutation, find_mutations, shuffled
 from rllm.envs.swe.statements import describe_task, problem_statement
 
-__all__ = ["DEFAULT_COUNTS", "DEFAULT_PACKAGES", "DEFAULT_PER_PACKAGE", "DEFAULT_VALIDATION", "PackageReport",
-           "build_package", "build_tasks", "load_default_tasks", "parse_package", "problem_statement", "test_files",
-           "write_tasks"]  # fmt: skip
+__all__ = [
+    "DEFAULT_COUNTS",
+    "DEFAULT_PACKAGES",
+    "DEFAULT_PER_PACKAGE",
+    "DEFAULT_VALIDATION",
+    "PackageReport",
+    "build_package",
+    "build_tasks",
+    "load_default_tasks",
+    "parse_package",
+    "problem_statement",
+    "test_files",
+    "write_tasks",
+]
 
 # (name, version, sha256 of the sdist): small pure-Python packages whose suites run with plain pytest in seconds.
 DEFAULT_PACKAGES = (
@@ -77,9 +88,18 @@ MAX_PASS_TO_PASS = 100
 # a row carries its hidden test files whole (test_patch): files past this size would make the shipped set large
 MAX_HIDDEN_BYTES = 64_000
 SLOW_TEST_S = 1.0
-REASONS = ("no_failing_test", "too_many_failing_tests", "import_broken", "timeout", "collection_changed",
-           "hidden_tests_too_big", "fix_not_gradable", "does_not_compile", "oracle_failed",
-           "same_statement")  # fmt: skip
+REASONS = (
+    "no_failing_test",
+    "too_many_failing_tests",
+    "import_broken",
+    "timeout",
+    "collection_changed",
+    "hidden_tests_too_big",
+    "fix_not_gradable",
+    "does_not_compile",
+    "oracle_failed",
+    "same_statement",
+)
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
 
@@ -94,8 +114,9 @@ class PackageReport:
 
     def line(self) -> str:
         reasons = ", ".join(f"{r.replace('_', ' ')} {n}" for r, n in sorted(self.rejected.items()))
-        return (f"{self.name} {self.version} ({self.split}): tried {self.tried}, kept {self.kept}"
-                + (f"; rejected: {reasons}" if reasons else ""))  # fmt: skip
+        return f"{self.name} {self.version} ({self.split}): tried {self.tried}, kept {self.kept}" + (
+            f"; rejected: {reasons}" if reasons else ""
+        )
 
 
 def parse_package(spec) -> tuple[str, str, str | None]:
@@ -129,14 +150,22 @@ class _Baseline:
         )
         for run in (covered, timed):
             if run.killed_reason or run.tampered or not run.outcomes:
-                raise RuntimeError(f"the baseline test run of {tree.name} failed ({run.killed_reason or run.tampered}):"
-                                   f" {run.output[-1500:]}")  # fmt: skip
+                raise RuntimeError(
+                    f"the baseline test run of {tree.name} failed ({run.killed_reason or run.tampered}):"
+                    f" {run.output[-1500:]}"
+                )
         seconds = Counter()
         for match in re.finditer(r"^([\d.]+)s (?:call|setup|teardown)\s+(\S.*)$", timed.output, re.M):
             seconds[match.group(2).strip()] += float(match.group(1))
         self.tree, self.all_ids = tree, sorted(covered.outcomes)
-        self.passed = {t for t, o in covered.outcomes.items() if o == "passed" and timed.outcomes.get(t) == "passed"
-                       and seconds[t] < SLOW_TEST_S and not _ADDRESS.search(t)}  # fmt: skip
+        self.passed = {
+            t
+            for t, o in covered.outcomes.items()
+            if o == "passed"
+            and timed.outcomes.get(t) == "passed"
+            and seconds[t] < SLOW_TEST_S
+            and not _ADDRESS.search(t)
+        }
         by_function: dict[str, list[str]] = {}
         for node in sorted(self.passed):
             by_function.setdefault(_function_id(node), []).append(node)
@@ -150,9 +179,10 @@ class _Baseline:
         self.lines: dict[str, dict[int, frozenset[str]]] = {}
         for path, lines in covered.coverage.items():
             if path.endswith(".py") and _is_source(path):
-                self.lines[path] = {int(n): frozenset(t for c in contexts for f in suffixes.get(c, ())
-                                                      for t in by_function[f])
-                                    for n, contexts in lines.items()}  # fmt: skip
+                self.lines[path] = {
+                    int(n): frozenset(t for c in contexts for f in suffixes.get(c, ()) for t in by_function[f])
+                    for n, contexts in lines.items()
+                }
 
     def tests_on(self, path: str, lines) -> set[str]:
         covered = self.lines.get(path, {})
@@ -223,8 +253,10 @@ def _try(base: _Baseline, path: str, mutation: Mutation, timeout_s: float) -> _T
         trial.reason = "hidden_tests_too_big"
         return trial
     module_tests = base.tests_on(path, base.lines[path])
-    pool = sorted((t for t in base.passed if _file_of(t) in hidden and t not in f2p),
-                  key=lambda t: (t not in module_tests, hashlib.sha256(t.encode()).hexdigest()))  # fmt: skip
+    pool = sorted(
+        (t for t in base.passed if _file_of(t) in hidden and t not in f2p),
+        key=lambda t: (t not in module_tests, hashlib.sha256(t.encode()).hexdigest()),
+    )
     pool = pool[:MAX_PASS_TO_PASS]
     if unknown := [t for t in pool if t not in outcomes]:
         more = run_tests(base.tree, unknown, diff=trial.bug, timeout_s=timeout_s)
@@ -252,8 +284,18 @@ def _broken(run, wanted: list[str]) -> str | None:
     return None
 
 
-def _row(name: str, version: str, sdist: dict, index: int, split: str, seed: int, base: _Baseline, path: str,
-         mutation: Mutation, trial: _Trial) -> dict:  # fmt: skip
+def _row(
+    name: str,
+    version: str,
+    sdist: dict,
+    index: int,
+    split: str,
+    seed: int,
+    base: _Baseline,
+    path: str,
+    mutation: Mutation,
+    trial: _Trial,
+) -> dict:
     from rllm.envs.swe.patches import diff_files
 
     hidden = sorted({_file_of(t) for t in trial.f2p})
@@ -273,10 +315,16 @@ def _row(name: str, version: str, sdist: dict, index: int, split: str, seed: int
         "sdist": sdist,
         "split": split,
         "created_by": f"rllm swe build {seed}",
-        "mutation": {"operator": mutation.operator, "file": path, "line": mutation.line,
-                     "function": mutation.function, "function_lines": function_lines, "module_lines": module_lines},
+        "mutation": {
+            "operator": mutation.operator,
+            "file": path,
+            "line": mutation.line,
+            "function": mutation.function,
+            "function_lines": function_lines,
+            "module_lines": module_lines,
+        },
         "difficulty": function_lines + module_lines // 10,
-    }  # fmt: skip
+    }
 
 
 def _finish(base: _Baseline, row: dict, bug: str, timeout_s: float) -> bool:
@@ -288,17 +336,30 @@ def _finish(base: _Baseline, row: dict, bug: str, timeout_s: float) -> bool:
     return grade(row, row["patch"]).reward == 1.0
 
 
-def build_package(name: str, version: str, sha256: str | None = None, *, seed: int = 0,
-                  per_package: int = DEFAULT_PER_PACKAGE, split: str = "train", jobs: int = 1,
-                  timeout_s: float = 30.0, log=None) -> tuple[list[dict], PackageReport]:  # fmt: skip
+def build_package(
+    name: str,
+    version: str,
+    sha256: str | None = None,
+    *,
+    seed: int = 0,
+    per_package: int = DEFAULT_PER_PACKAGE,
+    split: str = "train",
+    jobs: int = 1,
+    timeout_s: float = 30.0,
+    log=None,
+) -> tuple[list[dict], PackageReport]:
     """Up to `per_package` task rows of one package (see the module docstring) and the counts of what was tried.
     `jobs` candidates run at once; the result does not depend on it (candidates are decided in their order)."""
     from rllm.envs.swe.store import fetch_sdist, pristine_tree, swe_home
     from rllm.rewards.sandbox import make_editable
 
     archive = fetch_sdist(name, version, sha256)
-    sdist = {"name": name, "version": version, "filename": archive.name,
-             "sha256": sha256 or hashlib.sha256(archive.read_bytes()).hexdigest()}  # fmt: skip
+    sdist = {
+        "name": name,
+        "version": version,
+        "filename": archive.name,
+        "sha256": sha256 or hashlib.sha256(archive.read_bytes()).hexdigest(),
+    }
     pristine = pristine_tree(name, version, sdist["sha256"])
     with tempfile.TemporaryDirectory(dir=swe_home(), prefix=".build-") as tmp:
         # the sandbox's user applies each bug inside its overlay: the files must be its own (the pristine tree
@@ -349,8 +410,17 @@ def _decide(name, version, sdist, split, seed, base, candidates, per_package, jo
     return rows, report
 
 
-def build_tasks(packages, *, seed: int = 0, per_package: int | dict = DEFAULT_PER_PACKAGE, validation_packages=(),
-                jobs: int = 1, timeout_s: float = 30.0, on_package=None, log=None) -> list[dict]:  # fmt: skip
+def build_tasks(
+    packages,
+    *,
+    seed: int = 0,
+    per_package: int | dict = DEFAULT_PER_PACKAGE,
+    validation_packages=(),
+    jobs: int = 1,
+    timeout_s: float = 30.0,
+    on_package=None,
+    log=None,
+) -> list[dict]:
     """Task rows for `packages` ('name==version' strings or (name, version[, sha256]) tuples), sorted by id.
     A package named in `validation_packages` gives rows of split "validation", the others "train". `per_package`
     is a count for every package or a dict of counts by name (`DEFAULT_PER_PACKAGE` for a name it lacks).
@@ -360,8 +430,9 @@ def build_tasks(packages, *, seed: int = 0, per_package: int | dict = DEFAULT_PE
         name, version, sha256 = parse_package(spec)
         count = per_package.get(name, DEFAULT_PER_PACKAGE) if isinstance(per_package, dict) else per_package
         split = "validation" if name in set(validation_packages) else "train"
-        built, report = build_package(name, version, sha256, seed=seed, per_package=count, split=split,
-                                      jobs=jobs, timeout_s=timeout_s, log=log)  # fmt: skip
+        built, report = build_package(
+            name, version, sha256, seed=seed, per_package=count, split=split, jobs=jobs, timeout_s=timeout_s, log=log
+        )
         rows.extend(built)
         if on_package is not None:
             on_package(report)

@@ -39,8 +39,14 @@ from rllm.errors import InfraError, RllmError
 from rllm.rewards.sandbox_process import CappedBuffer
 from rllm.rewards.sandbox_session import SandboxSession
 
-__all__ = ["DockerError", "DockerSession", "DockerUnavailableError", "docker_available", "grade_in_docker",
-           "open_session"]  # fmt: skip
+__all__ = [
+    "DockerError",
+    "DockerSession",
+    "DockerUnavailableError",
+    "docker_available",
+    "grade_in_docker",
+    "open_session",
+]
 
 _HERE = Path(__file__).parent
 _MAX_LOG = 64 << 20
@@ -91,8 +97,14 @@ def docker_available() -> str | None:
     if cli is None:
         return "the docker CLI is not installed: install Docker (https://docs.docker.com/engine/install/)"
     try:
-        done = subprocess.run([cli, "info", "--format", "{{.ServerVersion}}"], check=False, capture_output=True,
-                              text=True, timeout=30, stdin=subprocess.DEVNULL)  # fmt: skip
+        done = subprocess.run(
+            [cli, "info", "--format", "{{.ServerVersion}}"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"no Docker engine is reachable (docker info: {e}): start dockerd or set DOCKER_HOST"
     if done.returncode != 0:
@@ -110,8 +122,9 @@ def _docker() -> str:
 
 def _run(argv: list[str], timeout_s: float, what: str) -> subprocess.CompletedProcess:
     try:
-        done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout_s,
-                              stdin=subprocess.DEVNULL)  # fmt: skip
+        done = subprocess.run(
+            argv, check=False, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
         raise DockerError(f"{what} took more than {timeout_s:g} s") from None
     if done.returncode != 0:
@@ -124,8 +137,11 @@ def ensure_image(image: str, *, timeout_s: float = 3600.0) -> None:
     cli = _docker()
     inspect = [cli, "image", "inspect", image]
     if subprocess.run(inspect, check=False, capture_output=True, stdin=subprocess.DEVNULL).returncode:
-        _run([cli, "pull", image], timeout_s, f"docker pull {image} (SWE-Gym rows: load_swe_rows(images='swegym'); "
-             "or build the image with swebench)")  # fmt: skip
+        _run(
+            [cli, "pull", image],
+            timeout_s,
+            f"docker pull {image} (SWE-Gym rows: load_swe_rows(images='swegym'); or build the image with swebench)",
+        )
 
 
 def _remove(cli: str, name: str) -> None:
@@ -134,8 +150,16 @@ def _remove(cli: str, name: str) -> None:
 
 
 def _limits(memory_mb: int, pids: int, network: str) -> list[str]:
-    return ["--network", network, "--memory", f"{memory_mb}m", "--memory-swap", f"{memory_mb}m", "--pids-limit",
-            str(pids)]  # fmt: skip
+    return [
+        "--network",
+        network,
+        "--memory",
+        f"{memory_mb}m",
+        "--memory-swap",
+        f"{memory_mb}m",
+        "--pids-limit",
+        str(pids),
+    ]
 
 
 def _file_dir(files: dict[str, str]) -> str:
@@ -156,14 +180,38 @@ class DockerSession(SandboxSession):
     a SandboxSession (whose request/reply code it reuses: `request`, `alive`, `close`, `stderr`); only how the
     program starts and ends differs. Not thread-safe: one request at a time."""
 
-    def __init__(self, image: str, *, wall_s: float = 1800.0, memory_mb: int = 2048, pids: int = 512,
-                 network: str = "none") -> None:  # fmt: skip
+    def __init__(
+        self, image: str, *, wall_s: float = 1800.0, memory_mb: int = 2048, pids: int = 512, network: str = "none"
+    ) -> None:
         self.cli, self.image, self.name = _docker(), image, f"rllm-swe-{secrets.token_hex(6)}"
-        self._dir = _file_dir({"rllm_swe_server.py": (_HERE / "workspace_server.py").read_text(),
-                               "rllm_swe_patches.py": (_HERE / "patches.py").read_text()})  # fmt: skip
-        self.argv = [self.cli, "run", "-i", "--rm", "--init", "--name", self.name, *_limits(memory_mb, pids, network),
-                     "-v", f"{self._dir}:/rllm:ro", "-w", "/testbed", "-e", "RLLM_SWE_REPO=/testbed",
-                     "-e", "RLLM_SWE_BASE=git", image, "sh", "-c", _LAUNCHER]  # fmt: skip
+        self._dir = _file_dir(
+            {
+                "rllm_swe_server.py": (_HERE / "workspace_server.py").read_text(),
+                "rllm_swe_patches.py": (_HERE / "patches.py").read_text(),
+            }
+        )
+        self.argv = [
+            self.cli,
+            "run",
+            "-i",
+            "--rm",
+            "--init",
+            "--name",
+            self.name,
+            *_limits(memory_mb, pids, network),
+            "-v",
+            f"{self._dir}:/rllm:ro",
+            "-w",
+            "/testbed",
+            "-e",
+            "RLLM_SWE_REPO=/testbed",
+            "-e",
+            "RLLM_SWE_BASE=git",
+            image,
+            "sh",
+            "-c",
+            _LAUNCHER,
+        ]
         self._closed_reason, self._lock, self._buffer, self._stderr = (
             None,
             threading.Lock(),
@@ -231,8 +279,15 @@ def open_session(task: dict, *, wall_s: float, memory_mb: int) -> DockerSession:
 # ---- grading ----------------------------------------------------------------------------------------------------
 
 
-def grade_in_docker(task: dict, diff: str, *, timeout_s: float = 1800.0, partial_credit: bool = False,
-                    memory_mb: int = 4096, network: str = "none") -> GradeResult:  # fmt: skip
+def grade_in_docker(
+    task: dict,
+    diff: str,
+    *,
+    timeout_s: float = 1800.0,
+    partial_credit: bool = False,
+    memory_mb: int = 4096,
+    network: str = "none",
+) -> GradeResult:
     """The reward of `diff` on `task`, tested in a fresh container of its image (see the module docstring)."""
     if not diff.strip():
         return GradeResult(0.0, False, "empty_patch", "the repository was not changed")
@@ -252,13 +307,29 @@ def grade_in_docker(task: dict, diff: str, *, timeout_s: float = 1800.0, partial
     return verdict(run, list(task["FAIL_TO_PASS"]), list(task["PASS_TO_PASS"]), partial_credit)
 
 
-def run_grader(image: str, diff: str, eval_script: str, *, timeout_s: float, memory_mb: int = 4096,
-               network: str = "none") -> TestRun:  # fmt: skip
+def run_grader(
+    image: str, diff: str, eval_script: str, *, timeout_s: float, memory_mb: int = 4096, network: str = "none"
+) -> TestRun:
     """Apply `diff` in a fresh container of `image` and run `eval_script`; the whole log in `output`."""
     cli, name = _docker(), f"rllm-grade-{secrets.token_hex(6)}"
     directory = _file_dir({"grade.sh": _GRADE_SCRIPT, "submission.diff": diff, "eval.sh": eval_script})
-    argv = [cli, "run", "-i", "--rm", "--init", "--name", name, *_limits(memory_mb, 1024, network),
-            "-v", f"{directory}:/rllm-grade:ro", "-w", "/testbed", image, "bash", "/rllm-grade/grade.sh"]  # fmt: skip
+    argv = [
+        cli,
+        "run",
+        "-i",
+        "--rm",
+        "--init",
+        "--name",
+        name,
+        *_limits(memory_mb, 1024, network),
+        "-v",
+        f"{directory}:/rllm-grade:ro",
+        "-w",
+        "/testbed",
+        image,
+        "bash",
+        "/rllm-grade/grade.sh",
+    ]
     start, killed = time.monotonic(), None
     try:
         with tempfile.TemporaryFile() as log:

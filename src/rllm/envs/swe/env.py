@@ -33,8 +33,17 @@ __all__ = ["SWEEnv", "issue_prompt"]
 
 _HERE = Path(__file__).parent
 _BIN_MOUNT = "/opt/rllm-bin"
-_OPTIONS = ("scaffold", "step_timeout", "max_output_chars", "episode_timeout", "partial_credit", "grade_timeout",
-            "memory_mb", "repo_size_mb", "backend")  # fmt: skip
+_OPTIONS = (
+    "scaffold",
+    "step_timeout",
+    "max_output_chars",
+    "episode_timeout",
+    "partial_credit",
+    "grade_timeout",
+    "memory_mb",
+    "repo_size_mb",
+    "backend",
+)
 
 
 def issue_prompt(task: dict) -> str:
@@ -48,15 +57,27 @@ def issue_prompt(task: dict) -> str:
 
 
 class SWEEnv(BaseEnv):
-    def __init__(self, task: dict, *, scaffold: str = "r2egym", step_timeout: float = 90.0,
-                 max_output_chars: int = 10000, episode_timeout: float = 1800.0, partial_credit: bool = False,
-                 grade_timeout: float = 300.0, memory_mb: int = 2048, repo_size_mb: int = 256,
-                 sandbox: Any = None, backend: str = "sandbox") -> None:  # fmt: skip
+    def __init__(
+        self,
+        task: dict,
+        *,
+        scaffold: str = "r2egym",
+        step_timeout: float = 90.0,
+        max_output_chars: int = 10000,
+        episode_timeout: float = 1800.0,
+        partial_credit: bool = False,
+        grade_timeout: float = 300.0,
+        memory_mb: int = 2048,
+        repo_size_mb: int = 256,
+        sandbox: Any = None,
+        backend: str = "sandbox",
+    ) -> None:
         tool_schemas(scaffold)  # an unknown scaffold fails here, naming the known ones
         for key in ("instance_id", "problem_statement", "FAIL_TO_PASS", "PASS_TO_PASS", "patch", "test_patch"):
             if key not in task:
-                raise ValueError(f"SWEEnv: the task row lacks {key!r}; rows need SWE-bench's keys "
-                                 "(see rllm.envs.swe.build)")  # fmt: skip
+                raise ValueError(
+                    f"SWEEnv: the task row lacks {key!r}; rows need SWE-bench's keys (see rllm.envs.swe.build)"
+                )
         self.task, self.scaffold = task, scaffold
         self.step_timeout, self.max_output_chars = float(step_timeout), int(max_output_chars)
         self.episode_timeout, self.partial_credit = float(episode_timeout), bool(partial_credit)
@@ -91,10 +112,18 @@ class SWEEnv(BaseEnv):
             return issue_prompt(self.task), {"tools": tool_schemas(self.scaffold)}
         base, _ = task_trees(self.task)
         sandbox = self.sandbox or default_sandbox()
-        limits = SandboxLimits(wall_s=self.episode_timeout, cpu_s=int(self.episode_timeout), memory_mb=self.memory_mb,
-                               pids=256, tmpfs_mb=256, output_bytes=1 << 20)  # fmt: skip
-        files = {"rllm_swe_server.py": (_HERE / "workspace_server.py").read_text(),
-                 "rllm_swe_patches.py": (_HERE / "patches.py").read_text()}  # fmt: skip
+        limits = SandboxLimits(
+            wall_s=self.episode_timeout,
+            cpu_s=int(self.episode_timeout),
+            memory_mb=self.memory_mb,
+            pids=256,
+            tmpfs_mb=256,
+            output_bytes=1 << 20,
+        )
+        files = {
+            "rllm_swe_server.py": (_HERE / "workspace_server.py").read_text(),
+            "rllm_swe_patches.py": (_HERE / "patches.py").read_text(),
+        }
         env = {"PYTHONPATH": RUNTIME_MOUNT, "RLLM_SWE_PATH_PREFIX": _BIN_MOUNT}
         argv = [host_python()[1], "-s", "-B", "/work/rllm_swe_server.py"]
         binds = {str(runtime_dir()): RUNTIME_MOUNT, str(_python_bin()): _BIN_MOUNT}
@@ -121,8 +150,13 @@ class SWEEnv(BaseEnv):
             messages.append({"role": "tool", "content": f"Error: {error.get('message', 'malformed tool call')}"})
         if not messages:
             self._count("no_tool_call")
-            messages.append({"role": "user", "content": "No tool call found in your reply. Call one of the tools; "
-                             "when your fix is done, call the finish tool."})  # fmt: skip
+            messages.append(
+                {
+                    "role": "user",
+                    "content": "No tool call found in your reply. Call one of the tools; "
+                    "when your fix is done, call the finish tool.",
+                }
+            )
         return messages, 0.0, False, self._info()
 
     def compute_final_reward(self) -> float:
@@ -145,8 +179,13 @@ class SWEEnv(BaseEnv):
             self._count("bad_call")
             return _tool_message(call, name, f"Error: {target}")
         tool, args = target
-        request = {"op": "tool", "name": tool, "args": args, "timeout_s": self.step_timeout,
-                   "max_chars": self.max_output_chars}  # fmt: skip
+        request = {
+            "op": "tool",
+            "name": tool,
+            "args": args,
+            "timeout_s": self.step_timeout,
+            "max_chars": self.max_output_chars,
+        }
         reply = self.session.request(request, timeout_s=self.step_timeout + 30)
         if reply.get("is_error"):
             self._count(str(reply.get("error_kind") or "tool_error"))
@@ -170,16 +209,23 @@ class SWEEnv(BaseEnv):
         if self.backend == "docker":
             from rllm.envs.swe.docker import grade_in_docker
 
-            self.result = grade_in_docker(self.task, self.diff, partial_credit=self.partial_credit,
-                                          timeout_s=self.grade_timeout)  # fmt: skip
+            self.result = grade_in_docker(
+                self.task, self.diff, partial_credit=self.partial_credit, timeout_s=self.grade_timeout
+            )
             return
-        self.result = grade(self.task, self.diff, sandbox=self.sandbox, partial_credit=self.partial_credit,
-                            timeout_s=self.grade_timeout)  # fmt: skip
+        self.result = grade(
+            self.task, self.diff, sandbox=self.sandbox, partial_credit=self.partial_credit, timeout_s=self.grade_timeout
+        )
 
     def _end(self, termination: str, detail: str = "") -> tuple[Any, float, bool, dict]:
         self._grade(detail)
-        info = {**self._info(), "termination": termination, "success": self.result.resolved,
-                "grade": self.result.reason, "grade_detail": self.result.detail[:2000]}  # fmt: skip
+        info = {
+            **self._info(),
+            "termination": termination,
+            "success": self.result.resolved,
+            "grade": self.result.reason,
+            "grade_detail": self.result.detail[:2000],
+        }
         if detail:
             info["detail"] = detail[:2000]
         return "done", self.result.reward, True, info
@@ -188,8 +234,11 @@ class SWEEnv(BaseEnv):
         self.tool_errors[kind] = self.tool_errors.get(kind, 0) + 1
 
     def _info(self) -> dict:
-        return {"tool_errors": sum(self.tool_errors.values()), "tool_error_kinds": dict(self.tool_errors),
-                "tool_call_counts": {name: dict(counts) for name, counts in self.tool_calls.items()}}  # fmt: skip
+        return {
+            "tool_errors": sum(self.tool_errors.values()),
+            "tool_error_kinds": dict(self.tool_errors),
+            "tool_call_counts": {name: dict(counts) for name, counts in self.tool_calls.items()},
+        }
 
 
 def _tool_message(call: dict, name: str, content: str) -> dict:

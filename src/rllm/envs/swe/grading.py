@@ -39,10 +39,24 @@ __all__ = [
 
 _HERE = Path(__file__).parent
 _CONFIG_FILES = {"pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "conftest.py", "noxfile.py", ".coveragerc"}
-_SHADOWING = {"pytest", "_pytest", "pluggy", "iniconfig", "py", "coverage", "sitecustomize", "usercustomize",
-              "rllm_swe_report", "rllm_swe_harness", "rllm_swe_patches", "rllm_swe_trace"}  # fmt: skip
-_FORBIDDEN_CODE = re.compile(r"\b(_?pytest|unittest|sys\s*\.\s*exit|os\s*\.\s*_exit|builtins|__builtins__|"
-                             r"sys\s*\.\s*modules|settrace|setprofile|atexit)\b")  # fmt: skip
+_SHADOWING = {
+    "pytest",
+    "_pytest",
+    "pluggy",
+    "iniconfig",
+    "py",
+    "coverage",
+    "sitecustomize",
+    "usercustomize",
+    "rllm_swe_report",
+    "rllm_swe_harness",
+    "rllm_swe_patches",
+    "rllm_swe_trace",
+}
+_FORBIDDEN_CODE = re.compile(
+    r"\b(_?pytest|unittest|sys\s*\.\s*exit|os\s*\.\s*_exit|builtins|__builtins__|"
+    r"sys\s*\.\s*modules|settrace|setprofile|atexit)\b"
+)
 
 
 # path parts of a package tree that are neither its source nor its tests
@@ -52,8 +66,12 @@ NOT_SOURCE = {"docs", "doc", "benchmark", "benchmarks", "examples", "build", "se
 def is_test_path(path: str) -> bool:
     parts = PurePosixPath(path).parts
     name = parts[-1] if parts else ""
-    return (any(p in ("test", "tests", "testing") for p in parts[:-1]) or name.startswith("test_")
-            or name.endswith("_test.py") or name == "conftest.py")  # fmt: skip
+    return (
+        any(p in ("test", "tests", "testing") for p in parts[:-1])
+        or name.startswith("test_")
+        or name.endswith("_test.py")
+        or name == "conftest.py"
+    )
 
 
 def test_files(tree: Path) -> list[str]:
@@ -98,9 +116,17 @@ class TestRun:
     traces: dict = field(default_factory=dict)  # with trace=True: node id -> its calls into the package
 
 
-def run_tests(tree: str | Path, pytest_args: list[str], *, diff: str | None = None, sandbox=None,
-              timeout_s: float = 300.0, coverage: bool = False, memory_mb: int = 1024,
-              trace: bool = False) -> TestRun:  # fmt: skip
+def run_tests(
+    tree: str | Path,
+    pytest_args: list[str],
+    *,
+    diff: str | None = None,
+    sandbox=None,
+    timeout_s: float = 300.0,
+    coverage: bool = False,
+    memory_mb: int = 1024,
+    trace: bool = False,
+) -> TestRun:
     """Run pytest on `tree` in a fresh sandbox (writes land on a tmpfs, never in `tree`), after applying `diff`.
     `trace=True` records each test's calls into the package (rllm_swe_trace: for task statements, not grading)."""
     from rllm.rewards.sandbox import RepoMount, SandboxLimits, default_sandbox
@@ -115,16 +141,43 @@ def run_tests(tree: str | Path, pytest_args: list[str], *, diff: str | None = No
     if diff is not None:
         files["submission.diff"] = diff
         options += ["--diff", "/work/submission.diff"]
-    limits = SandboxLimits(wall_s=timeout_s, cpu_s=int(timeout_s) + 1, memory_mb=memory_mb, pids=128, tmpfs_mb=256,
-                           output_bytes=1 << 20, result_bytes=64 << 20)  # fmt: skip
-    argv = [sandbox.python_argv("rllm_swe_harness.py")[0], "-s", "-B", "-P", "/work/rllm_swe_harness.py", *options,
-            "--", *pytest_args]  # fmt: skip
-    env = {"PYTHONPATH": f"{RUNTIME_MOUNT}:/work:/testbed", "RLLM_SWE_CANARY": nonce,
-           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # fmt: skip
-    result = sandbox.run(argv, files=files, limits=limits, repo=RepoMount(str(tree), size_mb=256),
-                         ro_binds={str(runtime_dir()): RUNTIME_MOUNT}, env=env)  # fmt: skip
-    run = TestRun(killed_reason=result.killed_reason, duration_s=result.duration_s,
-                  output=(result.stdout + result.stderr).decode(errors="replace")[-4000:])  # fmt: skip
+    limits = SandboxLimits(
+        wall_s=timeout_s,
+        cpu_s=int(timeout_s) + 1,
+        memory_mb=memory_mb,
+        pids=128,
+        tmpfs_mb=256,
+        output_bytes=1 << 20,
+        result_bytes=64 << 20,
+    )
+    argv = [
+        sandbox.python_argv("rllm_swe_harness.py")[0],
+        "-s",
+        "-B",
+        "-P",
+        "/work/rllm_swe_harness.py",
+        *options,
+        "--",
+        *pytest_args,
+    ]
+    env = {
+        "PYTHONPATH": f"{RUNTIME_MOUNT}:/work:/testbed",
+        "RLLM_SWE_CANARY": nonce,
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    }
+    result = sandbox.run(
+        argv,
+        files=files,
+        limits=limits,
+        repo=RepoMount(str(tree), size_mb=256),
+        ro_binds={str(runtime_dir()): RUNTIME_MOUNT},
+        env=env,
+    )
+    run = TestRun(
+        killed_reason=result.killed_reason,
+        duration_s=result.duration_s,
+        output=(result.stdout + result.stderr).decode(errors="replace")[-4000:],
+    )
     try:
         record = json.loads(result.result) if result.result else {}
     except ValueError:
@@ -185,7 +238,11 @@ def verdict(run: TestRun, f2p: list[str], p2p: list[str], partial_credit: bool =
     fixed = sum(o == "passed" for o in f2p_outcomes.values())
     resolved = fixed == len(f2p) and not broken
     reward = 1.0 if resolved else (fixed / len(f2p) if partial_credit and f2p and not broken else 0.0)
-    detail = "" if resolved else (f"{len(f2p) - fixed} of {len(f2p)} FAIL_TO_PASS tests still fail; "
-                                  f"{len(broken)} PASS_TO_PASS tests broke")  # fmt: skip
-    return GradeResult(reward, resolved, "resolved" if resolved else "tests_failed", detail, f2p_outcomes, broken,
-                       run.duration_s)  # fmt: skip
+    detail = (
+        ""
+        if resolved
+        else (f"{len(f2p) - fixed} of {len(f2p)} FAIL_TO_PASS tests still fail; {len(broken)} PASS_TO_PASS tests broke")
+    )
+    return GradeResult(
+        reward, resolved, "resolved" if resolved else "tests_failed", detail, f2p_outcomes, broken, run.duration_s
+    )

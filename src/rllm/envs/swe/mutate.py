@@ -31,10 +31,30 @@ __all__ = ["OPERATORS", "Mutation", "apply_mutation", "find_mutations", "mutants
 
 OPERATORS = ("compare_flip", "arith_swap", "bool_swap", "const_inc", "if_negate", "if_unnegate", "return_none")
 
-_FLIP = {ast.Lt: ">=", ast.GtE: "<", ast.LtE: ">", ast.Gt: "<=", ast.Eq: "!=", ast.NotEq: "==", ast.In: "not in",
-         ast.NotIn: "in", ast.Is: "is not", ast.IsNot: "is"}  # fmt: skip
-_TEXT = {ast.Lt: "<", ast.GtE: ">=", ast.LtE: "<=", ast.Gt: ">", ast.Eq: "==", ast.NotEq: "!=", ast.In: "in",
-         ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}  # fmt: skip
+_FLIP = {
+    ast.Lt: ">=",
+    ast.GtE: "<",
+    ast.LtE: ">",
+    ast.Gt: "<=",
+    ast.Eq: "!=",
+    ast.NotEq: "==",
+    ast.In: "not in",
+    ast.NotIn: "in",
+    ast.Is: "is not",
+    ast.IsNot: "is",
+}
+_TEXT = {
+    ast.Lt: "<",
+    ast.GtE: ">=",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.In: "in",
+    ast.NotIn: "not in",
+    ast.Is: "is",
+    ast.IsNot: "is not",
+}
 _ARITH = {"+": "-", "-": "+", "+=": "-=", "-=": "+="}
 # `not` binds looser than these, so `not <test>` would negate only their first operand: wrap them.
 _NEEDS_PARENS = (ast.BoolOp, ast.IfExp, ast.NamedExpr, ast.Lambda, ast.Yield, ast.YieldFrom)
@@ -67,8 +87,10 @@ class _Source:
         return self.starts[line - 1] + col
 
     def node_span(self, node: ast.AST) -> tuple[int, int]:
-        return (self._byte_offset(node.lineno, node.col_offset),
-                self._byte_offset(node.end_lineno, node.end_col_offset))  # fmt: skip
+        return (
+            self._byte_offset(node.lineno, node.col_offset),
+            self._byte_offset(node.end_lineno, node.end_col_offset),
+        )
 
     def _byte_offset(self, line: int, byte_col: int) -> int:
         begin = self.starts[line - 1]
@@ -103,8 +125,19 @@ def find_mutations(source: str) -> list[Mutation]:
         for stmt in function.body:
             for node, stmt_line in _nodes(stmt):
                 for operator, start, end, new in _sites(node, src):
-                    sites.append(Mutation(operator, start, end, source[start:end], new, src.line_of(start),
-                                          stmt_line, qualname, (function.lineno, function.end_lineno)))  # fmt: skip
+                    sites.append(
+                        Mutation(
+                            operator,
+                            start,
+                            end,
+                            source[start:end],
+                            new,
+                            src.line_of(start),
+                            stmt_line,
+                            qualname,
+                            (function.lineno, function.end_lineno),
+                        )
+                    )
     unique = {(m.start, m.end, m.new): m for m in sites}  # a nested function is walked once, as itself
     return sorted(unique.values(), key=lambda m: (m.start, m.end, m.operator, m.new))
 

@@ -29,8 +29,11 @@ def diff_files(path: str, old: str | None, new: str | None) -> str:
         return ""
     a = old.splitlines(keepends=True) if old is not None else []
     b = new.splitlines(keepends=True) if new is not None else []
-    body = list(difflib.unified_diff(a, b, "a/" + path if old is not None else "/dev/null",
-                                     "b/" + path if new is not None else "/dev/null", n=3))  # fmt: skip
+    body = list(
+        difflib.unified_diff(
+            a, b, "a/" + path if old is not None else "/dev/null", "b/" + path if new is not None else "/dev/null", n=3
+        )
+    )
     fixed = []
     for line in body:  # difflib leaves a last line without its newline: mark it as diff does
         fixed.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")

@@ -60,10 +60,12 @@ def main(argv: list[str]) -> int:
         cov.stop()
         data = cov.get_data()
         record["coverage"] = {
-            os.path.relpath(path, "/testbed"): {str(line): sorted(c for c in contexts if c)
-                                                for line, contexts in (data.contexts_by_lineno(path) or {}).items()}
+            os.path.relpath(path, "/testbed"): {
+                str(line): sorted(c for c in contexts if c)
+                for line, contexts in (data.contexts_by_lineno(path) or {}).items()
+            }
             for path in data.measured_files()
-        }  # fmt: skip
+        }
     if "--trace" in options:
         import rllm_swe_trace
 

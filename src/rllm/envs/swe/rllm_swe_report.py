@@ -60,5 +60,11 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     patched = [name for name, (owner, attr) in _WATCHED.items() if vars(owner).get(attr) is not _ORIGINAL[name]]
     outcomes = {k: v for k, v in _outcomes.items() if not (nonce and k.endswith(f"_{nonce}"))}
     failures = {k: v for k, v in _failures.items() if k in outcomes}
-    RECORD.update(outcomes=outcomes, collect_errors=_collect_errors, exitstatus=int(exitstatus), canary=canary,
-                  patched=patched, failures=failures)  # fmt: skip
+    RECORD.update(
+        outcomes=outcomes,
+        collect_errors=_collect_errors,
+        exitstatus=int(exitstatus),
+        canary=canary,
+        patched=patched,
+        failures=failures,
+    )

@@ -81,8 +81,10 @@ def fetch_sdist(name: str, version: str, sha256: str | None = None) -> Path:
         for path in existing:
             if path.name.lower().replace("_", "-").startswith(f"{normalized}-") and _sha256(path) == sha256:
                 return path
-        raise SWEDataError(f"cannot read the package index at {page} ({e}); set PIP_INDEX_URL to a reachable "
-                           "PEP 691 index, or put the sdist in " + str(cache)) from e  # fmt: skip
+        raise SWEDataError(
+            f"cannot read the package index at {page} ({e}); set PIP_INDEX_URL to a reachable "
+            "PEP 691 index, or put the sdist in " + str(cache)
+        ) from e
     wanted = [f for f in files if _is_sdist_of(f["filename"], normalized, version)]
     if not wanted:
         raise SWEDataError(f"{name}=={version} has no sdist on {page}")
@@ -95,8 +97,10 @@ def fetch_sdist(name: str, version: str, sha256: str | None = None) -> Path:
     with urllib.request.urlopen(url, timeout=120) as response:
         data = response.read()
     if expected and hashlib.sha256(data).hexdigest() != expected:
-        raise SWEDataError(f"{entry['filename']} from {url} has sha256 {hashlib.sha256(data).hexdigest()}, "
-                           f"expected {expected}: refusing it")  # fmt: skip
+        raise SWEDataError(
+            f"{entry['filename']} from {url} has sha256 {hashlib.sha256(data).hexdigest()}, "
+            f"expected {expected}: refusing it"
+        )
     _write_atomic(path, data)
     return path
 
@@ -166,13 +170,25 @@ def runtime_dir() -> Path:
         if (target / ".complete").exists():
             return target
         tmp = Path(tempfile.mkdtemp(dir=swe_home(), prefix=".runtime-"))
-        command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                   "--no-compile", "--target", str(tmp), *RUNTIME_REQUIREMENTS]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-compile",
+            "--target",
+            str(tmp),
+            *RUNTIME_REQUIREMENTS,
+        ]
         done = subprocess.run(command, check=False, capture_output=True, text=True)
         if done.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise SWEDataError(f"cannot install the SWE sandbox runtime ({' '.join(RUNTIME_REQUIREMENTS)}) with pip: "
-                               f"{done.stderr.strip()[-1500:]}")  # fmt: skip
+            raise SWEDataError(
+                f"cannot install the SWE sandbox runtime ({' '.join(RUNTIME_REQUIREMENTS)}) with pip: "
+                f"{done.stderr.strip()[-1500:]}"
+            )
         (tmp / ".complete").write_text("\n".join(RUNTIME_REQUIREMENTS))
         os.chmod(tmp, 0o755)  # mkdtemp's 0700 would keep the sandbox's user out
         shutil.rmtree(target, ignore_errors=True)

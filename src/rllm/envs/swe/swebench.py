@@ -33,8 +33,17 @@ from rllm.envs.swe.store import SWEDataError
 
 __all__ = ["IMAGE_RULES", "EvalSpec", "docker_image", "eval_spec", "image_name", "load_swe_rows", "normalize_swe_row"]
 
-REQUIRED = ("instance_id", "repo", "version", "base_commit", "problem_statement", "patch", "test_patch",
-            "FAIL_TO_PASS", "PASS_TO_PASS")  # fmt: skip
+REQUIRED = (
+    "instance_id",
+    "repo",
+    "version",
+    "base_commit",
+    "problem_statement",
+    "patch",
+    "test_patch",
+    "FAIL_TO_PASS",
+    "PASS_TO_PASS",
+)
 _KEPT = REQUIRED + ("environment_setup_commit", "eval_script", "log_parser", "eval_type", "image_assets")
 _IMAGE_FIELDS = ("image", "docker_image", "image_name")
 # rule -> (namespace, what "__" becomes, tag)
@@ -115,9 +124,11 @@ def normalize_swe_row(row: object, where: str, images: str) -> dict:
         raise SWEDataError(f"{where} is a {type(row).__name__}, not an object with SWE-bench's fields")
     name = f"{where} ({row['instance_id']})" if row.get("instance_id") else where
     if "FAIL_TO_PASS" not in row and ("expected_output_json" in row or "parsed_commit_content" in row):
-        raise SWEDataError(f"{name} is an R2E-Gym row graded by R2E-Gym's own scripts (expected_output_json), "
-                           "which rllm does not run: use R2E-Gym's SWE-bench-format sets (R2E-Gym/SWE-Bench-Verified) "
-                           "or SWE-bench's")  # fmt: skip
+        raise SWEDataError(
+            f"{name} is an R2E-Gym row graded by R2E-Gym's own scripts (expected_output_json), "
+            "which rllm does not run: use R2E-Gym's SWE-bench-format sets (R2E-Gym/SWE-Bench-Verified) "
+            "or SWE-bench's"
+        )
     for key in REQUIRED:
         if row.get(key) is None:
             raise SWEDataError(f"{name} lacks {key!r}; SWE-bench-format rows need {', '.join(REQUIRED)}")
@@ -161,8 +172,10 @@ def eval_spec(task: dict) -> EvalSpec:
     try:
         from swebench.harness import grading
     except ImportError as e:
-        raise SWEDataError(f"grading SWE-bench rows in Docker needs the swebench package ({e}): pip install swebench "
-                           "(an optional install: it is not a dependency of rllm)") from None  # fmt: skip
+        raise SWEDataError(
+            f"grading SWE-bench rows in Docker needs the swebench package ({e}): pip install swebench "
+            "(an optional install: it is not a dependency of rllm)"
+        ) from None
     spec = _make_test_spec(task)
     f2p, p2p = list(task["FAIL_TO_PASS"]), list(task["PASS_TO_PASS"])
     # swebench>=5 counts a skipped PASS_TO_PASS test as kept; older releases only a passed one
@@ -200,5 +213,7 @@ def _make_test_spec(task: dict):
     try:
         return make_test_spec(task)
     except KeyError as e:
-        raise SWEDataError(f"swebench has no test spec for {where} (missing {e}): SWE-Gym's repositories are in "
-                           "SWE-Gym's fork of swebench (github.com/SWE-Gym/SWE-Bench-Fork)") from None  # fmt: skip
+        raise SWEDataError(
+            f"swebench has no test spec for {where} (missing {e}): SWE-Gym's repositories are in "
+            "SWE-Gym's fork of swebench (github.com/SWE-Gym/SWE-Bench-Fork)"
+        ) from None

@@ -12,17 +12,23 @@ __all__ = ["SCAFFOLDS", "server_call", "tool_schemas"]
 
 _PATH = {"type": "string", "description": "An absolute path under /testbed."}
 _EDITOR_PROPERTIES = {
-    "command": {"type": "string", "enum": ["view", "create", "str_replace", "insert", "undo_edit"],
-                "description": "view a file or directory; create a new file; str_replace one exact occurrence; "
-                               "insert text after a line; undo_edit the last edit of a file."},
+    "command": {
+        "type": "string",
+        "enum": ["view", "create", "str_replace", "insert", "undo_edit"],
+        "description": "view a file or directory; create a new file; str_replace one exact occurrence; "
+        "insert text after a line; undo_edit the last edit of a file.",
+    },
     "path": _PATH,
     "file_text": {"type": "string", "description": "create: the whole content of the new file."},
     "old_str": {"type": "string", "description": "str_replace: the exact text to replace (must occur once)."},
     "new_str": {"type": "string", "description": "str_replace: the replacement; insert: the text to insert."},
     "insert_line": {"type": "integer", "description": "insert: the line after which to insert (0 = at the top)."},
-    "view_range": {"type": "array", "items": {"type": "integer"},
-                   "description": "view: [first, last] line to show; last -1 = to the end."},
-}  # fmt: skip
+    "view_range": {
+        "type": "array",
+        "items": {"type": "integer"},
+        "description": "view: [first, last] line to show; last -1 = to the end.",
+    },
+}
 
 
 def _function(name: str, description: str, properties: dict, required: list[str]) -> dict:
@@ -31,8 +37,10 @@ def _function(name: str, description: str, properties: dict, required: list[str]
 
 
 _EDITOR_TEXT = "View, create and edit files of the repository. Paths are absolute, under /testbed."
-_BASH_TEXT = ("Run a bash command in /testbed (no network; each call starts afresh in /testbed; long outputs are cut; "
-              "a command that runs too long is killed).")  # fmt: skip
+_BASH_TEXT = (
+    "Run a bash command in /testbed (no network; each call starts afresh in /testbed; long outputs are cut; "
+    "a command that runs too long is killed)."
+)
 
 SCAFFOLDS: dict[str, list[dict]] = {
     "r2egym": [
@@ -65,8 +73,13 @@ SCAFFOLDS: dict[str, list[dict]] = {
 }
 FINISH_TOOLS = {"finish", "submit"}
 # scaffold tool name -> the server's tool
-_SERVER_TOOL = {"file_editor": "file_editor", "str_replace_editor": "file_editor", "search": "search",
-                "execute_bash": "execute_bash", "bash": "execute_bash"}  # fmt: skip
+_SERVER_TOOL = {
+    "file_editor": "file_editor",
+    "str_replace_editor": "file_editor",
+    "search": "search",
+    "execute_bash": "execute_bash",
+    "bash": "execute_bash",
+}
 
 
 def tool_schemas(scaffold: str) -> list[dict]:

@@ -144,8 +144,10 @@ def file_editor(args: dict) -> str:
         count = text.count(old)
         if count != 1:
             where = "does not occur" if count == 0 else f"occurs {count} times"
-            raise ToolError(f"`old_str` {where} in {show(path)}: it must match exactly one place "
-                            "(copy it from `view`, with its indentation, and add context lines if needed)")  # fmt: skip
+            raise ToolError(
+                f"`old_str` {where} in {show(path)}: it must match exactly one place "
+                "(copy it from `view`, with its indentation, and add context lines if needed)"
+            )
         _write_text(path, text.replace(old, new, 1))
         line = text[: text.index(old)].count("\n") + 1
         snippet = "\n".join(text.replace(old, new, 1).splitlines()[max(0, line - 4) : line + new.count("\n") + 3])
@@ -221,8 +223,15 @@ def execute_bash(args: dict, timeout_s: float) -> tuple[str, bool]:
     if first in BLOCKED:
         raise ToolError(f"{first!r} is interactive or long-running and not available here; run a script instead")
     env = dict(os.environ, PATH=os.environ.get("RLLM_SWE_PATH_PREFIX", "") + ":" + os.environ.get("PATH", ""))
-    proc = subprocess.Popen(["bash", "-c", command], cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        ["bash", "-c", command],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env=env,
+    )
     chunks, size, deadline, timed_out = [], 0, time.monotonic() + timeout_s, False
     with selectors.DefaultSelector() as selector:
         selector.register(proc.stdout, selectors.EVENT_READ)
@@ -291,8 +300,16 @@ def git_diff() -> dict:
         skipped = [s.split("\t", 2)[2] for s in stats if s.startswith("-\t-\t")]  # binary: no text diff applies
         if skipped:
             git("reset", "-q", "--", *skipped)
-        diff = git("diff", "--cached", "--no-renames", "--no-color", "--no-ext-diff", "--src-prefix=a/",
-                   "--dst-prefix=b/", "HEAD")  # fmt: skip
+        diff = git(
+            "diff",
+            "--cached",
+            "--no-renames",
+            "--no-color",
+            "--no-ext-diff",
+            "--src-prefix=a/",
+            "--dst-prefix=b/",
+            "HEAD",
+        )
     except OSError as e:
         return {"diff": "", "skipped": [], "error": f"git diff failed: {e}"}
     return {"diff": diff, "skipped": skipped}
@@ -309,8 +326,13 @@ def init_git() -> str | None:
     # --force: the sdist's own .gitignore (tabulate's ignores its version.py) must not hide base files from `git diff`
     steps = (init, ["add", "-A", "--force"], ["commit", "-q", "--no-verify", "--allow-empty", "-m", "base"])
     for args in steps:
-        done = subprocess.run(["git", "-c", "init.defaultBranch=main", *args], cwd=REPO, capture_output=True,
-                              check=False, stdin=subprocess.DEVNULL)  # fmt: skip
+        done = subprocess.run(
+            ["git", "-c", "init.defaultBranch=main", *args],
+            cwd=REPO,
+            capture_output=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
         if done.returncode != 0:
             return f"git {args[0]} failed: {done.stderr.decode(errors='replace').strip()[-500:]}"
     return None

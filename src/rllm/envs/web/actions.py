@@ -77,8 +77,9 @@ def parse_actions(action: Any) -> list[WebAction]:
     calls = [call for call in calls if call is not None]
     if not calls:
         # no concrete ref in the hint: a small model copies whatever example it is shown
-        raise ActionError("no action found: end the reply with the calls inside ``` ```, e.g. click(ref) with a "
-                          "ref of the page")  # fmt: skip
+        raise ActionError(
+            "no action found: end the reply with the calls inside ``` ```, e.g. click(ref) with a ref of the page"
+        )
     return calls
 
 

@@ -36,8 +36,15 @@ CANDIDATES = ("chromium-headless-shell", "chromium", "chromium-browser")
 DEBIAN_BINARIES = ("/usr/lib/chromium/chromium-headless-shell", "/usr/lib/chromium/chromium")
 # --no-sandbox: Chromium's own sandbox needs user namespaces it cannot get as root in a container; the pages are
 # MiniWoB's local files. The rest keep a headless browser from reaching the network or the GPU.
-LAUNCH_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-               "--disable-extensions", "--no-first-run", "--mute-audio")  # fmt: skip
+LAUNCH_ARGS = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-extensions",
+    "--no-first-run",
+    "--mute-audio",
+)
 
 
 class BrowserUnavailableError(RllmError):
@@ -122,8 +129,10 @@ class BrowserPool:
                 try:
                     from playwright.async_api import async_playwright
                 except ImportError as e:
-                    raise BrowserUnavailableError("web environments need Playwright: pip install 'rllm[web]' "
-                                                  "(playwright==1.65.2; no browser download)") from e  # fmt: skip
+                    raise BrowserUnavailableError(
+                        "web environments need Playwright: pip install 'rllm[web]' "
+                        "(playwright==1.65.2; no browser download)"
+                    ) from e
                 loop = asyncio.new_event_loop()
                 threading.Thread(target=loop.run_forever, name="rllm-browsers", daemon=True).start()
                 start = asyncio.run_coroutine_threadsafe(async_playwright().start(), loop)

@@ -92,8 +92,9 @@ class BrowserGymEnv(BaseEnv):
             importlib.import_module("browsergym.miniwob")  # registers browsergym/miniwob.*
         binary = _prepare_browsers()
         self.close()
-        self.env = gym.make(f"browsergym/{self.env_id}", pw_chromium_kwargs={"executable_path": binary},
-                            **self.gym_kwargs)  # fmt: skip
+        self.env = gym.make(
+            f"browsergym/{self.env_id}", pw_chromium_kwargs={"executable_path": binary}, **self.gym_kwargs
+        )
         observation, _ = self.env.reset(seed=self.seed)
         return self._observation(observation), {"task": self.env_id, "seed": self.seed}
 
@@ -102,8 +103,12 @@ class BrowserGymEnv(BaseEnv):
             raise RuntimeError("BrowserGymEnv.step() before reset()")
         observation, reward, terminated, truncated, info = self.env.step(str(action))
         done = bool(terminated or truncated)
-        return self._observation(observation), float(reward), done, {"task": self.env_id, "seed": self.seed,
-                                                                     "browsergym": _plain(info)}  # fmt: skip
+        return (
+            self._observation(observation),
+            float(reward),
+            done,
+            {"task": self.env_id, "seed": self.seed, "browsergym": _plain(info)},
+        )
 
     def close(self) -> None:
         env, self.env = self.env, None
@@ -113,13 +118,18 @@ class BrowserGymEnv(BaseEnv):
     def _observation(self, observation: dict) -> dict:
         from browsergym.utils.obs import flatten_axtree_to_str
 
-        tree = flatten_axtree_to_str(observation["axtree_object"], observation["extra_element_properties"],
-                                     filter_visible_only=True)  # fmt: skip
+        tree = flatten_axtree_to_str(
+            observation["axtree_object"], observation["extra_element_properties"], filter_visible_only=True
+        )
         if len(tree) > self.max_axtree_chars:
             tree = tree[: self.max_axtree_chars] + f"\n[... tree cut: {len(tree)} characters in all]"
-        return {"goal": observation["goal"], "axtree": tree, "url": observation.get("url"),
-                "last_action": observation.get("last_action") or None,
-                "last_action_error": observation.get("last_action_error") or None}  # fmt: skip
+        return {
+            "goal": observation["goal"],
+            "axtree": tree,
+            "url": observation.get("url"),
+            "last_action": observation.get("last_action") or None,
+            "last_action_error": observation.get("last_action_error") or None,
+        }
 
 
 def _plain(info: dict) -> dict:

@@ -35,8 +35,17 @@ from rllm.errors import InfraError
 
 __all__ = ["WebEnv", "observation_text"]
 
-_OPTIONS = ("reward", "step_timeout", "action_timeout_ms", "max_snapshot_chars", "screenshot", "max_actions",
-            "settle_ms", "browsers", "viewport")  # fmt: skip
+_OPTIONS = (
+    "reward",
+    "step_timeout",
+    "action_timeout_ms",
+    "max_snapshot_chars",
+    "screenshot",
+    "max_actions",
+    "settle_ms",
+    "browsers",
+    "viewport",
+)
 # The page's score board ("Last reward", "Time left") and its between-episodes cover are not part of the task:
 # hidden, they leave the snapshot.
 _HIDE_SCOREBOARD = "#reward-display, #sync-task-cover { display: none !important; }"
@@ -64,14 +73,27 @@ _STATE = "() => [WOB_DONE_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_REWARD_REASON, core
 class WebEnv(BaseEnv):
     blocking = True
 
-    def __init__(self, task: dict | str, *, reward: str = "binary", step_timeout: float = 15.0,
-                 action_timeout_ms: float = 1000.0, max_snapshot_chars: int = 6000, screenshot: bool = False,
-                 max_actions: int = 5, settle_ms: float = 50.0, browsers: int = 1,
-                 viewport: tuple[int, int] | list[int] = (500, 400), pool: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        task: dict | str,
+        *,
+        reward: str = "binary",
+        step_timeout: float = 15.0,
+        action_timeout_ms: float = 1000.0,
+        max_snapshot_chars: int = 6000,
+        screenshot: bool = False,
+        max_actions: int = 5,
+        settle_ms: float = 50.0,
+        browsers: int = 1,
+        viewport: tuple[int, int] | list[int] = (500, 400),
+        pool: Any = None,
+    ) -> None:
         task = {"task": task} if isinstance(task, str) else dict(task)
         if "task" not in task:
-            raise ValueError("WebEnv: the task row needs 'task' (a MiniWoB++ task name, e.g. 'click-button') and "
-                             "'seed' (rllm.tasks.web.make_web_tasks makes such rows)")  # fmt: skip
+            raise ValueError(
+                "WebEnv: the task row needs 'task' (a MiniWoB++ task name, e.g. 'click-button') and "
+                "'seed' (rllm.tasks.web.make_web_tasks makes such rows)"
+            )
         if reward not in ("binary", "raw"):
             raise ValueError(f"WebEnv(reward={reward!r}): use 'binary' (1 if the task's raw reward > 0) or 'raw'")
         if max_actions < 1 or step_timeout <= 0 or max_snapshot_chars < 200:
@@ -123,8 +145,14 @@ class WebEnv(BaseEnv):
         done, raw, why = observation.pop("_state")
         self.done = bool(done)
         reward = (float(raw > 0) if self.reward_mode == "binary" else float(raw)) if done else 0.0
-        info = {"task": self.name, "seed": self.seed, "raw_reward": float(raw) if done else None,
-                "reward_reason": why, "action_errors": self.action_errors, "last_action_error": error}  # fmt: skip
+        info = {
+            "task": self.name,
+            "seed": self.seed,
+            "raw_reward": float(raw) if done else None,
+            "reward_reason": why,
+            "action_errors": self.action_errors,
+            "last_action_error": error,
+        }
         return observation, reward, self.done, info
 
     def close(self) -> None:
@@ -144,8 +172,10 @@ class WebEnv(BaseEnv):
             return self.pool.call(fn, self.step_timeout)
         except TimeoutError:
             self._restart_browser()
-            raise InfraError(f"WebEnv({self.name}, seed {self.seed}): {doing} took over {self.step_timeout:g} s "
-                             "(a hung page); its browser was restarted") from None  # fmt: skip
+            raise InfraError(
+                f"WebEnv({self.name}, seed {self.seed}): {doing} took over {self.step_timeout:g} s "
+                "(a hung page); its browser was restarted"
+            ) from None
         except PlaywrightError as e:
             self._context = self._page = None
             first = str(e).split("\n")[0]
@@ -191,8 +221,14 @@ class WebEnv(BaseEnv):
         tree = await page.locator("body").aria_snapshot(mode="ai", timeout=self.step_timeout * 1000)
         if len(tree) > self.max_snapshot_chars:
             tree = tree[: self.max_snapshot_chars] + f"\n[... snapshot cut: {len(tree)} characters in all]"
-        observation = {"goal": goal, "axtree": tree, "url": page.url, "last_action": last_action,
-                       "last_action_error": error, "_state": (done, raw, why)}  # fmt: skip
+        observation = {
+            "goal": goal,
+            "axtree": tree,
+            "url": page.url,
+            "last_action": last_action,
+            "last_action_error": error,
+            "_state": (done, raw, why),
+        }
         if self.screenshot:
             observation["screenshot"] = base64.b64encode(await page.screenshot(type="png")).decode()
         return observation

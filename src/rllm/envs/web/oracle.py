@@ -15,8 +15,10 @@ from typing import Any
 
 __all__ = ["ORACLE_TASKS", "Element", "elements", "oracle_action", "run_oracle"]
 
-_LINE = re.compile(r"^(?P<indent>\s*)- '?(?P<role>[a-z]+)(?: \"(?P<name>(?:[^\"\\]|\\.)*)\")?(?P<flags>[^:]*?)"
-                   r"\[ref=(?P<ref>\w+)\][^:]*'?(?::\s*(?P<value>.*))?$")  # fmt: skip
+_LINE = re.compile(
+    r"^(?P<indent>\s*)- '?(?P<role>[a-z]+)(?: \"(?P<name>(?:[^\"\\]|\\.)*)\")?(?P<flags>[^:]*?)"
+    r"\[ref=(?P<ref>\w+)\][^:]*'?(?::\s*(?P<value>.*))?$"
+)
 
 
 @dataclass(frozen=True)
@@ -38,8 +40,17 @@ def elements(axtree: str) -> list[Element]:
         if match:
             value = (match["value"] or "").strip().strip('"')
             flags = match["flags"] or ""
-            found.append(Element(match["role"], (match["name"] or "").replace('\\"', '"'), match["ref"], value,
-                                 "[checked]" in flags, "[expanded]" in flags, len(match["indent"])))  # fmt: skip
+            found.append(
+                Element(
+                    match["role"],
+                    (match["name"] or "").replace('\\"', '"'),
+                    match["ref"],
+                    value,
+                    "[checked]" in flags,
+                    "[expanded]" in flags,
+                    len(match["indent"]),
+                )
+            )
     return found
 
 
@@ -180,8 +191,11 @@ def _odd_or_even(goal: str, items: list[Element]) -> str:
     return "\n".join([*calls[:4], _click(_submit(items))]) if len(calls) <= 4 else "\n".join(calls)
 
 
-_MOVIE_FIELDS = {"year": re.compile(r"year (\d+)"), "genre": re.compile(r"for (\w+) movies"),
-                 "director": re.compile(r"directed by (\w+)")}  # fmt: skip
+_MOVIE_FIELDS = {
+    "year": re.compile(r"year (\d+)"),
+    "genre": re.compile(r"for (\w+) movies"),
+    "director": re.compile(r"directed by (\w+)"),
+}
 
 
 def _movie_search(goal: str, items: list[Element]) -> str:

@@ -26,6 +26,13 @@ def make_backend(config: Any, run_dir: Path, *, model: Any = None, tokenizer: An
         return VerlBackend(config, run_dir, model=model, tokenizer=tokenizer)
     from rllm.training.backends.torch import TorchBackend
 
-    return TorchBackend(config.model, config.algorithm, config.optim, total_steps=config.trainer.total_steps,
-                        seed=config.trainer.seed, device=config.model.device, model=model,
-                        tokenizer=tokenizer)  # fmt: skip
+    return TorchBackend(
+        config.model,
+        config.algorithm,
+        config.optim,
+        total_steps=config.trainer.total_steps,
+        seed=config.trainer.seed,
+        device=config.model.device,
+        model=model,
+        tokenizer=tokenizer,
+    )

@@ -34,11 +34,13 @@ class TrainingBackend(Protocol):
     tokenizer: Any
     weight_version: int
 
-    def compute_logprobs(self, rows: list[TrainingRow], *, temperature: float,
-                         reference: bool = False) -> list[list[float]]: ...  # fmt: skip
+    def compute_logprobs(
+        self, rows: list[TrainingRow], *, temperature: float, reference: bool = False
+    ) -> list[list[float]]: ...
 
-    def update(self, rows: list[TrainingRow], *, temperature: float,
-               norm_length: int | None = None) -> dict[str, float]: ...  # fmt: skip
+    def update(
+        self, rows: list[TrainingRow], *, temperature: float, norm_length: int | None = None
+    ) -> dict[str, float]: ...
 
     def make_rollout_model(self, **local_model_kwargs: Any) -> Any: ...
 

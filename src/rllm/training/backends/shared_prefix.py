@@ -51,12 +51,17 @@ def plan_shared_prefixes(batch: dict[str, Tensor], positions: Tensor) -> PrefixP
     group = [index.setdefault(tuple(row[:start]), len(index)) for row, start in zip(ids, starts.tolist(), strict=True)]
     if len(index) == rows.numel() or min(starts.tolist()) == 0:
         return None
-    return PrefixPlan(rows=rows, group=torch.tensor(group, device=rows.device), starts=starts,
-                      prefix_ids=[list(prefix) for prefix in index])  # fmt: skip
+    return PrefixPlan(
+        rows=rows,
+        group=torch.tensor(group, device=rows.device),
+        starts=starts,
+        prefix_ids=[list(prefix) for prefix in index],
+    )
 
 
-def shared_prefix_states(backbone: nn.Module, batch: dict[str, Tensor], positions: Tensor, plan: PrefixPlan,
-                         embeds: Tensor | None = None) -> Tensor:  # fmt: skip
+def shared_prefix_states(
+    backbone: nn.Module, batch: dict[str, Tensor], positions: Tensor, plan: PrefixPlan, embeds: Tensor | None = None
+) -> Tensor:
     """The trunk's last hidden states at `positions` (`[N, H]`, row-major like `hidden[:, :-1][positions]`).
     `embeds` (`[B, L, H]`, a VLM's input embeddings with the image features in place) replace the ids: each prefix
     takes the embeddings of the first row of its group, each suffix its own row's."""
@@ -77,8 +82,13 @@ def shared_prefix_states(backbone: nn.Module, batch: dict[str, Tensor], position
         first = torch.zeros(len(plan.prefix_ids), dtype=torch.long, device=device)
         first.scatter_reduce_(0, plan.group, plan.rows, reduce="amin", include_self=False)
         prefix_inputs = {"inputs_embeds": embeds[first, :width]}  # past a prefix's end: padding, never attended to
-    backbone(**prefix_inputs, position_ids=steps.expand(len(plan.prefix_ids), width),
-             attention_mask=mask[:, None], past_key_values=cache, use_cache=True)  # fmt: skip
+    backbone(
+        **prefix_inputs,
+        position_ids=steps.expand(len(plan.prefix_ids), width),
+        attention_mask=mask[:, None],
+        past_key_values=cache,
+        use_cache=True,
+    )
 
     lengths = batch["attention_mask"][plan.rows].sum(dim=1)
     suffix_lengths = lengths - plan.starts
@@ -95,8 +105,13 @@ def shared_prefix_states(backbone: nn.Module, batch: dict[str, Tensor], position
     causal = offsets[None, :] <= offsets[:, None]  # [span, span]
     mask = torch.cat([sees_prefix[:, None, :].expand(-1, span, -1), causal[None].expand(len(plan.rows), -1, -1)], 2)
     cache.start_suffix(plan.group, width)
-    hidden = backbone(**suffix_inputs, position_ids=plan.starts[:, None] + offsets, attention_mask=mask[:, None],
-                      past_key_values=cache, use_cache=True).last_hidden_state  # fmt: skip
+    hidden = backbone(
+        **suffix_inputs,
+        position_ids=plan.starts[:, None] + offsets,
+        attention_mask=mask[:, None],
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state
 
     # Suffix index i of row r is shifted position starts[r] + i; keep the requested ones, row-major.
     shifted = plan.starts[:, None] + offsets

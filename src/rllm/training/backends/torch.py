@@ -101,9 +101,20 @@ def _computing(method: Any) -> Any:
 class TorchBackend:
     """Policy (and optional critic head) training on training rows. See the module docstring."""
 
-    def __init__(self, model_config: ModelConfig, algorithm: AlgorithmConfig, optim: OptimConfig, *,
-                 total_steps: int, seed: int = 0, device: str = "cpu", model: Any = None, tokenizer: Any = None,
-                 vision: Any = None, gather_logits: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model_config: ModelConfig,
+        algorithm: AlgorithmConfig,
+        optim: OptimConfig,
+        *,
+        total_steps: int,
+        seed: int = 0,
+        device: str = "cpu",
+        model: Any = None,
+        tokenizer: Any = None,
+        vision: Any = None,
+        gather_logits: bool = True,
+    ) -> None:
         """Loads the model/tokenizer from `model_config.name` through the registry unless given (a given model is
         trained in place, and takes `model_config.init_from`'s weights in place). `gather_logits` False computes
         full `[B, L, V]` logits (for measurements and as a cross-check). `vision` is a vision-language model's
@@ -114,8 +125,10 @@ class TorchBackend:
         self.seed = seed
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(f"model.device={device}: this torch ({torch.__version__}) sees no GPU "
-                               "(torch.cuda.is_available() is False); train with model.device=cpu")  # fmt: skip
+            raise RuntimeError(
+                f"model.device={device}: this torch ({torch.__version__}) sees no GPU "
+                "(torch.cuda.is_available() is False); train with model.device=cpu"
+            )
         self.gather_logits = gather_logits
         self.tokenizer = tokenizer if tokenizer is not None else registry.load_tokenizer(model_config.name)
         if model is None:
@@ -141,17 +154,20 @@ class TorchBackend:
         if algorithm.kl_coef > 0 and not self.lora:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.value_head = self._make_value_head() if algorithm.advantage == "gae" else None
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
-            else self.tokenizer.eos_token_id  # fmt: skip
+        self.pad_id = (
+            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        )
         groups = [{"params": [p for p in self.model.parameters() if p.requires_grad]}]
         if self.value_head is not None:
             groups.append({"params": list(self.value_head.parameters()), "lr": optim.critic_lr})
-        self.optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps,
-                                           weight_decay=optim.weight_decay)  # fmt: skip
+        self.optimizer = torch.optim.AdamW(
+            groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, weight_decay=optim.weight_decay
+        )
         per_update = algorithm.ppo_epochs * algorithm.mini_batches
         self.total_optimizer_steps = total_steps * per_update
-        schedule = partial(lr_factor, schedule=optim.schedule, warmup=optim.warmup_steps * per_update,
-                           total=self.total_optimizer_steps)  # fmt: skip
+        schedule = partial(
+            lr_factor, schedule=optim.schedule, warmup=optim.warmup_steps * per_update, total=self.total_optimizer_steps
+        )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
         self.generator = torch.Generator().manual_seed(seed)  # shuffles; saved in state_dict
         self.updates = 0
@@ -176,8 +192,9 @@ class TorchBackend:
         batch = {k: v.to(self.device) for k, v in collate(rows, pad_id=self.pad_id).items()}
         return attach_images(batch, rows, self.vision)
 
-    def _mini_batch_tensors(self, rows: Sequence[TrainingRow], indices: Sequence[int],
-                            pack_length: int | None) -> list[dict[str, Tensor]]:  # fmt: skip
+    def _mini_batch_tensors(
+        self, rows: Sequence[TrainingRow], indices: Sequence[int], pack_length: int | None
+    ) -> list[dict[str, Tensor]]:
         """A mini-batch's micro-batches as tensors: padded micro-batches of similar lengths, or packed sequences."""
         if pack_length is None:
             batches = []
@@ -188,8 +205,12 @@ class TorchBackend:
             return batches
         subset = [rows[i] for i in indices]
         packs = [[subset[i] for i in pack] for pack in pack_rows(subset, pack_length)]
-        return [attach_images({k: v.to(self.device) for k, v in collate_packed(pack, pad_id=self.pad_id).items()},
-                              pack, self.vision) for pack in packs]  # fmt: skip
+        return [
+            attach_images(
+                {k: v.to(self.device) for k, v in collate_packed(pack, pad_id=self.pad_id).items()}, pack, self.vision
+            )
+            for pack in packs
+        ]
 
     def _micro_batches(self, rows: Sequence[TrainingRow], indices: Sequence[int]) -> list[list[int]]:
         return _micro_batch_indices(rows, indices, self.optim.micro_batch_size)
@@ -202,15 +223,23 @@ class TorchBackend:
         return int((mask.sum(-1) > 0).sum().item())
 
     def _forward(self, batch: dict[str, Tensor], mask: Tensor, temperature: float, **kwargs: Any) -> Any:
-        return forward_targets(self.model, batch, mask, temperature=temperature, autocast_dtype=self.autocast_dtype,
-                               gather=self.gather_logits, **kwargs)  # fmt: skip
+        return forward_targets(
+            self.model,
+            batch,
+            mask,
+            temperature=temperature,
+            autocast_dtype=self.autocast_dtype,
+            gather=self.gather_logits,
+            **kwargs,
+        )
 
     # ------------------------------------------------------------ no-grad queries
 
     @_computing
     @torch.no_grad()
-    def compute_logprobs(self, rows: Sequence[TrainingRow], *, temperature: float, reference: bool = False,
-                         all_positions: bool = False) -> list[list[float]]:  # fmt: skip
+    def compute_logprobs(
+        self, rows: Sequence[TrainingRow], *, temperature: float, reference: bool = False, all_positions: bool = False
+    ) -> list[list[float]]:
         """Per-row, token-aligned logprobs under the current weights (like `row.old_logprobs`: entry t is
         log p(token t | tokens < t); 0.0 at t = 0 and off the loss mask unless `all_positions`). `reference=True`
         uses the KL reference (LoRA adapters disabled, or the frozen copy)."""
@@ -222,9 +251,17 @@ class TorchBackend:
                 raise RuntimeError("full fine-tuning keeps a reference model only when algorithm.kl_coef > 0")
             model = self.reference
         with context:
-            return score_rows(model, rows, pad_id=self.pad_id, micro_batch_size=self.optim.micro_batch_size,
-                              temperature=temperature, all_positions=all_positions, gather=self.gather_logits,
-                              autocast_dtype=self.autocast_dtype, vision=self.vision)  # fmt: skip
+            return score_rows(
+                model,
+                rows,
+                pad_id=self.pad_id,
+                micro_batch_size=self.optim.micro_batch_size,
+                temperature=temperature,
+                all_positions=all_positions,
+                gather=self.gather_logits,
+                autocast_dtype=self.autocast_dtype,
+                vision=self.vision,
+            )
 
     @_computing
     @torch.no_grad()
@@ -244,9 +281,15 @@ class TorchBackend:
     # ------------------------------------------------------------ the update
 
     @_computing
-    def update(self, rows: Sequence[TrainingRow], *, temperature: float, norm_length: int | None = None,
-               objective: Literal["policy", "sft"] = "policy",
-               pack_length: int | None = None) -> dict[str, float]:  # fmt: skip
+    def update(
+        self,
+        rows: Sequence[TrainingRow],
+        *,
+        temperature: float,
+        norm_length: int | None = None,
+        objective: Literal["policy", "sft"] = "policy",
+        pack_length: int | None = None,
+    ) -> dict[str, float]:
         """One PPO update on `rows`; returns metrics averaged over its optimizer steps (token counts summed).
         `temperature` must be the rollout's (0, greedy, means 1: greedy rollouts report temperature-1 logprobs).
         `objective="sft"` trains the same way on `losses.sft_loss` instead (the rows' loss masks; advantages and
@@ -261,8 +304,10 @@ class TorchBackend:
         if not rows:
             raise ValueError("update needs at least one training row")
         if (self.value_head is not None) != (rows[0].returns is not None):
-            raise ValueError("advantage 'gae' trains a critic: rows must carry returns and old values "
-                             "(rllm.training.advantages.apply_gae), and only then")  # fmt: skip
+            raise ValueError(
+                "advantage 'gae' trains a critic: rows must carry returns and old values "
+                "(rllm.training.advantages.apply_gae), and only then"
+            )
         algo, started = self.algorithm, time.perf_counter()
         if norm_length is None and algo.loss_agg == "seq-mean-token-sum-norm":
             norm_length = max(len(row) for row in rows) - 1  # fixed for the whole update, whatever the split
@@ -270,8 +315,9 @@ class TorchBackend:
         self.model.train()
         try:
             with self._dropout_rng():
-                plan = mini_batch_order(len(rows), epochs=algo.ppo_epochs, mini_batches=algo.mini_batches,
-                                        generator=self.generator)  # fmt: skip
+                plan = mini_batch_order(
+                    len(rows), epochs=algo.ppo_epochs, mini_batches=algo.mini_batches, generator=self.generator
+                )
                 mismatch = None
                 for index, mini_batch in enumerate(plan):
                     batches = self._mini_batch_tensors(rows, mini_batch, pack_length)
@@ -290,9 +336,15 @@ class TorchBackend:
                             loss, losses, token_means, logprobs = self._loss(batch, temperature, norm_length)
                         # before the first optimizer step: the trainer's view of the sampled tokens
                         if index == 0 and objective != "sft":
-                            mismatch = merge_mismatch_sums(mismatch, mismatch_sums(
-                                logprobs, batch["target_old_logprobs"], batch["target_mask"],
-                                threshold=algo.off_policy.mismatch_threshold))  # fmt: skip
+                            mismatch = merge_mismatch_sums(
+                                mismatch,
+                                mismatch_sums(
+                                    logprobs,
+                                    batch["target_old_logprobs"],
+                                    batch["target_mask"],
+                                    threshold=algo.off_policy.mismatch_threshold,
+                                ),
+                            )
                         (loss * (unit / sum(units))).backward()
                         log.add(losses, unit / sum(units))
                         log.add(token_means, count / sum(tokens))
@@ -318,8 +370,9 @@ class TorchBackend:
         log.steps += 1
 
     @_computing
-    def update_pairs(self, pairs: Sequence[PreferencePair], *, loss: str = "sigmoid", beta: float = 0.1,
-                     live_reference: bool = False) -> dict[str, float]:  # fmt: skip
+    def update_pairs(
+        self, pairs: Sequence[PreferencePair], *, loss: str = "sigmoid", beta: float = 0.1, live_reference: bool = False
+    ) -> dict[str, float]:
         """One DPO optimizer step on `pairs` (`losses.dpo_loss`, mean over pairs). The reference log-probabilities
         are the pairs' `ref_chosen`/`ref_rejected` (precomputed), or with `live_reference` computed here by the
         reference (LoRA adapters disabled, or the frozen copy). A micro-batch holds whole pairs, both sides of
@@ -340,16 +393,19 @@ class TorchBackend:
                     chunk = ordered[first : first + per_micro]
                     loss_value, metrics = self._dpo_micro_batch(chunk, loss, beta, live_reference, log)
                     (loss_value * (len(chunk) / len(pairs))).backward()
-                    log.add({"loss": loss_value.item(), **{k: v.item() for k, v in metrics.items()}},
-                            len(chunk) / len(pairs))  # fmt: skip
+                    log.add(
+                        {"loss": loss_value.item(), **{k: v.item() for k, v in metrics.items()}},
+                        len(chunk) / len(pairs),
+                    )
                 self._optimizer_step(log, has_loss=True)
         finally:
             self.model.eval()
         self.updates += 1
         return log.metrics(time.perf_counter() - started)
 
-    def _dpo_micro_batch(self, chunk: Sequence[PreferencePair], loss: str, beta: float, live_reference: bool,
-                         log: UpdateLog) -> tuple[Tensor, dict[str, Tensor]]:  # fmt: skip
+    def _dpo_micro_batch(
+        self, chunk: Sequence[PreferencePair], loss: str, beta: float, live_reference: bool, log: UpdateLog
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         batch = self._collate([pair.chosen for pair in chunk] + [pair.rejected for pair in chunk])
         log.count_tokens(float(batch["attention_mask"].sum()), float(batch["target_mask"].sum()))
         positions = batch["target_mask"] > 0
@@ -357,17 +413,29 @@ class TorchBackend:
         if live_reference:
             ref_sums = self._reference_logprobs(batch, positions, 1.0).sum(-1)
         else:
-            ref_sums = torch.tensor([pair.ref_chosen for pair in chunk] + [pair.ref_rejected for pair in chunk],
-                                    dtype=sums.dtype, device=sums.device)  # fmt: skip
+            ref_sums = torch.tensor(
+                [pair.ref_chosen for pair in chunk] + [pair.ref_rejected for pair in chunk],
+                dtype=sums.dtype,
+                device=sums.device,
+            )
         tokens = positions.sum(-1)
         chosen, rejected = sums.chunk(2)
         ref_chosen, ref_rejected = ref_sums.chunk(2)
         chosen_tokens, rejected_tokens = tokens.chunk(2)
-        return dpo_loss(chosen, rejected, ref_chosen, ref_rejected, beta=beta, kind=loss, chosen_tokens=chosen_tokens,
-                        rejected_tokens=rejected_tokens)  # fmt: skip
+        return dpo_loss(
+            chosen,
+            rejected,
+            ref_chosen,
+            ref_rejected,
+            beta=beta,
+            kind=loss,
+            chosen_tokens=chosen_tokens,
+            rejected_tokens=rejected_tokens,
+        )
 
-    def _loss(self, batch: dict[str, Tensor], temperature: float,
-              norm_length: int | None) -> tuple[Tensor, dict[str, float], dict[str, float], Tensor]:  # fmt: skip
+    def _loss(
+        self, batch: dict[str, Tensor], temperature: float, norm_length: int | None
+    ) -> tuple[Tensor, dict[str, float], dict[str, float], Tensor]:
         """A micro-batch's loss aggregated over itself, its parts, per-token means for the log, and the current
         log-probs `[B, T]` (detached; for the mismatch metric):
 
@@ -378,31 +446,52 @@ class TorchBackend:
         positions = mask > 0
         # Entropy is always logged (the logits at the loss positions exist anyway); it carries a gradient only
         # when it is part of the loss.
-        out = self._forward(batch, positions, temperature, entropy=True, entropy_grad=algo.entropy_coef > 0,
-                            hidden=self.value_head is not None)  # fmt: skip
+        out = self._forward(
+            batch,
+            positions,
+            temperature,
+            entropy=True,
+            entropy_grad=algo.entropy_coef > 0,
+            hidden=self.value_head is not None,
+        )
         logprobs = _scatter(out.logprobs, positions)
         reference = self._reference_logprobs(batch, positions, temperature) if algo.kl_coef > 0 else None
         # decoupled mode (rows carry the trainer's recomputed log-probs): the ratio's anchor is pi_prox, the sampler's
         # log-probs become the behaviour policy of the importance weights
         decoupled = "target_prox_logprobs" in batch
         loss, losses, token_means = actor_loss(
-            logprobs, _scatter(out.entropy, positions),
-            batch["target_prox_logprobs"] if decoupled else batch["target_old_logprobs"], batch["target_advantages"],
-            mask, algo, norm_length=norm_length, ref_logprobs=reference,
-            behaviour_logprobs=batch["target_old_logprobs"] if decoupled else None, row_roles=batch.get("row_roles"),
-        )  # fmt: skip
+            logprobs,
+            _scatter(out.entropy, positions),
+            batch["target_prox_logprobs"] if decoupled else batch["target_old_logprobs"],
+            batch["target_advantages"],
+            mask,
+            algo,
+            norm_length=norm_length,
+            ref_logprobs=reference,
+            behaviour_logprobs=batch["target_old_logprobs"] if decoupled else None,
+            row_roles=batch.get("row_roles"),
+        )
         if self.value_head is not None:
             values = _scatter(self.value_head(out.hidden).squeeze(-1), positions)
-            v_loss, v = value_loss(values, batch["target_old_values"], batch["target_returns"], mask,
-                                   clip=algo.value_clip, agg=algo.loss_agg, norm_length=norm_length)  # fmt: skip
+            v_loss, v = value_loss(
+                values,
+                batch["target_old_values"],
+                batch["target_returns"],
+                mask,
+                clip=algo.value_clip,
+                agg=algo.loss_agg,
+                norm_length=norm_length,
+            )
             loss = loss + algo.value_coef * v_loss
             losses.update(value_loss=v_loss.item(), loss=loss.item())
-            token_means.update(value_clip_fraction=v["value_clip_fraction"].item(),
-                               value_mean=masked_token_mean(values, mask))  # fmt: skip
+            token_means.update(
+                value_clip_fraction=v["value_clip_fraction"].item(), value_mean=masked_token_mean(values, mask)
+            )
         return loss, losses, token_means, logprobs.detach()
 
-    def _sft_loss(self, batch: dict[str, Tensor], temperature: float) -> tuple[Tensor, dict[str, float],
-                                                                                dict[str, float]]:  # fmt: skip
+    def _sft_loss(
+        self, batch: dict[str, Tensor], temperature: float
+    ) -> tuple[Tensor, dict[str, float], dict[str, float]]:
         """A micro-batch's supervised loss (mean NLL of its masked tokens), and its entropy for the log."""
         mask = batch["target_mask"]
         positions = mask > 0
@@ -425,8 +514,14 @@ class TorchBackend:
         else:
             model, context = self.model, self.model.disable_adapter()
         with context:
-            out = forward_targets(model, batch, mask, temperature=temperature, gather=self.gather_logits,
-                                  autocast_dtype=self.autocast_dtype)  # fmt: skip
+            out = forward_targets(
+                model,
+                batch,
+                mask,
+                temperature=temperature,
+                gather=self.gather_logits,
+                autocast_dtype=self.autocast_dtype,
+            )
         return _scatter(out.logprobs, mask)
 
     # ------------------------------------------------------------ rollouts and weight sync
@@ -467,8 +562,11 @@ class TorchBackend:
         """The weights training changes, named as in the plain base model: LoRA merged into its target weights
         (W + scale * B @ A, the training model untouched), or every trainable weight for full fine-tuning."""
         if self.lora:  # + a module peft trains whole (a VLM's trainable image tower), under its plain names
-            whole = {plain_state_name(n): p.detach().clone() for n, p in self.model.named_parameters()
-                     if p.requires_grad and "lora_" not in n}  # fmt: skip
+            whole = {
+                plain_state_name(n): p.detach().clone()
+                for n, p in self.model.named_parameters()
+                if p.requires_grad and "lora_" not in n
+            }
             return {**merged_lora_state(self.model), **whole}
         return {plain_state_name(n): p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
 
@@ -536,9 +634,18 @@ class TorchBackend:
 
 
 @torch.no_grad()
-def score_rows(model: Any, rows: Sequence[TrainingRow], *, pad_id: int, micro_batch_size: int,
-               temperature: float = 1.0, all_positions: bool = False, gather: bool = True,
-               autocast_dtype: torch.dtype | None = None, vision: Any = None) -> list[list[float]]:  # fmt: skip
+def score_rows(
+    model: Any,
+    rows: Sequence[TrainingRow],
+    *,
+    pad_id: int,
+    micro_batch_size: int,
+    temperature: float = 1.0,
+    all_positions: bool = False,
+    gather: bool = True,
+    autocast_dtype: torch.dtype | None = None,
+    vision: Any = None,
+) -> list[list[float]]:
     """Per-row, token-aligned log-probs of the rows' tokens under `model` (entry t: log p(token t | tokens < t);
     0.0 at t = 0 and off the loss mask unless `all_positions`), in micro-batches of similar lengths: the trainer's
     `compute_logprobs`, and a distillation teacher's scores (`rllm.training.distill`)."""
@@ -548,8 +655,9 @@ def score_rows(model: Any, rows: Sequence[TrainingRow], *, pad_id: int, micro_ba
         batch = {k: v.to(device) for k, v in collate([rows[i] for i in chunk], pad_id=pad_id).items()}
         batch = attach_images(batch, [rows[i] for i in chunk], vision)
         mask = batch["attention_mask"][:, 1:] > 0 if all_positions else batch["target_mask"] > 0
-        logprobs = forward_targets(model, batch, mask, temperature=temperature, gather=gather,
-                                   autocast_dtype=autocast_dtype).logprobs  # fmt: skip
+        logprobs = forward_targets(
+            model, batch, mask, temperature=temperature, gather=gather, autocast_dtype=autocast_dtype
+        ).logprobs
         _spread(out, chunk, rows, _scatter(logprobs, mask))
     return out
 

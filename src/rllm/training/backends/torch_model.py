@@ -84,13 +84,24 @@ def apply_lora(model: nn.Module, lora: LoraConfig, *, seed: int, vision_tower: s
     if is_vision_model(model):
         decoder = model.get_decoder()
         prefix = next(name for name, module in model.named_modules() if module is decoder)
-        targets = sorted({f"{prefix}.{name}" for name, module in decoder.named_modules()
-                          if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in targets})  # fmt: skip
+        targets = sorted(
+            {
+                f"{prefix}.{name}"
+                for name, module in decoder.named_modules()
+                if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in targets
+            }
+        )
         # a trainable tower is trained whole beside the adapters (peft keeps a trained copy of it)
         modules_to_save = list(vision_modules(model)) if vision_tower == "trainable" else None
-    config = PeftLoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                            target_modules=targets, bias="none", task_type="CAUSAL_LM",
-                            modules_to_save=modules_to_save)  # fmt: skip
+    config = PeftLoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=targets,
+        bias="none",
+        task_type="CAUSAL_LM",
+        modules_to_save=modules_to_save,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return get_peft_model(model, config)
@@ -182,8 +193,9 @@ def forward_targets(
     images = batch.get("image_spans")
     if images:  # a VLM's rows: the image features replace the image tokens' embeddings (rllm.models.vision)
         with _autocast(device, autocast_dtype):
-            inputs["inputs_embeds"] = inputs_embeds(model, inputs.pop("input_ids"), images,
-                                                    image_token_id=batch["image_token_id"])  # fmt: skip
+            inputs["inputs_embeds"] = inputs_embeds(
+                model, inputs.pop("input_ids"), images, image_token_id=batch["image_token_id"]
+            )
     parts = backbone_and_head(model) if gather else None
     targets = batch["target_ids"][positions]
     if parts is None:
@@ -218,8 +230,9 @@ def attach_images(batch: dict[str, Any], rows: Sequence[Any], vision: Any) -> di
     hold images: each row's images, up to the image tokens it kept (a cut row keeps a prefix of them)."""
     if vision is None:
         if any(row.images for row in rows):
-            raise ImageError("training rows hold images but the model is text-only (it has no vision processor): "
-                             f"{VLM_NEEDED}")  # fmt: skip
+            raise ImageError(
+                f"training rows hold images but the model is text-only (it has no vision processor): {VLM_NEEDED}"
+            )
         return batch
     spans = []  # (a row with image tokens but no images is refused here, not trained on placeholder embeddings)
     for row in rows:

@@ -79,8 +79,10 @@ def require_verl() -> None:
         raise ConfigError(f"trainer.backend=verl needs verl and ray ({exc.name} is missing): {INSTALL_HINT}") from exc
     found = importlib.metadata.version("verl")
     if found != VERL_VERSION:
-        raise ConfigError(f"rllm's verl backend is tested with verl=={VERL_VERSION}, found {found}: "
-                          f"pip install verl=={VERL_VERSION} (or `make verl`)")  # fmt: skip
+        raise ConfigError(
+            f"rllm's verl backend is tested with verl=={VERL_VERSION}, found {found}: "
+            f"pip install verl=={VERL_VERSION} (or `make verl`)"
+        )
 
 
 class VerlBackend:
@@ -90,16 +92,19 @@ class VerlBackend:
         from rllm.models import registry
 
         if model is not None:
-            raise ConfigError("trainer.backend=verl loads the model in its workers from model.name (a registry name "
-                              "or a folder); save your model with save_pretrained and name that folder")  # fmt: skip
+            raise ConfigError(
+                "trainer.backend=verl loads the model in its workers from model.name (a registry name "
+                "or a folder); save your model with save_pretrained and name that folder"
+            )
         require_verl()
         self.config, self.algorithm = config, config.algorithm
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model_path = registry.resolve_model_path(config.model.name)
         self.tokenizer = tokenizer if tokenizer is not None else registry.load_tokenizer(config.model.name)
         self.vision = None  # text only: rows with images are refused (update, compute_logprobs)
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
-            else self.tokenizer.eos_token_id  # fmt: skip
+        self.pad_id = (
+            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        )
         # The driver's copy: what rollouts sample from. Merged weights, so weight sources see no LoRA.
         self.model = registry.load_causal_lm(self.model_path, dtype="float32").eval()
         self.lora = False
@@ -131,8 +136,13 @@ class VerlBackend:
         if address:
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
         else:  # a local Ray with this machine's CPUs: asking for more workers than cores fails in _place
-            ray.init(num_cpus=usable_cores(), object_store_memory=_OBJECT_STORE_BYTES, include_dashboard=False,
-                     runtime_env=runtime_env, log_to_driver=False)  # fmt: skip
+            ray.init(
+                num_cpus=usable_cores(),
+                object_store_memory=_OBJECT_STORE_BYTES,
+                include_dashboard=False,
+                runtime_env=runtime_env,
+                log_to_driver=False,
+            )
 
     def _spawn_workers(self) -> None:
         import ray
@@ -142,16 +152,23 @@ class VerlBackend:
         from rllm.training.backends.verl_worker import RllmActorLoss, RllmVerlWorker
 
         trainer = self.config.trainer
-        pool = RayResourcePool(process_on_nodes=[trainer.workers_per_node] * trainer.nodes,
-                               use_gpu=self.device == "cuda", max_colocate_count=1)  # fmt: skip
+        pool = RayResourcePool(
+            process_on_nodes=[trainer.workers_per_node] * trainer.nodes,
+            use_gpu=self.device == "cuda",
+            max_colocate_count=1,
+        )
         self._place(pool)
         verl_config = self._verl_config()
         worker = ray.remote(RllmVerlWorker)
         roles = {"actor": RayClassWithInitArgs(cls=worker, config=verl_config.actor_rollout_ref, role="actor")}
         if self.algorithm.kl_coef > 0 and not self.config.model.lora.enabled:
             roles["ref"] = RayClassWithInitArgs(cls=worker, config=verl_config.actor_rollout_ref, role="ref")
-        group = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=create_colocated_worker_cls(roles),
-                               device_name=self.device, worker_env=self._worker_env)  # fmt: skip
+        group = RayWorkerGroup(
+            resource_pool=pool,
+            ray_cls_with_init=create_colocated_worker_cls(roles),
+            device_name=self.device,
+            worker_env=self._worker_env,
+        )
         groups = group.spawn(prefix_set=set(roles))
         self.ref = groups.get("ref")
         self._call("start the reference model", lambda: self.ref and self.ref.init_model())
@@ -159,8 +176,12 @@ class VerlBackend:
         self._call("start the actor", self.actor.init_model)
         per_update, optim = self.algorithm.ppo_epochs * self.algorithm.mini_batches, self.config.optim
         self._call("install the loss", lambda: self.actor.set_loss_fn(RllmActorLoss(self.algorithm)))
-        self._call("install the LR schedule", lambda: self.actor.set_lr_schedule(
-            optim.schedule, optim.warmup_steps * per_update, trainer.total_steps * per_update))  # fmt: skip
+        self._call(
+            "install the LR schedule",
+            lambda: self.actor.set_lr_schedule(
+                optim.schedule, optim.warmup_steps * per_update, trainer.total_steps * per_update
+            ),
+        )
         self.dp_size = trainer.nodes * trainer.workers_per_node // self.config.verl.ulysses_sequence_parallel_size
 
     def _place(self, pool: Any) -> None:
@@ -182,10 +203,13 @@ class VerlBackend:
                 f"nodes have {have} {resource}(s). Lower trainer.workers_per_node / trainer.nodes or add nodes "
                 "(`ray start --address=...`)."
             )
-        groups = [placement_group([dict(bundle) for _ in range(trainer.workers_per_node)], strategy="STRICT_PACK")
-                  for _ in range(trainer.nodes)]  # fmt: skip
-        ready, _ = ray.wait([g.ready() for g in groups], num_returns=len(groups),
-                            timeout=self.config.verl.placement_timeout)  # fmt: skip
+        groups = [
+            placement_group([dict(bundle) for _ in range(trainer.workers_per_node)], strategy="STRICT_PACK")
+            for _ in range(trainer.nodes)
+        ]
+        ready, _ = ray.wait(
+            [g.ready() for g in groups], num_returns=len(groups), timeout=self.config.verl.placement_timeout
+        )
         if len(ready) < len(groups):
             for g in groups:
                 remove_placement_group(g)
@@ -267,16 +291,25 @@ class VerlBackend:
 
     # ------------------------------------------------------------ rows -> verl's layout
 
-    def _batch(self, rows: Sequence[TrainingRow], temperature: float, *, multiple: int,
-               reference: Sequence[list[float]] | None = None, **meta: Any) -> tuple[Any, int]:  # fmt: skip
+    def _batch(
+        self,
+        rows: Sequence[TrainingRow],
+        temperature: float,
+        *,
+        multiple: int,
+        reference: Sequence[list[float]] | None = None,
+        **meta: Any,
+    ) -> tuple[Any, int]:
         """Rows as verl's left-padded prompt / right-padded response TensorDict (no-padding form), padded with
         copies of the first row carrying no loss token up to a multiple of `multiple`; returns (data, real rows)."""
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import left_right_2_no_padding
 
         if any(row.images for row in rows):
-            raise ImageError("rows with images (a vision-language model's rollouts) train with the torch backend "
-                             "only: set trainer.backend=torch")  # fmt: skip
+            raise ImageError(
+                "rows with images (a vision-language model's rollouts) train with the torch backend "
+                "only: set trainer.backend=torch"
+            )
         real = len(rows)
         rows = list(rows) + [_without_loss(rows[0])] * (-real % multiple)
         starts = [_response_start(row) for row in rows]
@@ -285,8 +318,10 @@ class VerlBackend:
         def right(values: list[list[Any]], pad: Any, dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor([v + [pad] * (width_r - len(v)) for v in values], dtype=dtype)
 
-        prompts = torch.tensor([[self.pad_id] * (width_p - s) + row.input_ids[:s] for row, s in zip(rows, starts,
-                                strict=True)], dtype=torch.long)  # fmt: skip
+        prompts = torch.tensor(
+            [[self.pad_id] * (width_p - s) + row.input_ids[:s] for row, s in zip(rows, starts, strict=True)],
+            dtype=torch.long,
+        )
         prompt_mask = torch.tensor([[0] * (width_p - s) + [1] * s for s in starts], dtype=torch.long)
         responses = right([row.input_ids[s:] for row, s in zip(rows, starts, strict=True)], self.pad_id, torch.long)
         response_len = right([[1] * (len(row) - s) for row, s in zip(rows, starts, strict=True)], 0, torch.long)
@@ -305,13 +340,13 @@ class VerlBackend:
         }
         if reference is not None:
             reference = list(reference) + [[0.0] * len(rows[0])] * (len(rows) - real)
-            tensors["ref_log_prob"] = right([r[s:] for r, s in zip(reference, starts, strict=True)], 0.0,
-                                            torch.float32)  # fmt: skip
+            tensors["ref_log_prob"] = right([r[s:] for r, s in zip(reference, starts, strict=True)], 0.0, torch.float32)
         data = tu.get_tensordict(tensor_dict=tensors, non_tensor_dict={"temperature": temperature or 1.0, **meta})
         return left_right_2_no_padding(data), real
 
-    def _token_aligned(self, rows: Sequence[TrainingRow], data: Any, log_probs: Any,
-                       all_positions: bool = False) -> list[list[float]]:  # fmt: skip
+    def _token_aligned(
+        self, rows: Sequence[TrainingRow], data: Any, log_probs: Any, all_positions: bool = False
+    ) -> list[list[float]]:
         """verl's per-response log-probs back to our per-row, token-aligned lists (0.0 off the loss mask)."""
         from verl.workers.utils.padding import no_padding_2_padding
 
@@ -325,8 +360,9 @@ class VerlBackend:
 
     # ------------------------------------------------------------ queries and the update
 
-    def compute_logprobs(self, rows: Sequence[TrainingRow], *, temperature: float,
-                         reference: bool = False) -> list[list[float]]:  # fmt: skip
+    def compute_logprobs(
+        self, rows: Sequence[TrainingRow], *, temperature: float, reference: bool = False
+    ) -> list[list[float]]:
         """Per-row, token-aligned logprobs under the current weights, or the KL reference's (LoRA: the actor with its
         adapters disabled; full fine-tuning: the ref workers, present when algorithm.kl_coef > 0)."""
         from verl.utils import tensordict_utils as tu
@@ -349,15 +385,20 @@ class VerlBackend:
         from rllm.training.backends.torch_model import lr_factor
 
         optim, per_update = self.config.optim, self.algorithm.ppo_epochs * self.algorithm.mini_batches
-        return optim.lr * lr_factor(self.optimizer_steps, schedule=optim.schedule, warmup=optim.warmup_steps *
-                                    per_update, total=self.config.trainer.total_steps * per_update)  # fmt: skip
+        return optim.lr * lr_factor(
+            self.optimizer_steps,
+            schedule=optim.schedule,
+            warmup=optim.warmup_steps * per_update,
+            total=self.config.trainer.total_steps * per_update,
+        )
 
     def _micro(self, rows: Sequence[TrainingRow]) -> int:
         micro = self.config.verl.micro_batch_size or self.config.optim.micro_batch_size
         return max(1, min(micro, -(-len(rows) // self.dp_size)))
 
-    def update(self, rows: Sequence[TrainingRow], *, temperature: float,
-               norm_length: int | None = None) -> dict[str, float]:  # fmt: skip
+    def update(
+        self, rows: Sequence[TrainingRow], *, temperature: float, norm_length: int | None = None
+    ) -> dict[str, float]:
         """One PPO update: the driver's seeded mini-batch plan, one `update_actor` (one optimizer step) per
         mini-batch; metrics as `TorchBackend.update` reports them."""
         from verl.utils import tensordict_utils as tu
@@ -367,11 +408,11 @@ class VerlBackend:
         algo, started = self.algorithm, time.perf_counter()
         if norm_length is None and algo.loss_agg == "seq-mean-token-sum-norm":
             norm_length = max(len(row) for row in rows) - 1
-        reference = self.compute_logprobs(rows, temperature=temperature, reference=True) if algo.kl_coef > 0 \
-            else None  # fmt: skip
+        reference = self.compute_logprobs(rows, temperature=temperature, reference=True) if algo.kl_coef > 0 else None
         log = UpdateLog()
-        plan = mini_batch_order(len(rows), epochs=algo.ppo_epochs, mini_batches=algo.mini_batches,
-                                generator=self.generator)  # fmt: skip
+        plan = mini_batch_order(
+            len(rows), epochs=algo.ppo_epochs, mini_batches=algo.mini_batches, generator=self.generator
+        )
         mismatch = None
         for index, mini_batch in enumerate(plan):
             chunk = [rows[i] for i in mini_batch]
@@ -384,12 +425,21 @@ class VerlBackend:
                 continue  # (verl's does not: the schedule falls one step behind the torch backend's)
             micro = self._micro(chunk)
             data, _ = self._batch(
-                chunk, temperature, multiple=self.dp_size * micro,
+                chunk,
+                temperature,
+                multiple=self.dp_size * micro,
                 reference=[reference[i] for i in mini_batch] if reference is not None else None,
-                calculate_entropy=True, compute_loss=True, mini_batch_size=None, num_mini_batch=1, epochs=1,
-                dataloader_kwargs={"shuffle": False}, micro_batch_size_per_gpu=micro, rllm_units=units,
-                rllm_tokens=tokens, rllm_norm_length=norm_length,
-            )  # fmt: skip
+                calculate_entropy=True,
+                compute_loss=True,
+                mini_batch_size=None,
+                num_mini_batch=1,
+                epochs=1,
+                dataloader_kwargs={"shuffle": False},
+                micro_batch_size_per_gpu=micro,
+                rllm_units=units,
+                rllm_tokens=tokens,
+                rllm_norm_length=norm_length,
+            )
             output = self._call("update the policy", lambda data=data: self.actor.update_actor(data))
             metrics = _summed_metrics(tu.get(output, "metrics"))
             sums = [metrics.pop(f"mismatch_sums/{key}", None) for key in MISMATCH_SUM_KEYS]
@@ -441,9 +491,14 @@ class VerlBackend:
         directory must be shared) and the driver's state into `directory/backend.pt`."""
         target = Path(directory) / "verl"
         self._call("save a checkpoint", lambda: self.actor.save_checkpoint(str(target), global_step=self.updates))
-        state = {"format": STATE_FORMAT, "backend": "verl", "generator": self.generator.get_state(),
-                 "updates": self.updates, "weight_version": self.weight_version,
-                 "optimizer_steps": self.optimizer_steps}  # fmt: skip
+        state = {
+            "format": STATE_FORMAT,
+            "backend": "verl",
+            "generator": self.generator.get_state(),
+            "updates": self.updates,
+            "weight_version": self.weight_version,
+            "optimizer_steps": self.optimizer_steps,
+        }
         torch.save(state, Path(directory) / STATE_FILE)
 
     def load(self, directory: Path) -> None:
@@ -520,5 +575,6 @@ def _import_roots() -> list[str]:
     is found through the venv anyway; a plain checkout on PYTHONPATH would not be)."""
     import rllm
 
-    return [str(Path(rllm.__file__).resolve().parent.parent)] + [p for p in os.environ.get("PYTHONPATH", "").split(
-        os.pathsep) if p]  # fmt: skip
+    return [str(Path(rllm.__file__).resolve().parent.parent)] + [
+        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
+    ]

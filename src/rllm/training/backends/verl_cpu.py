@@ -85,8 +85,9 @@ def _register_platform() -> None:
         def device_count(self) -> int:
             return 1
 
-        set_device = synchronize = manual_seed = manual_seed_all = set_allocator_settings = empty_cache = \
-            staticmethod(_noop)  # fmt: skip
+        set_device = synchronize = manual_seed = manual_seed_all = set_allocator_settings = empty_cache = staticmethod(
+            _noop
+        )
 
         def get_device_capability(self, device_index: int = 0) -> tuple[None, None]:
             return None, None

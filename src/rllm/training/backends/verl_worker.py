@@ -43,14 +43,19 @@ class RllmActorLoss:
     def __call__(self, model_output: Any, data: Any, dp_group: Any = None) -> tuple[torch.Tensor, dict[str, float]]:
         logprobs = no_padding_2_padding(model_output["log_probs"], data)
         entropy = no_padding_2_padding(model_output["entropy"], data)
-        fields = ["response_mask", "old_log_probs", "advantages"] + (["ref_log_prob"] if "ref_log_prob" in data
-                                                                     else [])  # fmt: skip
+        fields = ["response_mask", "old_log_probs", "advantages"] + (["ref_log_prob"] if "ref_log_prob" in data else [])
         padded = data.select(*fields).to_padded_tensor()
         mask = padded["response_mask"].to(logprobs.dtype)
         loss, losses, token_means = actor_loss(
-            logprobs, entropy, padded["old_log_probs"], padded["advantages"], mask, self.algorithm,
-            norm_length=tu.get(data, "rllm_norm_length", default=None), ref_logprobs=padded.get("ref_log_prob", None),
-        )  # fmt: skip
+            logprobs,
+            entropy,
+            padded["old_log_probs"],
+            padded["advantages"],
+            mask,
+            self.algorithm,
+            norm_length=tu.get(data, "rllm_norm_length", default=None),
+            ref_logprobs=padded.get("ref_log_prob", None),
+        )
         units = mask.sum() if self.algorithm.loss_agg == "token-mean" else (mask.sum(-1) > 0).sum()
         unit_share = float(units) / tu.get(data, "rllm_units")
         token_share = float(mask.sum()) / max(tu.get(data, "rllm_tokens"), 1)
@@ -58,8 +63,9 @@ class RllmActorLoss:
         metrics = {f"rllm/{k}": v * unit_share for k, v in losses.items()}
         metrics.update({f"rllm/{k}": v * token_share for k, v in token_means.items()})
         # the sampler's log-probs against this forward's (the driver keeps those of its first optimizer step)
-        sums = mismatch_sums(logprobs, padded["old_log_probs"], mask,
-                             threshold=self.algorithm.off_policy.mismatch_threshold)  # fmt: skip
+        sums = mismatch_sums(
+            logprobs, padded["old_log_probs"], mask, threshold=self.algorithm.off_policy.mismatch_threshold
+        )
         metrics.update({f"mismatch_sums/{k}": float(v) for k, v in zip(MISMATCH_SUM_KEYS, sums, strict=True)})
         return loss * (unit_share * tu.get(data, "dp_size")), metrics
 
@@ -90,8 +96,10 @@ class RllmVerlWorker(ActorRolloutRefWorker):
 
         params, _ = self.actor.engine.get_per_tensor_param()
         rank0 = torch.distributed.get_rank() == 0
-        state = {name: tensor.detach().to("cpu", torch.float32).contiguous().clone() if rank0 else None
-                 for name, tensor in params}  # fmt: skip
+        state = {
+            name: tensor.detach().to("cpu", torch.float32).contiguous().clone() if rank0 else None
+            for name, tensor in params
+        }
         if not rank0:
             return 0
         target = Path(path)

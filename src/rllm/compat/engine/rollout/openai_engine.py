@@ -36,11 +36,24 @@ class OpenAIEngine(ClientRolloutEngine):
         if unknown:
             raise TypeError(f"OpenAIEngine() got arguments rllm does not support: {sorted(unknown)}")
         if accumulate_reasoning:
-            raise ValueError("accumulate_reasoning=True is not supported: the chat template decides how earlier "
-                             "reasoning renders (rllm counts every turn it cannot extend)")  # fmt: skip
-        client = OpenAIClient(base_url, model, api_key=api_key or os.environ.get("OPENAI_API_KEY"), tokenizer=tokenizer,
-                              max_retries=api_retries, allow_missing_token_ids=tokenizer is None)  # fmt: skip
-        super().__init__(client, sampling_params=sampling_params, max_prompt_length=max_prompt_length,
-                         max_response_length=max_response_length, tools=tools)  # fmt: skip
+            raise ValueError(
+                "accumulate_reasoning=True is not supported: the chat template decides how earlier "
+                "reasoning renders (rllm counts every turn it cannot extend)"
+            )
+        client = OpenAIClient(
+            base_url,
+            model,
+            api_key=api_key or os.environ.get("OPENAI_API_KEY"),
+            tokenizer=tokenizer,
+            max_retries=api_retries,
+            allow_missing_token_ids=tokenizer is None,
+        )
+        super().__init__(
+            client,
+            sampling_params=sampling_params,
+            max_prompt_length=max_prompt_length,
+            max_response_length=max_response_length,
+            tools=tools,
+        )
         self.model = model
         self.max_model_length = max_model_length or max_prompt_length + max_response_length - 1

@@ -28,8 +28,14 @@ __all__ = ["ClientRolloutEngine", "ModelOutput", "RolloutEngine", "current_workf
 _CURRENT_WORKFLOW: contextvars.ContextVar[Any] = contextvars.ContextVar("rllm_v02_workflow", default=None)
 
 # get_model_response keywords rLLM's engines consume themselves; here they change nothing.
-_IGNORED = ("application_id", "validate", "enforce_max_prompt_length", "accumulate_reasoning", "skip_special_tokens",
-            "model")  # fmt: skip
+_IGNORED = (
+    "application_id",
+    "validate",
+    "enforce_max_prompt_length",
+    "accumulate_reasoning",
+    "skip_special_tokens",
+    "model",
+)
 _SAMPLING = {"temperature", "top_p", "top_k", "seed", "stop", "max_tokens"}
 _MAX_TOKENS_NAMES = ("max_tokens", "max_new_tokens", "max_completion_tokens")
 
@@ -79,11 +85,14 @@ class ClientRolloutEngine(RolloutEngine):
         overrides = _sampling_overrides({k: v for k, v in kwargs.items() if k not in _IGNORED})
         workflow = current_workflow()
         if workflow is not None:
-            return await workflow.generate(messages, conversation=workflow.conversation_for(conversation),
-                                           tools=tools, **overrides)  # fmt: skip
+            return await workflow.generate(
+                messages, conversation=workflow.conversation_for(conversation), tools=tools, **overrides
+            )
         if self.client is None:
-            raise RuntimeError("this workflow's rollout engine serves only inside an episode run by an engine or the "
-                               "trainer; to call a server directly, give the workflow an OpenAIEngine")  # fmt: skip
+            raise RuntimeError(
+                "this workflow's rollout engine serves only inside an episode run by an engine or the "
+                "trainer; to call a server directly, give the workflow an OpenAIEngine"
+            )
         sampling = self.sampling.model_copy(update={**overrides, "tools": tools})
         prompt = messages if self.tokenizer is None else render_messages(self.tokenizer, messages, tools=tools)
         return await self.client.generate(prompt, sampling)
@@ -97,8 +106,10 @@ def _sampling_overrides(given: dict[str, Any] | None) -> dict[str, Any]:
             values["max_tokens"] = values.pop(name)
     unknown = sorted(set(values) - _SAMPLING)
     if unknown:
-        raise TypeError(f"get_model_response/sampling_params: {unknown} not supported (rllm takes "
-                        f"{sorted(_SAMPLING)}, and max_new_tokens/max_completion_tokens for max_tokens)")  # fmt: skip
+        raise TypeError(
+            f"get_model_response/sampling_params: {unknown} not supported (rllm takes "
+            f"{sorted(_SAMPLING)}, and max_new_tokens/max_completion_tokens for max_tokens)"
+        )
     if isinstance(values.get("stop"), str):
         values["stop"] = [values["stop"]]
     return values
