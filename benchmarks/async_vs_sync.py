@@ -20,6 +20,7 @@ import time
 from rllm.config import load_config
 from rllm.runs import load_metrics
 from rllm.training.trainer import AgentTrainer
+from smoke import add_smoke_flag, device_line, tiny_training_overrides
 
 CORRECTIONS = {
     "none": [],
@@ -71,7 +72,12 @@ def main() -> None:
     parser.add_argument("--correction", choices=sorted(CORRECTIONS), default="none")
     parser.add_argument("--override", nargs="*", default=[], help="more key=value config overrides")
     parser.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the throwaway first step")
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    print(device_line())
+    if args.smoke:  # two steps: the asynchronous run samples its second from the first's weights
+        args.steps, args.val_size, args.warmup, args.model = 2, 0, False, None
+        args.override = [*tiny_training_overrides(), *args.override]
     with tempfile.TemporaryDirectory() as run_dir:
         if args.warmup:  # one throwaway step: model files in the page cache, CUDA context and kernels, for both runs
             train(argparse.Namespace(**{**vars(args), "steps": 1, "val_size": 0}), f"{run_dir}/warmup", 0)

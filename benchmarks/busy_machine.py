@@ -31,13 +31,15 @@ import subprocess
 import sys
 import time
 
+from smoke import add_smoke_flag, tiny_model_folder
+
 MODEL = "smollm2-135m-instruct"
 
 
 # ------------------------------------------------------------ the child: one setting, one process
 
 
-def child() -> None:
+def child(model: str) -> None:
     """Load the model, warm up, then time one unit per "run" line on stdin; one JSON line each on stdout."""
     import torch
 
@@ -48,7 +50,7 @@ def child() -> None:
     from rllm.training.backends.torch import TorchBackend
 
     optim = OptimConfig(micro_batch_size=8)
-    backend = TorchBackend(ModelConfig(name=MODEL), AlgorithmConfig(), optim, total_steps=100)
+    backend = TorchBackend(ModelConfig(name=model), AlgorithmConfig(), optim, total_steps=100)
     local = backend.make_rollout_model(max_batch_size=16, eos_token_ids=(), prefix_cache_tokens=0)
     questions = [f"What is {100 + 37 * i} * {3 + i}? Answer with the number only." for i in range(4)]
     prompts = [render_messages(backend.tokenizer, [{"role": "user", "content": q}]) for q in questions] * 4
@@ -101,12 +103,12 @@ def _rows(outputs: list) -> list:
 class Setting:
     """One child process running with `env` added to the environment."""
 
-    def __init__(self, name: str, env: dict[str, str]) -> None:
+    def __init__(self, name: str, env: dict[str, str], model: str) -> None:
         self.name = name
         environment = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
         if "OMP_NUM_THREADS" not in env:
             environment.pop("OMP_NUM_THREADS", None)
-        command = [sys.executable, __file__, "--child"]
+        command = [sys.executable, __file__, "--child", "--model", model]
         pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL}
         self.process = subprocess.Popen(command, **pipes, text=True, env=environment)
 
@@ -160,17 +162,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="timed units per setting and condition (median)")
     parser.add_argument("--load", type=int, default=2, help="busy processes in the loaded condition")
+    parser.add_argument("--model", default=MODEL, help="embedded model name or a folder")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    add_smoke_flag(parser)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.rounds, args.load, args.model = 1, 1, tiny_model_folder()
     if args.child:
-        child()
+        child(args.model)
         return 0
     from rllm.cpus import usable_cores
 
     cores = usable_cores()
     print(machine_line(), flush=True)
     fixed = sorted({1, cores})
-    settings = [Setting("default", {})] + [Setting(f"fixed {n}", {"OMP_NUM_THREADS": str(n)}) for n in fixed]
+    settings = [Setting("default", {}, args.model)]
+    settings += [Setting(f"fixed {n}", {"OMP_NUM_THREADS": str(n)}, args.model) for n in fixed]
     old_default = f"fixed {cores}"
     started = time.perf_counter()
     times: dict[tuple[str, str], list[float]] = {}
@@ -181,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         unit = "generate 16 prompts x 12 tokens (sampled) + one GRPO update on 8 rows"
         load = f"{args.load} busy processes, each in its own session"
         print(
-            f"workload: {MODEL} float32 LoRA r=16; one unit = {unit}; loaded = {load}; {args.rounds} rounds, "
+            f"workload: {args.model} float32 LoRA r=16; one unit = {unit}; loaded = {load}; {args.rounds} rounds, "
             "interleaved; median seconds (generate + train)",
             flush=True,
         )

@@ -24,6 +24,7 @@ import yaml
 
 from rllm.runs import read_episode_records
 from rllm.tasks.code import make_code_tasks
+from smoke import add_smoke_flag, device_line, tiny_training_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 7
@@ -47,7 +48,11 @@ def main() -> None:
     parser.add_argument("--low", type=float, default=0.1, help="keep families whose pass rate is at least this")
     parser.add_argument("--high", type=float, default=0.9, help="... and at most this")
     parser.add_argument("overrides", nargs="*", help="more key=value overrides of rllm eval")
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    print(device_line())
+    if args.smoke:
+        args.tasks, args.overrides = 2, [*tiny_training_overrides(), "rollout.val_n=1", *args.overrides]
     config = yaml.safe_load((ROOT / args.config).read_text())
     rollout = config.get("rollout", {})
     with tempfile.TemporaryDirectory() as runs:

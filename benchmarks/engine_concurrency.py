@@ -38,6 +38,7 @@ import platform
 import time
 
 from rllm import AgentExecutionEngine, BaseAgent, BaseEnv, ModelOutput, SamplingParams
+from smoke import add_smoke_flag, device_line
 
 
 class CountdownEnv(BaseEnv):
@@ -160,13 +161,17 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, nargs="+", default=[32, 64, 128, 256])
     parser.add_argument("--tokenizer", default="smollm2-135m-instruct", help="embedded model name or folder")
     parser.add_argument("--blocking-env", action="store_true", help="run env calls on the engine's thread pool")
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.episodes, args.turns, args.latency_ms, args.parallel = 8, 2, 5.0, [4]
     CountdownEnv.blocking = args.blocking_env
 
     from rllm.models.registry import load_tokenizer
     from rllm.testing import spawn_fake_server
 
     tokenizer = load_tokenizer(args.tokenizer)
+    print(device_line())
     print(
         f"{args.episodes} episodes x {args.turns} turns, server latency {args.latency_ms:.0f} ms, "
         f"token-in/token-out with the {args.tokenizer} chat template; {machine()}, client and server on them"

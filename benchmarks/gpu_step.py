@@ -53,6 +53,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from smoke import add_smoke_flag
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))  # this checkout's rllm, installed or not (a GPU machine has no install)
 
@@ -122,7 +124,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", default=None, help="also write the figures here as JSON")
     parser.add_argument("--worker-size", default=None, help=argparse.SUPPRESS)  # one --sizes shape, in-process
     parser.add_argument("--worker-dir", default=None, help=argparse.SUPPRESS)
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if args.smoke:  # the --small step on the CPU, whatever the machine has
+        args.small, args.device, args.steps, args.rollout_dtypes = True, "cpu", 2, ["fp32"]
+        args.set = ["rollout.n=2", "trainer.tasks_per_step=2", "rollout.max_tokens=4", *args.set]
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error(f"--device {args.device}: this torch ({torch.__version__}) sees no GPU; use --device cpu --small")
     if args.sizes and not args.device.startswith("cuda") and not args.small:

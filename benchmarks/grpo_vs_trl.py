@@ -74,6 +74,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from smoke import add_smoke_flag, device_line, tiny_model_folder
+
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "arithmetic_grpo.yaml"
 PROTOCOL_PREFIX = "@@bench "
@@ -102,7 +104,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--verbose", action="store_true", help="show the children's logs (stderr) as they run")
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
+    add_smoke_flag(parser)
     args = parser.parse_args(argv)
+    if args.smoke and args.child is None:  # the children get these through their own arguments
+        args.model, args.group, args.tasks, args.max_tokens, args.steps, args.micro_batch = (
+            tiny_model_folder(),
+            2,
+            2,
+            4,
+            1,
+            4,
+        )
+        print(device_line())
     batch = args.group * args.tasks
     if args.group < 2:
         parser.error("--group must be >= 2 (GRPO needs a group)")

@@ -21,6 +21,7 @@ import argparse
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -28,6 +29,7 @@ from pathlib import Path
 import yaml
 
 from rllm.runs import read_episode_records
+from smoke import add_smoke_flag, device_line, tiny_training_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 # row -> (config, overrides): every shipped RL config (the SFT / DPO ones train from a run's episodes: `rllm rft`
@@ -122,7 +124,13 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=None, help="folder for the runs (default: runs/learning-<time>)")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the table to this Markdown file")
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every row")
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    print(device_line())
+    if args.smoke:  # one row, one step, 2 validation tasks, into a folder deleted when main returns
+        smoke_runs = tempfile.TemporaryDirectory(prefix="rllm-learning-smoke-")
+        args.config, args.steps, args.runs = ["arithmetic_grpo"], 1, Path(smoke_runs.name)
+        args.overrides = [*tiny_training_overrides(), "data.val_size=2", *args.overrides]
     runs = args.runs or ROOT / "runs" / time.strftime("learning-%Y%m%d-%H%M%S")
     rows = args.config or list(ROWS)
     header = "| config | model | steps | wall | validation before → after | gain [95 % interval] | learns |"

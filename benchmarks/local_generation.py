@@ -40,6 +40,7 @@ import torch
 from rllm.models.base import SamplingParams
 from rllm.models.local import LocalModel
 from rllm.testing.ops import decode_step_ops, generate_step_ops
+from smoke import add_smoke_flag, tiny_model_folder
 
 _TOPICS = [
     "the water cycle",
@@ -255,7 +256,11 @@ def main(argv=None) -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--random-init", action="store_true", help="random weights of --model's shape (see above)")
     parser.add_argument("--no-ops", action="store_true", help="skip the operator count")
+    add_smoke_flag(parser)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.model, args.num_prompts, args.new_tokens, args.max_batch_size = tiny_model_folder(), 2, 4, 2
+        args.repeats, args.no_ops = 1, True
 
     from rllm.models.registry import load_causal_lm, load_tokenizer
 

@@ -27,6 +27,7 @@ import time
 
 from rllm.rewards import sandbox as sandbox_module
 from rllm.rewards.sandbox import Sandbox, SandboxLimits
+from smoke import add_smoke_flag, device_line
 
 
 def mean_ms(fn, n: int) -> float:
@@ -83,7 +84,10 @@ def bwrap_only_ms(argv: list[str], n: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=100, help="runs per measurement")
-    n = parser.parse_args().n
+    add_smoke_flag(parser)
+    args = parser.parse_args()
+    n = 3 if args.smoke else args.n
+    print(device_line())
     Sandbox.check()
     sandbox = Sandbox(max_workers=2)
     argv = sandbox.python_argv("-c", "print(1)")

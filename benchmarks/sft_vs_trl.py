@@ -41,6 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from smoke import add_smoke_flag, device_line, tiny_model_folder
+
 MODEL = "smollm2-135m-instruct"
 
 
@@ -68,7 +70,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6, help="paired steps after one warm-up step")
     parser.add_argument("--lora", default="true", choices=["true", "false"])
     parser.add_argument("--method", default="sft", choices=["sft", "dpo"])
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    model_name = tiny_model_folder() if args.smoke else MODEL
+    if args.smoke:
+        args.rows, args.micro_batch, args.steps = 4, 2, 1
+    print(device_line())
     if args.rows % args.micro_batch or args.micro_batch % 2:
         parser.error("--rows must be a multiple of --micro-batch, which must be even")
     if args.method == "dpo" and args.lora == "false":
@@ -87,8 +94,8 @@ def main() -> None:
     from rllm.training.sft_data import export_trl, rows_from_messages
 
     lora = args.lora == "true"
-    tokenizer = load_tokenizer(MODEL)
-    base = load_causal_lm(MODEL)
+    tokenizer = load_tokenizer(model_name)
+    base = load_causal_lm(model_name)
     dpo = args.method == "dpo"
     if dpo:
         pairs, _ = pairs_from_preferences(preferences(args.rows // 2), tokenizer, max_length=1024)
@@ -97,12 +104,12 @@ def main() -> None:
         rows, _ = rows_from_messages(conversations(args.rows), tokenizer, max_length=1024)
     lengths = sorted(len(row) for row in rows)
     tuning = "LoRA r=16" if lora else "full fine-tuning"
-    print(f"{args.method}: model {MODEL}, {args.rows} rows of {lengths[0]}-{lengths[-1]} tokens "
+    print(f"{args.method}: model {model_name}, {args.rows} rows of {lengths[0]}-{lengths[-1]} tokens "
           f"({sum(r.num_loss_tokens for r in rows)} trained), micro-batch {args.micro_batch} rows, {tuning}, "
           f"float32, torch threads {torch.get_num_threads()}")  # fmt: skip
 
     lora_config = LoraConfig(enabled=lora)
-    ours = TorchBackend(ModelConfig(name=MODEL, lora=lora_config), AlgorithmConfig(),
+    ours = TorchBackend(ModelConfig(name=model_name, lora=lora_config), AlgorithmConfig(),
                         OptimConfig(lr=1e-5, micro_batch_size=args.micro_batch, grad_clip=1.0),
                         total_steps=args.steps + 1, model=copy.deepcopy(base), tokenizer=tokenizer)  # fmt: skip
     ours_times: dict[int, float] = {}

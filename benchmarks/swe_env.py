@@ -41,6 +41,7 @@ from rllm.envs.swe.patches import patch_paths
 from rllm.envs.swe.store import swe_home, task_trees
 from rllm.errors import RllmError
 from rllm.rewards.sandbox import Sandbox
+from smoke import add_smoke_flag, device_line
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -378,8 +379,12 @@ def main() -> None:
     parser.add_argument("--per-package", type=int, default=3, help="default tasks: how many tasks of each")
     parser.add_argument("--rounds", type=int, default=10, help="latency: episodes, one at a time")
     parser.add_argument("--calls", type=int, default=5, help="latency: calls of each tool per episode")
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.concurrency, args.episodes, args.packages, args.per_package, args.rounds, args.calls = 2, 2, 1, 1, 1, 1
     Sandbox.check()
+    print(device_line())
 
     plans, why = default_plans(args.packages, args.per_package) if args.task_source == "default" else ([], "")
     if plans:

@@ -22,6 +22,8 @@ import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
+from smoke import add_smoke_flag, device_line
+
 
 def check(task: dict) -> dict:
     from rllm.envs.swe.grading import grade, run_tests
@@ -46,7 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--file", help="a JSONL of task rows (default: the shipped set)")
     parser.add_argument("--jobs", type=int, default=1, help="tasks checked at once (default 1)")
     parser.add_argument("--limit", type=int, default=0, help="check only the first N tasks (by id)")
+    add_smoke_flag(parser)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.limit = 1
+    print(device_line())
     if args.file:
         with open(args.file, encoding="utf-8") as f:
             tasks = [json.loads(line) for line in f if line.strip()]

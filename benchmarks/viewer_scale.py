@@ -23,6 +23,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from smoke import add_smoke_flag, device_line
+
 SERVER = """
 import sys, time
 from rllm.viewer import start_server
@@ -81,7 +83,11 @@ def open_viewer(run: Path, cache: Path, query: str) -> tuple[float, dict, subpro
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=100_000)
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.episodes = 200
+    print(device_line())
     with tempfile.TemporaryDirectory() as tmp:
         run, cache = Path(tmp) / "big-run", Path(tmp) / "index"
         started = time.perf_counter()

@@ -28,6 +28,7 @@ from rllm.models.base import SamplingParams
 from rllm.tasks.shapes import ShapesAgent, make_shapes_tasks
 from rllm.training.backends.torch import TorchBackend
 from rllm.training.batch import TrainingRow
+from smoke import add_smoke_flag, device_line, tiny_model_folder, tiny_vlm_folder
 
 VLM, TEXT = "smolvlm-smollm2-135m", "smollm2-135m-instruct"
 
@@ -80,10 +81,17 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
+    add_smoke_flag(parser)
     args = parser.parse_args()
-    registry.fetch_model(VLM, log=None)
-    sides = {"text": (backend(TEXT), conversations(args.pictures, images=False)),
-             "vlm": (backend(VLM), conversations(args.pictures, images=True))}  # fmt: skip
+    print(device_line())
+    if args.smoke:
+        args.pictures, args.group, args.new_tokens, args.repeats = 1, 2, 2, 1
+        vlm, text = tiny_vlm_folder(), tiny_model_folder()
+    else:
+        registry.fetch_model(VLM, log=None)
+        vlm, text = VLM, TEXT
+    sides = {"text": (backend(text), conversations(args.pictures, images=False)),
+             "vlm": (backend(vlm), conversations(args.pictures, images=True))}  # fmt: skip
     times: dict[str, dict[str, list[float]]] = {side: {"rollout": [], "update": []} for side in sides}
     exact = []
     for _ in range(args.repeats):

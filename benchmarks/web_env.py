@@ -20,6 +20,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from smoke import add_smoke_flag, device_line
+
 
 def pss_mib(pids: list[int]) -> float:
     total = 0
@@ -68,21 +70,21 @@ def latency(episodes: list[tuple[str, int]]) -> None:
     print(f"step:  {percentiles(steps)}  ({len(steps)} steps; not solved: {failed})")
 
 
-def memory() -> None:
+def memory(count: int = 16) -> None:
     from rllm.envs.web.browser import descendant_pids
     from rllm.envs.web.env import WebEnv
 
     envs = [WebEnv({"task": "book-flight", "seed": 0})]
     envs[0].reset()
     one = pss_mib(descendant_pids())
-    for seed in range(1, 16):
+    for seed in range(1, count):
         envs.append(WebEnv({"task": "book-flight", "seed": seed}))
         envs[-1].reset()
-    sixteen = pss_mib(descendant_pids())
+    many = pss_mib(descendant_pids())
     for env in envs:
         env.close()
-    print(f"memory: {one:.0f} MiB PSS with 1 episode open (driver + browser + renderer), {sixteen:.0f} MiB with 16: "
-          f"{(sixteen - one) / 15:.1f} MiB per extra episode")  # fmt: skip
+    print(f"memory: {one:.0f} MiB PSS with 1 episode open (driver + browser + renderer), {many:.0f} MiB with {count}: "
+          f"{(many - one) / (count - 1):.1f} MiB per extra episode")  # fmt: skip
 
 
 def throughput(episodes: list[tuple[str, int]], workers: int) -> float:
@@ -100,7 +102,12 @@ def throughput(episodes: list[tuple[str, int]], workers: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, default=48, help="episodes per measurement (default 48)")
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.episodes = 2
+    workers = (1, 2) if args.smoke else (1, 4, 16)
+    print(device_line())
     from rllm.envs.web.browser import find_chromium, shared_pool
 
     print(f"browser: {find_chromium()}")
@@ -109,9 +116,9 @@ def main() -> None:
     pool.call(lambda: pool.release(slot, context), 30)
     episodes = episodes_of(args.episodes)
     latency(episodes[: min(30, len(episodes))])
-    memory()
-    rates = {workers: throughput(episodes, workers) for workers in (1, 4, 16)}
-    print(f"episodes/s: {rates[16]:.2f}")
+    memory(workers[-1])
+    rates = {count: throughput(episodes, count) for count in workers}
+    print(f"episodes/s: {rates[workers[-1]]:.2f}")
 
 
 if __name__ == "__main__":

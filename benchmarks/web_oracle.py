@@ -15,6 +15,10 @@ import statistics
 import sys
 import time
 
+from smoke import add_smoke_flag, device_line
+
+SMOKE_TASKS = "simple-arithmetic"  # one quick task: --smoke checks the path, not the coverage
+
 
 def main(argv: list[str] | None = None) -> int:
     from rllm.envs.web.oracle import ORACLE_TASKS, run_oracle
@@ -22,7 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=10, help="episodes per task, seeds 0..N-1 (default 10)")
     parser.add_argument("--tasks", default="", help="comma-separated tasks (default: all the oracle covers)")
+    add_smoke_flag(parser)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.seeds, args.tasks = 1, args.tasks or SMOKE_TASKS
+    print(device_line())
     tasks = [t for t in args.tasks.split(",") if t] or list(ORACLE_TASKS)
     started = time.monotonic()
     print(f"{'task':28s} {'mean_reward':>11s} {'episodes':>8s} {'mean_steps':>10s}")
