@@ -30,7 +30,8 @@ TESTS = Path(__file__).parent
 
 
 def is_slow(item: pytest.Item) -> bool:
-    folder = Path(item.path).relative_to(TESTS).parts[0]
+    path = Path(item.path)
+    folder = path.relative_to(TESTS).parts[0] if path.is_relative_to(TESTS) else ""
     markers = {marker.name for marker in item.iter_markers()}
     return folder in SLOW_FOLDERS or bool(markers & SLOW_MARKERS) or bool(SLOW_FIXTURES & set(item.fixturenames))
 
