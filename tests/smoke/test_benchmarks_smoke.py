@@ -79,9 +79,14 @@ def smoke_outputs() -> dict[str, tuple[str, str]]:
         for group in GROUPS
     ]
     outputs = {}
-    for run in runs:
-        text, _ = run.communicate(timeout=400)
-        outputs.update(sections(text))
+    try:
+        for run in runs:
+            text, _ = run.communicate(timeout=400)
+            outputs.update(sections(text))
+    finally:  # a hung benchmark: neither runner outlives the test
+        for run in runs:
+            run.kill()
+            run.wait()
     return outputs
 
 
