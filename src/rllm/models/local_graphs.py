@@ -71,8 +71,12 @@ class DecodeGraphs:
             self.reset()
 
     def reset(self) -> None:
+        """Drop every graph and their memory pool. The pool must go with them: once its last graph is freed the
+        allocator counts no user of it, and a capture that named it again would fail on torch's internal assert
+        (`use_count > 0`), leaving the CUDA generator mid-capture for the whole process."""
         self.graphs.clear()
         self.warmed.clear()
+        self.pool = None
 
     def run(
         self, rows: int, span: int, mode: int, capacity: int, generation: tuple, body: Callable[[int, int, Any], None]
