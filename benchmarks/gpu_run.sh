@@ -4,6 +4,7 @@
 #   bash benchmarks/gpu_run.sh pack      # here, once: what the GPU machine lacks goes into .gpu/ (git-ignored)
 #   bash benchmarks/gpu_run.sh           # there, from the repository root; logs to $OUT (or .gpu/out)
 #   bash benchmarks/gpu_run.sh sizes     # there, a second call if the lease has time left (~3 min)
+#   bash benchmarks/gpu_run.sh generation  # there: steps 1 and 2 alone (~3 min)
 #
 # `pack` copies the embedded models' config, tokenizer and manifest files (no weights: 18 MB with the wheels) into
 # .gpu/home (an RLLM_HOME the tests and benchmarks read on the GPU) and downloads the pure-Python wheels the GPU
@@ -32,7 +33,7 @@ if [ "${1:-run}" = pack ]; then
   $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d "$GPU/whl" pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
-    typing-extensions==4.16.0 gymnasium==1.4.0 farama-notifications==0.0.4
+    typing-extensions==4.16.0 gymnasium==1.4.0 farama-notifications==0.0.4 orjson==3.13.0
   grep -qx "/$GPU/" .git/info/exclude 2>/dev/null || echo "/$GPU/" >> .git/info/exclude
   du -sh "$GPU"
   exit 0
@@ -61,4 +62,4 @@ if [ "${1:-run}" = sizes ]; then
 fi
 step gpu-tests 90 python3 -m pytest -q -p no:cacheprovider tests/gpu
 step gpu-generation 230 python3 "${RESULTS[@]}" gpu-generation-bf16 gpu-generation-fp32
-step gpu-step 260 python3 "${RESULTS[@]}" gpu-step
+[ "${1:-run}" = generation ] || step gpu-step 260 python3 "${RESULTS[@]}" gpu-step
