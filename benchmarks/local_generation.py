@@ -114,6 +114,34 @@ def run_baseline(model, tokenizer, prompts, *, new_tokens: int, greedy: bool, re
     return produced, elapsed
 
 
+def profile_line(local: LocalModel, prompts, *, new_tokens: int) -> str:
+    """Where a LocalModel run's time goes, from torch.profiler: the run's wall time per decode step (its prefills
+    included) against the time the device was busy (the sum of its kernels' time; CPU: n/a) and the kernels a step
+    launched, plus the costliest kernels. Wall well above busy means the host is what to speed up; busy near wall,
+    the kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    on_cuda = local.model.device.type == "cuda"
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if on_cuda else [])]
+    before = local.stats["decode_steps"]
+    with profile(activities=activities) as prof:
+        _, seconds, _ = run_local(local, prompts, new_tokens=new_tokens, greedy=False, seed=0)
+    steps = max(1, local.stats["decode_steps"] - before)
+    line = f"profile: {steps} decode steps, wall {seconds / steps * 1e3:.2f} ms a step"
+    if not on_cuda:
+        return line + " (device busy time: n/a on a CPU)"
+    kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy = sum(e.self_device_time_total for e in kernels) / 1e3  # microseconds -> ms
+    launched = sum(e.count for e in kernels)
+    top = sorted(kernels, key=lambda e: -e.self_device_time_total)[:5]
+    named = ", ".join(f"{e.key[:40]} {e.self_device_time_total / 1e3 / steps:.2f}" for e in top)
+    share = busy / (seconds * 1e3)
+    return (
+        f"{line}, device busy {busy / steps:.2f} ms a step ({share:.0%} of wall), "
+        f"{launched / steps:.0f} kernels a step; top kernels (ms a step): {named}"
+    )
+
+
 def run_local(local: LocalModel, prompts, *, new_tokens: int, greedy: bool, seed: int):
     sampling = SamplingParams(temperature=0.0 if greedy else 1.0, max_tokens=new_tokens)
 
@@ -256,11 +284,12 @@ def main(argv=None) -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--random-init", action="store_true", help="random weights of --model's shape (see above)")
     parser.add_argument("--no-ops", action="store_true", help="skip the operator count")
+    parser.add_argument("--profile", action="store_true", help="profile one more LocalModel run (see profile_line)")
     add_smoke_flag(parser)
     args = parser.parse_args(argv)
     if args.smoke:
         args.model, args.num_prompts, args.new_tokens, args.max_batch_size = tiny_model_folder(), 2, 4, 2
-        args.repeats, args.no_ops = 1, True
+        args.repeats, args.no_ops, args.profile = 1, True, True
 
     from rllm.models.registry import load_causal_lm, load_tokenizer
 
@@ -337,6 +366,8 @@ def main(argv=None) -> None:
     else:
         print(f"LocalModel ran {achieved:.1f} GFLOP/s of matmul work (median run); peak GPU memory "
               f"{torch.cuda.max_memory_allocated(model.device) / 2**30:.1f} GiB")  # fmt: skip
+    if args.profile:
+        print(profile_line(local, prompts, new_tokens=max(8, args.new_tokens // 4)))
     local.close()
     if not args.no_ops:
         print(ops_line(local.model, tokenizer, build_prompts(tokenizer, 16)))

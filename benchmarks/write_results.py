@@ -58,8 +58,8 @@ RUNS = [
     ("busy-machine", "Generation + a GRPO update of SmolLM2-135M, idle and beside 2 busy processes: the default "
      "thread count vs fixed ones", ["benchmarks/busy_machine.py"], r"^(idle|loaded): |^verdict"),
     ("gpu-generation-bf16", "LocalModel vs transformers `generate` on a GPU, Qwen2.5-0.5B shape (random init), "
-     "bfloat16, 64 prompts x 256 tokens", [*_GPU_GENERATION, "--dtype", "bfloat16"],
-     r"^sampled |^ops per decode step|^LocalModel ran"),
+     "bfloat16, 64 prompts x 256 tokens", [*_GPU_GENERATION, "--dtype", "bfloat16", "--profile"],
+     r"^sampled |^ops per decode step|^LocalModel ran|^profile:"),
     ("gpu-generation-fp32", "LocalModel vs transformers `generate` on a GPU, Qwen2.5-0.5B shape (random init), "
      "float32, 64 prompts x 256 tokens", [*_GPU_GENERATION, "--dtype", "float32", "--no-ops"], r"^sampled "),
     ("gpu-step", "GPU-sized GRPO step of `rllm train` (Qwen2.5-0.5B shape, 16 tasks x 8 samples x 256 tokens), "
