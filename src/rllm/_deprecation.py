@@ -71,13 +71,42 @@ def moved_attribute(module: str, name: str) -> Any:
     new = MOVED_NAMES.get(f"{module}.{name}")
     if new is None:
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
-    warn_renamed(f"{module}.{name}", new, stacklevel=4)
+    warn_renamed(f"{module}.{name}", new)
     path, _, attribute = new.rpartition(".")
     return getattr(importlib.import_module(path), attribute)
 
 
-def warn_renamed(old: str, new: str, *, stacklevel: int = 3) -> None:
-    warnings.warn(_renamed_message(old, new), DeprecationWarning, stacklevel=stacklevel)
+# Packages whose frames stand between a user's line and the deprecated thing it used: rllm itself (a constructor
+# forwarding keyword arguments to its base class, a config validator), the import system (an old module path) and
+# pydantic (which calls rllm's validators).
+_INTERNAL_PACKAGES = ("rllm", "importlib", "pydantic", "pydantic_core")
+
+
+def warn_renamed(old: str, new: str) -> None:
+    """A DeprecationWarning attributed to the user's line: the first frame outside `_INTERNAL_PACKAGES`, however
+    many of rllm's own calls lie in between. A fixed stacklevel would point into rllm wherever a call goes through
+    one more frame (a subclass's `__init__`), and Python's default filters hide warnings attributed to a library."""
+    message = _renamed_message(old, new)
+    frame = sys._getframe(1)
+    while frame is not None and _is_internal(frame.f_globals.get("__name__", "")):
+        frame = frame.f_back
+    if frame is None:  # called from rllm at the top of the stack (no user code): attribute it to the caller
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return
+    caller_globals = frame.f_globals
+    warnings.warn_explicit(  # what warnings.warn does once it has found its frame
+        message,
+        DeprecationWarning,
+        frame.f_code.co_filename,
+        frame.f_lineno,
+        module=caller_globals.get("__name__", "<string>"),
+        registry=caller_globals.setdefault("__warningregistry__", {}),
+        module_globals=caller_globals,
+    )
+
+
+def _is_internal(module: str) -> bool:
+    return module.partition(".")[0] in _INTERNAL_PACKAGES
 
 
 def _renamed_message(old: str, new: str) -> str:
@@ -88,9 +117,7 @@ class RenamedTwiceError(TypeError, ValueError):
     """An old name and its new one were both given (a TypeError for arguments, a ValueError for pydantic)."""
 
 
-def apply_renames(
-    values: dict[str, Any], renames: dict[str, str], label: str, *, stacklevel: int = 4
-) -> dict[str, Any]:
+def apply_renames(values: dict[str, Any], renames: dict[str, str], label: str) -> dict[str, Any]:
     """`values` with old keys replaced by their new ones, warning for each; giving both is an error. `label` shows
     a key as the user wrote it: `"AgentWorkflowEngine({}=...)"`, `"config key rollout.{}"`."""
     out = dict(values)
@@ -102,7 +129,7 @@ def apply_renames(
                 f"{label.format(old)} (deprecated) and {label.format(new)} are both given; "
                 f"keep only {label.format(new)}"
             )
-        warn_renamed(label.format(old), label.format(new), stacklevel=stacklevel)
+        warn_renamed(label.format(old), label.format(new))
         out[new] = out.pop(old)
     return out
 
@@ -115,7 +142,7 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec: Any) -> Any:
         new = MOVED_MODULES[spec.name]
-        warn_renamed(f"module {spec.name}", new)  # stacklevel 3: import machinery frames are skipped
+        warn_renamed(f"module {spec.name}", new)  # at the importing line: the import system's frames are skipped
         module = importlib.import_module(new)
         spec.loader_state = module.__spec__  # the import system is about to overwrite it with the old path's
         return module

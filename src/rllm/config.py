@@ -244,7 +244,7 @@ class RolloutConfig(_Section):
     def _renamed_keys(cls, data: Any) -> Any:
         """Old key names keep working for one release, with a DeprecationWarning naming the new one."""
         if isinstance(data, dict):
-            return apply_renames(data, _RENAMED_ROLLOUT_KEYS, "config key rollout.{}", stacklevel=2)
+            return apply_renames(data, _RENAMED_ROLLOUT_KEYS, "config key rollout.{}")
         return data
 
     def to_sampling(self, *, validation: bool = False, seed: int | None = None) -> SamplingParams:
@@ -992,7 +992,7 @@ def _apply_override(data: dict[str, Any], override: str) -> None:
         raise ConfigError(f"override {override!r} has no value after '='; write {key}=null to unset it")
     parts = key.split(".")
     if len(parts) == 2 and parts[0] == "rollout" and parts[1] in _RENAMED_ROLLOUT_KEYS:
-        warn_renamed(f"config key rollout.{parts[1]}", f"rollout.{_RENAMED_ROLLOUT_KEYS[parts[1]]}", stacklevel=4)
+        warn_renamed(f"config key rollout.{parts[1]}", f"rollout.{_RENAMED_ROLLOUT_KEYS[parts[1]]}")
         parts[1] = _RENAMED_ROLLOUT_KEYS[parts[1]]
     _check_path(parts, override)
     try:

@@ -67,7 +67,7 @@ def _old_flag_overrides(args: argparse.Namespace) -> list[str]:
     for name, value in given.items():
         new = [f"{key}={value}" for key in keys[name]]
         if name != "server":
-            warn_renamed(f"rllm eval --{name.replace('_', '-')}", " ".join(new), stacklevel=2)
+            warn_renamed(f"rllm eval --{name.replace('_', '-')}", " ".join(new))
         overrides.extend(new)
     return overrides
 

@@ -128,5 +128,5 @@ class _TasksByName(Mapping):
 
 def builtin_tasks_mapping(module: str) -> Mapping[str, Task]:
     """The old `BUILTIN_TASKS`, served by `rllm.data` and by this package (the old `rllm.data.builtin`)."""
-    warn_renamed(f"{module}.BUILTIN_TASKS", "rllm.tasks.get_task(name) (names: rllm.tasks.TASK_NAMES)", stacklevel=4)
+    warn_renamed(f"{module}.BUILTIN_TASKS", "rllm.tasks.get_task(name) (names: rllm.tasks.TASK_NAMES)")
     return _TasksByName()
