@@ -56,7 +56,7 @@ models: install
 	$(RLLM) fetch smollm2-135m-instruct
 	$(RLLM) fetch qwen2.5-coder-0.5b-instruct
 
-# Code rewards run model-written programs only inside bubblewrap (rllm.rewards.sandbox); Debian's package.
+# Code rewards run model-written programs only inside bubblewrap (rllm.sandbox); Debian's package.
 # SWE tasks need git too, on the host and (through the read-only /usr) in the sandbox: bugs and fixes are applied
 # with `git apply`, and an episode's /testbed is a git repository.
 sandbox:

@@ -17,16 +17,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import shlex
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
-from rllm.rewards import sandbox as sandbox_module
-from rllm.rewards.sandbox import Sandbox, SandboxLimits
+from rllm.sandbox import Sandbox, bwrap_only_command
 from smoke import add_smoke_flag, device_line
 
 
@@ -64,21 +60,8 @@ def parallel_runs_per_s(sandbox: Sandbox, argv: list[str], n: int) -> float:
 
 def bwrap_only_ms(argv: list[str], n: int) -> float:
     """bwrap with the sandbox's namespaces and mounts, but no cgroup, launcher, rlimits or output pump."""
-    tools = sandbox_module._find_tools(as_root=os.geteuid() == 0)
-    read_end, write_end = (sandbox_module._above_stdio(fd) for fd in os.pipe())
-    command = [*sandbox_module._bwrap_argv(tools, SandboxLimits(), {}, write_end, 5, sandbox_module._Layout()), *argv]
-    shared = [sandbox_module._root_user_namespace()] if tools.setpriv else []
-    userns = f"4<&{shared[0]}" if shared else ""  # as root, bwrap finds its user namespace on fd 4
-    with tempfile.NamedTemporaryFile() as seccomp:  # opened afresh on fd 5 for every run: bwrap reads it to the end
-        seccomp.write(sandbox_module._seccomp_filter())
-        seccomp.flush()
-        redirects = f"3>/dev/null {userns} 5<{shlex.quote(seccomp.name)}"  # 3: result
-        command = [tools.bash, "-c", f'exec {redirects}; exec "$@"', "bwrap-only", *command]
-        try:
-            return mean_ms(lambda: quiet(command, env={}, pass_fds=(write_end, *shared)), n)
-        finally:
-            os.close(read_end)
-            os.close(write_end)
+    with bwrap_only_command(argv) as (command, fds):
+        return mean_ms(lambda: quiet(command, env={}, pass_fds=fds), n)
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ sdist from PyPI: `materialize <package>` times it apart from every other figure.
 - throughput: `--episodes` scripted episodes, `--concurrency` at a time on a thread pool, each reset -> view -> bash
   -> the fix by str_replace -> finish (graded) -> close; every reward must be 1.0 (those that are not are counted),
   with reset and finish times under that load (finish waits for a grader).
-Grading runs on the shared sandbox's 2 workers (rllm.rewards.sandbox.default_sandbox), so at most 2 graders run at
+Grading runs on the shared sandbox's 2 workers (rllm.sandbox.default_sandbox), so at most 2 graders run at
 once whatever the concurrency. It needs what the sandbox needs (bubblewrap, a writable cgroup; root for the overlay).
 """
 
@@ -40,7 +40,7 @@ from rllm.envs.swe.grading import grade
 from rllm.envs.swe.patches import patch_paths
 from rllm.envs.swe.store import swe_home, task_trees
 from rllm.errors import RllmError
-from rllm.rewards.sandbox import Sandbox
+from rllm.sandbox import Sandbox
 from smoke import add_smoke_flag, device_line
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -47,6 +47,11 @@ MOVED_MODULES: dict[str, str] = {
     "rllm.envs.math": "rllm.tasks.math",
     "rllm.training.rft": "rllm.rft",  # it runs an eval and then SFT, so it sits above both
     "rllm.workflows.rollout_fn": "rllm.gateway.rollout",  # @rllm.rollout belongs to the gateway it runs through
+    # the sandbox is one package of its own, below rewards and tools (rllm.sandbox's public names)
+    "rllm.rewards._cgroup": "rllm.sandbox._cgroup",
+    "rllm.rewards.sandbox": "rllm.sandbox.runner",
+    "rllm.rewards.sandbox_process": "rllm.sandbox.process",
+    "rllm.rewards.sandbox_session": "rllm.sandbox.session",
 }
 
 

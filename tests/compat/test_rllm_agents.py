@@ -35,7 +35,7 @@ def engine(agent_class: type, env_class: type, script, max_steps: int) -> AgentW
 
 @pytest.fixture(scope="module")
 def calc_task(tmp_path_factory) -> dict:
-    from rllm.rewards.sandbox import Sandbox
+    from rllm.sandbox import Sandbox
 
     Sandbox.check()
     with pytest.MonkeyPatch.context() as mp:

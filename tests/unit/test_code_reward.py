@@ -32,7 +32,7 @@ DOUBLE = {"format": "call", "fn_name": "double", "cases": [{"args": [2], "output
 
 @pytest.fixture(scope="module")
 def sandbox():
-    from rllm.rewards.sandbox import Sandbox
+    from rllm.sandbox import Sandbox
 
     Sandbox.check()  # fails, naming what to install, rather than skipping: these tests are the reward's guarantee
     return Sandbox(max_workers=2)

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from rllm.errors import RllmError
-from rllm.rewards import _cgroup as cgroup_module
-from rllm.rewards import sandbox as sandbox_module
-from rllm.rewards.sandbox import Sandbox, SandboxLimits, SandboxResult, SandboxUnavailableError
+from rllm.sandbox import Sandbox, SandboxLimits, SandboxResult, SandboxUnavailableError
+from rllm.sandbox import _cgroup as cgroup_module
+from rllm.sandbox import runner as sandbox_module
 
 LIMITS = SandboxLimits(wall_s=5, cpu_s=5, memory_mb=192, pids=32, tmpfs_mb=16, output_bytes=256 << 10)
 
@@ -354,7 +354,7 @@ def test_killed_runs_leave_no_orphans_to_pid_1():
     A child subreaper stands in for that PID 1 and collects whatever is orphaned to it."""
     script = """
 import ctypes, os
-from rllm.rewards.sandbox import Sandbox, SandboxLimits
+from rllm.sandbox import Sandbox, SandboxLimits
 ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
 sandbox = Sandbox(SandboxLimits(wall_s=0.5))
 codes = ["while True: pass", "import sys\\nwhile True: sys.stdout.write('x' * 65536)"] * 3

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from rllm.errors import InfraError
-from rllm.rewards.sandbox import RepoMount, Sandbox, SandboxLimits, make_editable
-from rllm.rewards.sandbox_session import SessionClosedError
+from rllm.sandbox import RepoMount, Sandbox, SandboxLimits, SessionClosedError, make_editable
 
 LIMITS = SandboxLimits(wall_s=10, cpu_s=10, memory_mb=256, pids=32, tmpfs_mb=16)
 
@@ -81,7 +80,7 @@ def test_layout_mistakes_are_named(tree):
 
 
 def test_a_failed_repo_setup_is_an_infra_error(tree, monkeypatch):
-    from rllm.rewards import sandbox as sandbox_module
+    from rllm.sandbox import runner as sandbox_module
 
     monkeypatch.setattr(sandbox_module, "_COPY_REPO", sandbox_module._COPY_REPO.replace("cp -R", "false"))
     with pytest.raises(InfraError, match="cannot copy the repository"):

@@ -12,7 +12,7 @@ from rllm.agents.swe import SWEAgent
 from rllm.engine import AgentExecutionEngine
 from rllm.envs.swe.env import SWEEnv
 from rllm.models.fake import FakeModel
-from rllm.rewards.sandbox import Sandbox
+from rllm.sandbox import Sandbox
 from rllm.types import ModelOutput, TerminationReason
 from tests.unit.swe_fixtures import make_calc_task
 

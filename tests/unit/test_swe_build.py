@@ -163,7 +163,7 @@ SWE_BENCH_KEYS = {"instance_id", "repo", "version", "base_commit", "problem_stat
 @pytest.fixture(scope="module")
 def inflection_rows():
     from rllm.envs.swe.build import build_package
-    from rllm.rewards.sandbox import Sandbox
+    from rllm.sandbox import Sandbox
 
     Sandbox.check()
     first = build_package("inflection", "0.5.1", seed=3, per_package=2, jobs=2)
@@ -213,7 +213,7 @@ def test_the_shipped_set():
 def test_a_sample_of_the_shipped_tasks_is_solved_by_its_patch_and_fails_unchanged():
     from rllm.envs.swe.grading import grade, run_tests
     from rllm.envs.swe.store import task_trees
-    from rllm.rewards.sandbox import Sandbox
+    from rllm.sandbox import Sandbox
 
     Sandbox.check()
     rows = load_default_tasks()
@@ -226,7 +226,7 @@ def test_a_sample_of_the_shipped_tasks_is_solved_by_its_patch_and_fails_unchange
 
 def test_a_statement_names_the_call_what_it_returns_and_what_it_should(tmp_path):
     from rllm.envs.swe.statements import restate
-    from rllm.rewards.sandbox import Sandbox
+    from rllm.sandbox import Sandbox
     from tests.unit.swe_fixtures import make_calc_task
 
     Sandbox.check()

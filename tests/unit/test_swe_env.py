@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rllm.envs.swe.env import SWEEnv
-from rllm.rewards.sandbox import Sandbox
+from rllm.sandbox import Sandbox
 from tests.unit.swe_fixtures import BUGGY, CALC, make_calc_task
 
 

@@ -8,7 +8,7 @@ import pytest
 from rllm.envs.swe.grading import check_submission, grade, run_tests, verdict
 from rllm.envs.swe.patches import diff_files
 from rllm.envs.swe.store import task_trees
-from rllm.rewards.sandbox import Sandbox
+from rllm.sandbox import Sandbox
 from tests.unit.swe_fixtures import BUGGY, CALC, TESTS, make_calc_task
 
 

@@ -315,7 +315,7 @@ def test_grader_applies_the_diff_in_a_fresh_container(tmp_path, fake_docker, mon
 
 
 def test_grader_timeout_and_session_wall_clock_remove_the_container(tmp_path, fake_docker, monkeypatch):
-    from rllm.rewards.sandbox_session import SessionClosedError
+    from rllm.sandbox import SessionClosedError
 
     monkeypatch.setattr(swe_docker, "eval_spec", lambda task: EvalSpec("exec sleep 30\n", lambda log: {}))
     task = load_one(tmp_path)

@@ -2,7 +2,7 @@
 
 `code_reward(task, response)` takes the last ```python block of the reply (`extract_code`) and runs `task["tests"]`
 through `run_code_tests`, which executes `code_runner.py` (a trusted script, copied fresh into the sandbox for every
-run) under `rllm.rewards.sandbox`. The runner's worker forks one child per test; the verdict comes only from the
+run) under `rllm.sandbox`. The runner's worker forks one child per test; the verdict comes only from the
 runner's judge over the sandbox's result channel (fd 3), which the children close before any solution code runs.
 
 Test formats (`tests`, after `normalise_tests`):
@@ -242,7 +242,7 @@ def run_code_tests(
     job, hidden = _job(code, spec, cases, per_test_timeout_s, total_timeout_s, stop_at_first_failure)
     job_bytes = f"{json.dumps(job)}\n{json.dumps(hidden)}".encode()  # the runner's judge keeps the second line
     if sandbox is None:
-        from rllm.rewards.sandbox import default_sandbox
+        from rllm.sandbox import default_sandbox
 
         sandbox = default_sandbox()
     result = sandbox.run(
@@ -293,7 +293,7 @@ def _runner_source() -> bytes:
 def _limits(sandbox: Any, n_tests: int, total_timeout_s: float) -> Any:
     base = getattr(sandbox, "limits", None)
     if base is None:
-        from rllm.rewards.sandbox import SandboxLimits
+        from rllm.sandbox import SandboxLimits
 
         base = SandboxLimits()
     return dataclasses.replace(

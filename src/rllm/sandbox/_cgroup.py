@@ -1,4 +1,4 @@
-"""Per-run cgroups for the sandbox (`rllm.rewards.sandbox`): memory (no swap) and pids limits, OOM and pid-limit
+"""Per-run cgroups for the sandbox (`rllm.sandbox.runner`): memory (no swap) and pids limits, OOM and pid-limit
 detection, kill and removal. cgroup v1 has a directory per controller (pids, memory), v2 one directory; a cgroup
 left by a crashed host process is swept on the next run."""
 

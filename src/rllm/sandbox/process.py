@@ -1,5 +1,5 @@
-"""The process plumbing every sandboxed run shares: the one-shot runs of `rllm.rewards.sandbox` and the long-lived
-sessions of `rllm.rewards.sandbox_session` and the SWE environments (`rllm.envs.swe`). A capped output buffer, the
+"""The process plumbing every sandboxed run shares: the one-shot runs of `rllm.sandbox.runner` and the long-lived
+sessions of `rllm.sandbox.session` and the SWE environments (`rllm.tasks.swe`). A capped output buffer, the
 kill that takes a run down with everything it started, reading bwrap's status channel, exit codes and signals, and
 the host Python that the sandbox exposes read-only. One module below both, so that neither reaches into the other's
 private names.
@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rllm.rewards._cgroup import Cgroup
+from rllm.sandbox._cgroup import Cgroup
 
 __all__ = ["CappedBuffer", "bwrap_status", "host_python", "kill_run", "signal_of"]
 

@@ -59,15 +59,25 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from rllm.errors import InfraError, SandboxUnavailableError
-from rllm.rewards._cgroup import NO_CGROUP, Cgroup, write_file
-from rllm.rewards.sandbox_process import CappedBuffer, bwrap_status, host_python, kill_run, signal_of
+from rllm.sandbox._cgroup import NO_CGROUP, Cgroup, write_file
+from rllm.sandbox.process import CappedBuffer, bwrap_status, host_python, kill_run, signal_of
 
-__all__ = ["RepoMount", "Sandbox", "SandboxLimits", "SandboxResult", "SandboxUnavailableError", "default_sandbox"]
+__all__ = [
+    "RepoMount",
+    "Sandbox",
+    "SandboxLimits",
+    "SandboxResult",
+    "SandboxUnavailableError",
+    "bwrap_only_command",
+    "default_sandbox",
+    "make_editable",
+]
 
 BWRAP = "bwrap"  # resolved on PATH when checked
 WORKDIR = "/work"
@@ -546,7 +556,7 @@ class Sandbox:
         """Start argv as a long-lived program spoken to in JSON lines (`SandboxSession`): one sandbox that lives
         as long as an episode, as a container per episode does elsewhere. `limits.wall_s` bounds its whole life.
         Sessions take no `max_workers` slot: the caller bounds how many are open."""
-        from rllm.rewards.sandbox_session import SandboxSession
+        from rllm.sandbox.session import SandboxSession
 
         checked = _checked_files(files or {})
         layout = _Layout.of(repo, ro_binds, env, cwd)
@@ -674,6 +684,29 @@ class Sandbox:
 
 _default: Sandbox | None = None
 _default_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def bwrap_only_command(
+    argv: list[str], limits: SandboxLimits | None = None
+) -> Iterator[tuple[list[str], tuple[int, ...]]]:
+    """For measuring what bwrap alone costs a run (benchmarks/sandbox_throughput.py): `argv` under bwrap with the
+    sandbox's namespaces, mounts and seccomp filter, but no cgroup, rlimits or output pump; its result channel (fd 3)
+    goes to /dev/null. Yields the command and the fds it needs: `subprocess.run(command, env={}, pass_fds=fds)`, as
+    many times as wanted inside the `with` (each run reads the seccomp filter afresh from a file)."""
+    tools = _find_tools(as_root=os.geteuid() == 0)
+    with contextlib.ExitStack() as stack:
+        read_end, write_end = (_above_stdio(fd) for fd in os.pipe())
+        stack.callback(os.close, read_end)
+        stack.callback(os.close, write_end)
+        seccomp = stack.enter_context(tempfile.NamedTemporaryFile())
+        seccomp.write(_seccomp_filter())
+        seccomp.flush()
+        command = [*_bwrap_argv(tools, limits or SandboxLimits(), {}, write_end, 5, _Layout()), *argv]
+        shared = (_root_user_namespace(),) if tools.setpriv else ()
+        userns = f"4<&{shared[0]}" if shared else ""  # as root, bwrap finds its user namespace on fd 4
+        redirects = f"3>/dev/null {userns} 5<{shlex.quote(seccomp.name)}"
+        yield [tools.bash, "-c", f'exec {redirects}; exec "$@"', "bwrap-only", *command], (write_end, *shared)
 
 
 def default_sandbox() -> Sandbox:

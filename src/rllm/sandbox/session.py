@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rllm.errors import InfraError
-from rllm.rewards.sandbox_process import CappedBuffer, bwrap_status, kill_run, signal_of
+from rllm.sandbox.process import CappedBuffer, bwrap_status, kill_run, signal_of
 
 __all__ = ["SandboxSession", "SessionClosedError"]
 

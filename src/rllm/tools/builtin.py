@@ -97,7 +97,7 @@ def _bounded(value: Any) -> int | float:
 
 
 class PythonTool(Tool):
-    """Runs Python code in `rllm.rewards.sandbox` (no network, no host files) and returns what it printed."""
+    """Runs Python code in `rllm.sandbox` (no network, no host files) and returns what it printed."""
 
     name = "python"
     description = (
@@ -111,7 +111,7 @@ class PythonTool(Tool):
     }
 
     def __init__(self, *, sandbox: Any = None, limits: Any = None, max_output_chars: int = 4000) -> None:
-        from rllm.rewards.sandbox import SandboxLimits
+        from rllm.sandbox import SandboxLimits
 
         self._sandbox = sandbox  # None: the process-wide default sandbox, created on first use
         # Under the registry's default 10 s timeout, so a runaway program is reported as such, not as a timeout.
@@ -121,7 +121,7 @@ class PythonTool(Tool):
     @property
     def sandbox(self) -> Any:
         if self._sandbox is None:
-            from rllm.rewards.sandbox import default_sandbox
+            from rllm.sandbox import default_sandbox
 
             self._sandbox = default_sandbox()
         return self._sandbox

@@ -112,7 +112,7 @@ def _pytest_module_files() -> dict[str, bytes]:
 def run_pytest_row(code: str, tests: str, *, sandbox: Any = None) -> dict:
     """Run the pytest file `tests` against `code` (as `solution.py`) in the sandbox; rLLM-style metadata with
     `all_passed`."""
-    from rllm.rewards.sandbox import default_sandbox
+    from rllm.sandbox import default_sandbox
 
     sandbox = sandbox if sandbox is not None else default_sandbox()
     count = max(1, tests.count("def test"))
@@ -139,7 +139,7 @@ def _limits(sandbox: Any, wall_s: float) -> Any:
     import dataclasses
     import math
 
-    from rllm.rewards.sandbox import SandboxLimits
+    from rllm.sandbox import SandboxLimits
 
     base = getattr(sandbox, "limits", None) or SandboxLimits()
     return dataclasses.replace(base, wall_s=wall_s, cpu_s=max(base.cpu_s, math.ceil(wall_s)))

@@ -351,7 +351,7 @@ def build_package(
     """Up to `per_package` task rows of one package (see the module docstring) and the counts of what was tried.
     `jobs` candidates run at once; the result does not depend on it (candidates are decided in their order)."""
     from rllm.envs.swe.store import fetch_sdist, pristine_tree, swe_home
-    from rllm.rewards.sandbox import make_editable
+    from rllm.sandbox import make_editable
 
     archive = fetch_sdist(name, version, sha256)
     sdist = {

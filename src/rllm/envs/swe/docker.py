@@ -5,7 +5,7 @@ Needs the `docker` CLI and a reachable engine (`docker info` must answer; a remo
 server's files are bind-mounted from this machine), and for grading `pip install swebench` (optional, not a
 dependency of rllm: it pulls docker, datasets and modal).
 
-- `DockerSession(image, ...)`: the episode's workspace, spoken to like rllm.rewards.sandbox_session.SandboxSession
+- `DockerSession(image, ...)`: the episode's workspace, spoken to like rllm.sandbox.SandboxSession
   (`request`, `close`, `alive`): `docker run -i --rm --init --network none` with memory and pids limits, the
   workspace server (workspace_server.py, standard library only) bind-mounted read-only at /rllm and run by the
   image's first Python >= 3.7, on /testbed with `RLLM_SWE_BASE=git` (the image's /testbed is a git checkout at
@@ -36,8 +36,7 @@ from types import SimpleNamespace
 from rllm.envs.swe.grading import GradeResult, TestRun, check_submission, verdict
 from rllm.envs.swe.swebench import docker_image, eval_spec
 from rllm.errors import InfraError, RllmError
-from rllm.rewards.sandbox_process import CappedBuffer
-from rllm.rewards.sandbox_session import SandboxSession
+from rllm.sandbox import CappedBuffer, SandboxSession
 
 __all__ = [
     "DockerError",

@@ -2,7 +2,7 @@
 
 A task is a dataset row in SWE-bench's format (`instance_id`, `problem_statement`, `patch`, `test_patch`,
 `FAIL_TO_PASS`, `PASS_TO_PASS`, ...; see rllm.envs.swe.build for the generated ones). Per episode:
-- `reset()` starts one sandbox session (rllm.rewards.sandbox_session) holding the task's base tree at /testbed: an
+- `reset()` starts one sandbox session (rllm.sandbox.session) holding the task's base tree at /testbed: an
   overlay on a size-capped tmpfs over the read-only tree (nothing is copied, nothing of the host is writable), the
   hidden tests absent, no network, its own PID namespace, a cgroup, rlimits and a wall clock for the episode. The
   first observation is the issue; `info["tools"]` holds the scaffold's JSON-schema tools.
@@ -100,8 +100,7 @@ class SWEEnv(BaseEnv):
 
     def reset(self) -> tuple[Any, dict]:
         from rllm.envs.swe.store import RUNTIME_MOUNT, runtime_dir, task_trees
-        from rllm.rewards.sandbox import RepoMount, SandboxLimits, default_sandbox
-        from rllm.rewards.sandbox_process import host_python
+        from rllm.sandbox import RepoMount, SandboxLimits, default_sandbox, host_python
 
         self.close()
         self.result, self.tool_errors, self.tool_calls = None, {}, {}
@@ -133,7 +132,7 @@ class SWEEnv(BaseEnv):
         return issue_prompt(self.task), {"tools": tool_schemas(self.scaffold)}
 
     def step(self, action: Any) -> tuple[Any, float, bool, dict]:
-        from rllm.rewards.sandbox_session import SessionClosedError
+        from rllm.sandbox import SessionClosedError
 
         action = action if isinstance(action, dict) else {"tool_calls": [], "content": str(action or ""), "errors": []}
         calls, errors = action.get("tool_calls") or [], action.get("errors") or []
@@ -196,7 +195,7 @@ class SWEEnv(BaseEnv):
 
     def _grade(self, detail: str = "") -> None:
         from rllm.envs.swe.grading import GradeResult, grade
-        from rllm.rewards.sandbox_session import SessionClosedError
+        from rllm.sandbox import SessionClosedError
 
         try:
             reply = self.session.request({"op": "diff"}, timeout_s=120) if self.session else None
@@ -251,7 +250,7 @@ def _tool_message(call: dict, name: str, content: str) -> dict:
 def _python_bin() -> Path:
     """A directory with `python` and `python3` naming the sandbox's interpreter (it is not on the sandbox's PATH)."""
     from rllm.envs.swe.store import swe_home
-    from rllm.rewards.sandbox_process import host_python
+    from rllm.sandbox import host_python
 
     directory = swe_home() / "bin"
     directory.mkdir(parents=True, exist_ok=True)

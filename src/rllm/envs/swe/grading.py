@@ -129,7 +129,7 @@ def run_tests(
 ) -> TestRun:
     """Run pytest on `tree` in a fresh sandbox (writes land on a tmpfs, never in `tree`), after applying `diff`.
     `trace=True` records each test's calls into the package (rllm_swe_trace: for task statements, not grading)."""
-    from rllm.rewards.sandbox import RepoMount, SandboxLimits, default_sandbox
+    from rllm.sandbox import RepoMount, SandboxLimits, default_sandbox
 
     sandbox = sandbox or default_sandbox()
     nonce = secrets.token_hex(8)

@@ -6,7 +6,7 @@ repository trees an episode and its grader see. All under `$RLLM_HOME/swe` (defa
 - `pristine_tree(...)`: the sdist unpacked once, read-only by convention: the package as released, tests included.
 - `runtime_dir()`: pytest and coverage installed once with `pip install --target` (pinned), bound read-only into the
   sandbox at `/opt/rllm-swe` and first on its PYTHONPATH, so a repository cannot shadow them. The sandbox's Python
-  is the host's own base interpreter with its site-packages hidden (rllm.rewards.sandbox).
+  is the host's own base interpreter with its site-packages hidden (rllm.sandbox).
 - `task_trees(task)`: a task's two trees, made once (keyed by its id, source and patches): `full` = the released
   package (or the row's local `repo_dir`) with the task's bug in it, i.e. its `patch` reversed (what the grader
   tests); `base` = `full` without the hidden test files (what the agent gets). Both are handed to the sandbox's user
@@ -199,7 +199,7 @@ def runtime_dir() -> Path:
 def task_trees(task: dict) -> tuple[Path, Path]:
     """(base, full) trees of a generated task (see the module docstring), made once."""
     from rllm.envs.swe.patches import apply_patch, patch_paths
-    from rllm.rewards.sandbox import make_editable
+    from rllm.sandbox import make_editable
 
     if task.get("repo_dir"):  # a local pristine tree (the user's own repository, or a test's)
         pristine, source = Path(task["repo_dir"]), str(Path(task["repo_dir"]).resolve())

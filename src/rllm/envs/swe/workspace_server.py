@@ -1,6 +1,6 @@
 """The SWE workspace server: runs inside the sandbox for a whole episode and carries out the agent's tool calls on
 the repository at /testbed. Standard library only (the sandbox's Python has nothing else); it speaks one JSON
-object per line on stdin/stdout (rllm.rewards.sandbox_session).
+object per line on stdin/stdout (rllm.sandbox.session).
 
 Requests: {"op": "tool", "name": ..., "args": {...}, "timeout_s": s, "max_chars": n} -> {"output": str,
 "is_error": bool, "error_kind": str | None}; {"op": "diff"} -> {"diff": str, "skipped": [paths]};

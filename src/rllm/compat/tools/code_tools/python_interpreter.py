@@ -1,5 +1,5 @@
 """rLLM v0.2's python tool, `PythonInterpreter` (`tools=["python"]`), running the code in rllm's sandbox
-(`rllm.rewards.sandbox`: no network, no host files, CPU, memory and output limits).
+(`rllm.sandbox`: no network, no host files, CPU, memory and output limits).
 
 How its output differs from rLLM's local backend: rLLM shows the value of a last bare expression *instead of* what
 was printed; here it is printed after what the program printed, as a notebook cell shows it (the program's last line
@@ -43,7 +43,7 @@ class PythonInterpreter(CodeTool):
         if backend != "local":
             raise RllmError(
                 f"PythonInterpreter(backend={backend!r}): rllm runs code in its own sandbox only; use "
-                'backend="local" (rllm.rewards.sandbox, no API key needed)'
+                'backend="local" (rllm.sandbox, no API key needed)'
             )
         self.backend_type = backend
         self.max_timeout_s = max_timeout_s
@@ -68,13 +68,13 @@ class PythonInterpreter(CodeTool):
 
     def _sandbox(self) -> Any:
         if self.sandbox is None:
-            from rllm.rewards.sandbox import default_sandbox
+            from rllm.sandbox import default_sandbox
 
             return default_sandbox()
         return self.sandbox
 
     def _run_args(self, code: str, timeout: Any) -> dict[str, Any]:
-        from rllm.rewards.sandbox import SandboxLimits
+        from rllm.sandbox import SandboxLimits
 
         try:
             seconds = min(max(float(timeout), 1.0), self.max_timeout_s)
