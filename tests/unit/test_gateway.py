@@ -297,7 +297,8 @@ def test_bad_requests_name_the_fix():
     with pytest.raises(RequestError, match="temperature"):
         parse_request({"messages": [{"role": "user", "content": "x"}], "temperature": -1})
     with serving(fake("x")) as gateway:
-        response = httpx.post(gateway.session_url("s") + "/chat/completions", content=b"{not json")
+        url = gateway.session_url("s") + "/chat/completions"
+        response = httpx.post(url, content=b"{not json", headers={"Content-Type": "application/json"})
     assert response.status_code == 400 and response.json()["error"]["type"] == "invalid_request_error"
 
 
@@ -313,7 +314,7 @@ def test_messages_are_normalized_to_what_templates_render():
     assert normalize_messages(sent) == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "a\nb"},
-        {"role": "assistant", "content": None,
+        {"role": "assistant", "content": "",
          "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]},
         {"role": "tool", "content": "ok", "tool_call_id": "c1"},
     ]  # fmt: skip

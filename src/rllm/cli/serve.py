@@ -10,6 +10,11 @@ Agents then use `openai.OpenAI(base_url="http://127.0.0.1:8090/sessions/<id>/v1"
 calls go to `/v1/completions` with the prompt as token ids (`OpenAIClient`: `return_token_ids`, logprobs), so the
 upstream must be vLLM >= 0.10.2 or an SGLang release that returns token ids. Request temperature/top_p/seed are
 honoured. The first line printed is the gateway's base URL.
+
+Only requests whose `Host` names this server are served (`--allow-host NAME` adds one, e.g. a reverse proxy's), and
+POST bodies must be `application/json`: a web page cannot drive the gateway through the user's browser. With an API
+key (`$RLLM_GATEWAY_API_KEY`, or `--api-key`, which other users of the machine can read in `ps`), every route but
+/health needs `Authorization: Bearer <key>` (`openai.OpenAI(api_key=<key>)`). Threat model: docs/agents/gateway.md.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
+
+API_KEY_ENV = "RLLM_GATEWAY_API_KEY"  # rllm.gateway.server.API_KEY_ENV (not imported here: it pulls aiohttp)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -33,6 +41,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     g.add_argument("--port", type=int, default=8090, help="port (default 8090; 0 picks a free one)")
     g.add_argument("--max-tokens", type=int, default=1024, help="max_tokens of requests that give none")
+    g.add_argument(
+        "--api-key",
+        default=None,
+        help=f"require `Authorization: Bearer <key>` (default: ${API_KEY_ENV} if set, else no key)",
+    )
+    g.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also serve requests whose Host header is NAME (repeatable; '*' turns the Host check off)",
+    )
     g.set_defaults(run=run)
 
 
@@ -67,8 +87,22 @@ async def _serve(model, args: argparse.Namespace) -> None:
     from rllm.models.base import SamplingParams, close_model
 
     name = args.model or args.embedded
-    gateway = Gateway(model, sampling=SamplingParams(max_tokens=args.max_tokens), model_name=name)
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    gateway = Gateway(
+        model,
+        sampling=SamplingParams(max_tokens=args.max_tokens),
+        model_name=name,
+        api_key=api_key,
+        allowed_hosts=args.allow_host,
+    )
     await gateway.start(args.host, args.port)
+    if api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(
+            f"warning: listening on {args.host} without an API key: anyone who can reach this port can use the model "
+            f"and read its sessions; set ${API_KEY_ENV}",
+            file=sys.stderr,
+            flush=True,
+        )
     print(gateway.base_url, flush=True)
     print(
         f"rllm gateway serving {name}: openai.OpenAI(base_url='{gateway.base_url}/sessions/<id>/v1'); Ctrl-C stops it",

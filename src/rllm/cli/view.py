@@ -17,6 +17,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("runs", nargs="*", default=["runs"], help="run directories or folders of them (default: runs)")
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests whose Host header is NAME, e.g. an SSH tunnel's or proxy's name (repeatable)",
+    )
+    p.add_argument(
         "--no-index-cache",
         action="store_true",
         help="keep episode indexes in memory only (default: cached under $RLLM_HOME/view-index)",
@@ -29,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from rllm.viewer import start_server
 
     cache = None if args.no_index_cache else rllm_home() / "view-index"
-    server = start_server(args.runs, port=args.port, cache_dir=cache)
+    server = start_server(args.runs, port=args.port, cache_dir=cache, allowed_hosts=args.allow_host)
     print(f"rllm view: {server.url}  ({len(server.viewer.runs())} runs; Ctrl-C stops it)", flush=True)
     try:
         while True:

@@ -52,6 +52,7 @@ __all__ = [
 _ROLES = {"system", "user", "assistant", "tool"}
 _FINISH_REASONS = {"stop", "length", "tool_calls", "content_filter"}
 _MIN_LOGPROB = -9999.0
+_INT32_MAX = 2**31 - 1  # max_tokens, top_k, n: what a model server's int fields hold
 
 
 class RequestError(RllmError):
@@ -106,7 +107,7 @@ def parse_request(body: Any) -> ChatRequest:
         raise RequestError(
             "`functions`/`function_call` are deprecated and not supported; send `tools`", param="functions"
         )
-    n = body.get("n")
+    n = _integer(body, "n", low=1)
     if n not in (None, 1):
         raise RequestError(
             f"n={n!r}: the gateway samples one completion per request (each training sample is its own rollout); "
@@ -122,17 +123,20 @@ def parse_request(body: Any) -> ChatRequest:
     request.stop = _stop(body.get("stop"))
     request.temperature = _number(body, "temperature", low=0.0, high=2.0)
     request.top_p = _number(body, "top_p", low=0.0, high=1.0, open_low=True)
-    request.top_k = _integer(body, "top_k", low=0)
-    request.seed = _integer(body, "seed")
+    request.top_k = _integer(body, "top_k", low=0, high=_INT32_MAX)
+    request.seed = _integer(body, "seed", low=-(2**63), high=2**63 - 1)
+    for key in ("frequency_penalty", "presence_penalty"):  # never applied, but checked like the others
+        _number(body, key, low=-2.0, high=2.0)
+    _integer(body, "top_logprobs", low=0, high=20)
     request.unsupported_sampling = [
         key for key in ("frequency_penalty", "presence_penalty", "logit_bias") if body.get(key)
     ]
-    request.logprobs = bool(body.get("logprobs"))
-    request.stream = bool(body.get("stream"))
+    request.logprobs = _flag(body, "logprobs")
+    request.stream = _flag(body, "stream")
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise RequestError('`stream_options` must be an object like {"include_usage": true}', param="stream_options")
-    request.include_usage = request.stream and bool(options.get("include_usage"))
+    request.include_usage = request.stream and _flag(options, "include_usage", where="stream_options.")
     return request
 
 
@@ -147,8 +151,18 @@ def normalize_messages(messages: list[Any]) -> list[dict[str, Any]]:
             raise RequestError(
                 f"messages[{index}] has role {role!r}; use one of {sorted(_ROLES)} (or developer)", param="messages"
             )
-        clean: dict[str, Any] = {"role": role, "content": _content(message.get("content"), index)}
+        content = _content(message.get("content"), index)
+        if content is None and role != "assistant":
+            raise RequestError(
+                f"messages[{index}].content is null: only an assistant message (a tool-call turn) may have no "
+                "content; send a string",
+                param="messages",
+            )
+        # null content (the SDK's tool-call turn) is "no text": rendered as "" (templates concatenate content)
+        clean: dict[str, Any] = {"role": role, "content": content or ""}
         if role == "assistant" and message.get("tool_calls"):
+            if not isinstance(message["tool_calls"], list):
+                raise RequestError(f"messages[{index}].tool_calls must be a list of tool calls", param="messages")
             clean["tool_calls"] = [_message_tool_call(call, index) for call in message["tool_calls"]]
         for key in ("tool_call_id", "name"):
             if message.get(key) is not None:
@@ -257,20 +271,30 @@ def _number(body: dict, key: str, *, low: float, high: float, open_low: bool = F
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RequestError(f"`{key}` must be a number, got {value!r}", param=key)
+    if not math.isfinite(value):  # NaN passes every comparison below: refuse it first
+        raise RequestError(f"`{key}`={value} is not a finite number", param=key)
     if value < low or value > high or (open_low and value == low):
         bounds = f"({low}, {high}]" if open_low else f"[{low}, {high}]"
         raise RequestError(f"`{key}`={value} is out of range {bounds}", param=key)
     return float(value)
 
 
-def _integer(body: dict, key: str, *, low: int | None = None) -> int | None:
+def _integer(body: dict, key: str, *, low: int, high: int = _INT32_MAX) -> int | None:
+    """An integer field in [low, high]: JSON integers are unbounded, the model's counts and seeds are not."""
     value = body.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
-        bound = f" >= {low}" if low is not None else ""
-        raise RequestError(f"`{key}` must be an integer{bound}, got {value!r}", param=key)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise RequestError(f"`{key}` must be an integer in [{low}, {high}], got {shown}", param=key)
     return value
+
+
+def _flag(body: dict, key: str, *, where: str = "") -> bool:
+    value = body.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise RequestError(f"`{where}{key}` must be true or false, got {value!r}", param=f"{where}{key}")
+    return bool(value)
 
 
 # ---- tokens ------------------------------------------------------------------------------------------------------

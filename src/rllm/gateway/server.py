@@ -34,6 +34,8 @@ leave "Unclosed" servers behind. It serves supplied sessions only.
 from __future__ import annotations
 
 import asyncio
+import functools
+import hmac
 import json
 import logging
 import time
@@ -44,6 +46,7 @@ from typing import Any, Self
 from aiohttp import web
 
 from rllm.errors import InfraError
+from rllm.gateway.boundary import BodyError, HostCheck, json_safe, parse_json_body
 from rllm.gateway.openai_format import RequestError, completion_body, error_body, parse_request, stream_chunks
 from rllm.gateway.session import GatewaySession, Handler, SessionClosedError
 from rllm.models.base import ModelClient, SamplingParams
@@ -56,6 +59,8 @@ __all__ = ["Gateway", "shared_gateway"]
 logger = logging.getLogger(__name__)
 
 _NO_LIMIT = 1 << 30
+API_KEY_ENV = "RLLM_GATEWAY_API_KEY"
+_OPEN_ROUTES = frozenset({"/health"})  # answered without the API key (a liveness probe learns nothing else)
 _LENGTH_REASONS = {TerminationReason.MAX_PROMPT_LENGTH, TerminationReason.MAX_RESPONSE_LENGTH}
 
 
@@ -63,7 +68,9 @@ class Gateway:
     """An OpenAI-compatible server over `model` (standalone) and/or sessions supplied by rollouts. See the module
     docstring. `sampling` is the standalone sessions' base sampling, `honor_sampling` whether a request's
     temperature/top_p/top_k/seed override it; the length limits bound each standalone conversation as a training
-    row would be (default: no limit but the model's own)."""
+    row would be (default: no limit but the model's own). `api_key`: when set, every route but /health needs
+    `Authorization: Bearer <api_key>`; `allowed_hosts`: `Host` names served besides the bound address's own
+    (`rllm.gateway.boundary.HostCheck`; "*" allows any)."""
 
     def __init__(
         self,
@@ -75,8 +82,13 @@ class Gateway:
         max_prompt_length: int | None = None,
         max_response_length: int | None = None,
         auto_sessions: bool | None = None,
+        api_key: str | None = None,
+        allowed_hosts: tuple[str, ...] | list[str] = (),
     ) -> None:
         self.model = model
+        self.api_key = api_key or None
+        self.allowed_hosts = tuple(allowed_hosts)
+        self._host_check = HostCheck("127.0.0.1", self.allowed_hosts)
         self.sampling = sampling or SamplingParams()
         self.honor_sampling = honor_sampling
         served = getattr(model, "model", None)  # OpenAIClient's served name (LocalModel's is the torch module)
@@ -104,7 +116,8 @@ class Gateway:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> Self:
         """Listen on host:port (0: a free port, read it back from `.port` / `.base_url`)."""
-        app = web.Application(client_max_size=64 * 1024**2)
+        self._host_check = HostCheck(host, self.allowed_hosts)
+        app = web.Application(client_max_size=64 * 1024**2, middlewares=[self._guard])
         app.router.add_post("/sessions/{sid}/v1/chat/completions", self._chat_completions)
         app.router.add_get("/sessions/{sid}/v1/models", self._models)
         app.router.add_get("/sessions/{sid}/calls", self._calls)
@@ -194,12 +207,39 @@ class Gateway:
 
     # ---- routes -----------------------------------------------------------------------------------------------
 
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """What every request must pass first: a `Host` naming this server, the API key when one is set, and a JSON
+        content type on POST (a cross-site page can send `text/plain` or untyped bodies without a CORS preflight,
+        but not `application/json`). See `rllm.gateway.boundary` for the threat model."""
+        refusal = self._host_check.refusal(request.headers.get("Host"))
+        if refusal is not None:
+            return _error(403, refusal, code="host_not_allowed")
+        if self.api_key is not None and request.path not in _OPEN_ROUTES and not self._authorized(request):
+            return _error(
+                401,
+                f"this gateway needs its API key: send `Authorization: Bearer <key>` (openai.OpenAI(api_key=...)), "
+                f"the key given to `rllm serve gateway --api-key` or ${API_KEY_ENV}",
+                code="invalid_api_key",
+            )
+        if request.method == "POST" and request.content_type != "application/json":
+            return _error(
+                415,
+                f"send the body as JSON with `Content-Type: application/json` (got {request.content_type!r})",
+                code="unsupported_media_type",
+            )
+        return await handler(request)
+
+    def _authorized(self, request: web.Request) -> bool:
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key.encode())
+
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
         sid = request.match_info["sid"]
         try:
-            body = await request.json()
-        except ValueError:
-            return _error(400, "the request body is not valid JSON")
+            body = parse_json_body(await request.read())
+        except BodyError as exc:
+            return _error(400, str(exc), param=exc.param)
         session = self._session(sid)
         if session is None:
             return _unknown_session(sid)
@@ -220,11 +260,11 @@ class Gateway:
             "logprobs": chat.logprobs,
         }
         if not chat.stream:
-            return web.json_response(completion_body(reply, **meta))
+            return _json_response(completion_body(reply, **meta))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         for chunk in stream_chunks(reply, include_usage=chat.include_usage, **meta):
-            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await response.write(f"data: {_strict_dumps(chunk)}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
@@ -234,22 +274,22 @@ class Gateway:
         if sid not in self.sessions and not self.auto_sessions:
             return _unknown_session(sid)
         card = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "rllm"}
-        return web.json_response({"object": "list", "data": [card]})
+        return _json_response({"object": "list", "data": [card]})
 
     async def _calls(self, request: web.Request) -> web.Response:
         session = self.sessions.get(request.match_info["sid"])
         if session is None:
             return _unknown_session(request.match_info["sid"])
-        return web.json_response(session.to_json())
+        return _json_response(session.to_json())  # logprobs can be NaN/-inf: written as strings, never bare
 
     async def _delete(self, request: web.Request) -> web.Response:
         sid = request.match_info["sid"]
         if self.close_session(sid) is None:
             return _unknown_session(sid)
-        return web.json_response({"id": sid, "deleted": True})
+        return _json_response({"id": sid, "deleted": True})
 
     async def _health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "sessions": len(self.sessions)})
+        return _json_response({"status": "ok", "sessions": len(self.sessions)})
 
     async def _no_session(self, request: web.Request) -> web.Response:
         where = self.base_url if self._runner is not None else "http://host:port"
@@ -264,8 +304,16 @@ class _ConversationWorkflow(Workflow):
     """A Workflow used only for `generate` (standalone sessions); it never runs episodes."""
 
 
+def _strict_dumps(value: Any) -> str:
+    """Strict JSON (`rllm.gateway.boundary.json_safe`: non-finite numbers as "NaN"/"Infinity"/"-Infinity")."""
+    return json.dumps(json_safe(value), allow_nan=False)
+
+
+_json_response = functools.partial(web.json_response, dumps=_strict_dumps)
+
+
 def _error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> web.Response:
-    return web.json_response(error_body(message, status=status, param=param, code=code), status=status)
+    return _json_response(error_body(message, status=status, param=param, code=code), status=status)
 
 
 def _unknown_session(sid: str) -> web.Response:

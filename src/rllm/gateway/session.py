@@ -12,7 +12,10 @@ extends its previous prompt + completion, and the turns of the session merge int
 
 Templates that ignore `tools=` (SmolLM2's) get the tools described in the system message instead, by the renderer
 (`rllm.models.chat.describe_ignored_tools`), the same way on every call, so prompts still extend; the session hands
-the handler the messages and tools as they are, and records what was rendered (the description included).
+the handler the messages and tools as they are, and records what was rendered (the description included). Such a
+template prints only a message's content, so an assistant tool-call turn this session did not sample (another
+model's, or one the agent wrote) gets its calls written into its content in the Hermes `<tool_call>` format the
+model was told to use (as Qwen2.5's template prints them), instead of vanishing from the prompt.
 
 Calls of one session are served one at a time (a lock): a conversation's prompt must render after the previous
 reply was recorded. Independent conversations belong in separate sessions.
@@ -37,7 +40,7 @@ from rllm.gateway.openai_format import (
     token_pieces,
 )
 from rllm.models.base import SamplingParams
-from rllm.models.chat import describe_ignored_tools
+from rllm.models.chat import chat_template_renders_tools, describe_ignored_tools
 from rllm.types import ModelOutput
 
 __all__ = ["CallRecord", "GatewaySession", "Handler", "SessionClosedError"]
@@ -202,8 +205,15 @@ class GatewaySession:
                     position = found + 1
                     out.append({"role": "assistant", "content": self._produced[found].raw})
                     continue
+                if message.get("tool_calls") and not self._template_prints_tool_calls():
+                    message = _tool_calls_as_text(message)
             out.append(message)
         return out
+
+    def _template_prints_tool_calls(self) -> bool:
+        """Whether the chat template renders structured tool calls (judged by whether it renders `tools`: the
+        templates that print one print the other). Without a tokenizer the handler renders: leave them be."""
+        return self.tokenizer is None or chat_template_renders_tools(self.tokenizer)
 
     def _match(self, message: dict, start: int) -> int | None:
         ids = {call.get("id") for call in message.get("tool_calls") or []} - {None}
@@ -293,6 +303,19 @@ class GatewaySession:
             "ignored_sampling": dict(self.ignored),
             "failure": failure,
         }
+
+
+def _tool_calls_as_text(message: dict) -> dict:
+    """An assistant message whose tool calls are written into its content as Hermes blocks (module docstring)."""
+    blocks = [
+        "<tool_call>\n"
+        + json.dumps({"name": call["function"]["name"], "arguments": call["function"]["arguments"]}, ensure_ascii=False)
+        + "\n</tool_call>"
+        for call in message["tool_calls"]
+    ]
+    content = message.get("content") or ""
+    text = "\n".join([content, *blocks] if content else blocks)
+    return {key: value for key, value in message.items() if key != "tool_calls"} | {"content": text}
 
 
 def _cut_at_stop(text: str, stop: list[str]) -> str:

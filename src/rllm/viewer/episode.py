@@ -9,14 +9,21 @@ where it computed them) comes from the record's `trained` field, written by the 
 exists. For a training episode of a run written before, the server recomputes them from its step's episodes
 (`ViewerRun.recomputed_trained`) where the estimator allows; validation and eval episodes have none, and the
 overlay says which case it is.
+
+A record is data from disk, not trusted: a token id outside the tokenizer's vocabulary (negative, or 10**12)
+marks the overlay damaged (`"damaged"`: what is wrong) instead of crashing the decoder, and an image in the
+conversation is shown only from the run's own stored images or a `data:image/...` URL of a raster format; any other
+URL (`javascript:`, `data:text/html`, `data:image/svg+xml`, another site) becomes a text part saying it was not
+shown, so it never reaches a link or an image of the page.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
-from rllm.images import replace_image_refs
+from rllm.images import IMAGE_FILE, replace_image_refs
 from rllm.training.batch import RowBuildError, build_rows
 from rllm.types import Episode
 from rllm.viewer.index import task_key
@@ -24,6 +31,8 @@ from rllm.viewer.index import task_key
 __all__ = ["conversation", "episode_view", "overlay"]
 
 DEFAULT_LIMIT = 10**9  # eval runs have no length limits: every token is kept
+# raster images only: an SVG is a document that can carry script (harmless in <img>, not when opened as a link)
+_SHOWN_DATA_URL = re.compile(r"data:image/(png|jpeg|jpg|gif|webp|bmp|avif)[;,]", re.IGNORECASE)
 
 
 def episode_view(
@@ -46,7 +55,7 @@ def episode_view(
                 "name": t.name,
                 "reward": t.final_reward(),
                 "is_correct": t.succeeded(),
-                "turns": replace_image_refs(conversation(t), lambda name: image_base + name),
+                "turns": shown_images(replace_image_refs(conversation(t), lambda name: image_base + name), image_base),
                 "overlay": {
                     **overlay(episode, i, used, config, tokenizer, note, in_update=in_update),
                     "advantages": source if used is not None else None,
@@ -54,9 +63,11 @@ def episode_view(
                 },
             }
         )
+    damaged = [t["overlay"]["damaged"] for t in trajectories if t["overlay"].get("damaged")]
     return {
         "step": record.get("step"),
         "split": split,
+        "damaged": damaged[0] if damaged else None,
         "episode": record["episode"],
         "task_key": task_key(episode.task, episode.task_id),
         "trajectories": trajectories,
@@ -181,6 +192,9 @@ def overlay(
         )
     except RowBuildError as exc:
         return {"rows": [], "error": str(exc)}
+    damaged = _bad_token_id(rows, tokenizer)
+    if damaged is not None:
+        return {"rows": [], "error": f"damaged record: {damaged}", "damaged": damaged}
     out_rows = [_row(row, trajectory, trained, tokenizer, in_update, split=i > 0) for i, row in enumerate(rows)]
     return {
         "rows": out_rows,
@@ -249,6 +263,48 @@ def _token_state(mask: int, step: int, in_update: bool | None, stepped: bool, ad
     if advantage is None:
         return "unknown"
     return "positive" if advantage > 0 else "negative" if advantage < 0 else "zero"
+
+
+def _bad_token_id(rows: list[Any], tokenizer: Any) -> str | None:
+    """What is wrong with the first token id no tokenizer could have produced (the decoder overflows on them)."""
+    vocab = len(tokenizer) if tokenizer is not None else None
+    for row in rows:
+        for position, token in enumerate(row.input_ids):
+            if token < 0 or (vocab is not None and token >= vocab):
+                bound = f"0..{vocab - 1}" if vocab is not None else ">= 0"
+                return f"token id {token} at position {position} is outside the tokenizer's vocabulary ({bound})"
+    return None
+
+
+def shown_images(turns: Any, image_base: str) -> Any:
+    """`turns` with every image part whose URL the page may not show replaced by a text part (module docstring)."""
+    if isinstance(turns, list):
+        return [shown_images(item, image_base) for item in turns]
+    if not isinstance(turns, dict):
+        return turns
+    if turns.get("type") == "image_url":
+        image = turns.get("image_url")
+        url = image.get("url") if isinstance(image, dict) else image
+        if not _image_url_allowed(url, image_base):
+            return {"type": "text", "text": f"[image not shown: {_scheme(url)} URLs from a record are not displayed]"}
+        return turns
+    return {key: shown_images(value, image_base) for key, value in turns.items()}
+
+
+def _image_url_allowed(url: Any, image_base: str) -> bool:
+    if not isinstance(url, str):
+        return False
+    if _SHOWN_DATA_URL.match(url):
+        return True
+    return url.startswith(image_base) and IMAGE_FILE.fullmatch(url[len(image_base) :]) is not None
+
+
+def _scheme(url: Any) -> str:
+    if not isinstance(url, str):
+        return "non-text"
+    if url[:5].lower() == "data:":
+        return repr(url.split(",", 1)[0].split(";", 1)[0][:40])
+    return repr(url.split(":", 1)[0][:20] + ":") if ":" in url else "relative"
 
 
 def _token_texts(tokenizer: Any, ids: list[int]) -> list[str] | None:

@@ -9,12 +9,16 @@ page and its assets from the package (`rllm/viewer/static`: no CDN, no internet)
     GET /api/run/<id>/images/<sha256>.<ext>  an image of the run's episodes (`rllm.images`), by its stored name
 
 Links are stable: the page keeps its whole state (run, step, filters, episode, comparison) in the URL's fragment.
+
+Only requests whose `Host` names this server are answered (`rllm.gateway.boundary.HostCheck`; `--allow-host` adds
+names): a web page that rebinds its own domain to 127.0.0.1 cannot read the runs through the user's browser. An
+episode the server cannot show (a record damaged on disk) is answered with a 400 naming the line, never a dropped
+connection.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import mimetypes
 import os
 import threading
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+from rllm.gateway.boundary import HostCheck, json_safe
 from rllm.images import IMAGE_FILE
 from rllm.viewer.data import NotARunError, ViewerRun, discover_runs, facets, query_episodes
 from rllm.viewer.episode import episode_view
@@ -101,9 +106,15 @@ class Viewer:
                         recomputed.get((episode.get("id"), i)) for i in range(len(episode.get("trajectories") or []))
                     ]
                     record["trained_source"] = "recomputed"
-            view = episode_view(
-                record, run.config(), tokenizer, note, image_base=f"/api/run/{quote(run.id, safe='')}/images/"
-            )
+            try:
+                view = episode_view(
+                    record, run.config(), tokenizer, note, image_base=f"/api/run/{quote(run.id, safe='')}/images/"
+                )
+            except (OverflowError, TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+                # a record that parses as JSON but not as an episode this viewer can show: damaged, as corrupt lines
+                raise ValueError(
+                    f"line {rest[1]} of episodes.jsonl is damaged: {type(exc).__name__}: {str(exc)[:300]}"
+                ) from None
             view["line"] = int(rest[1])
             return view
         raise LookupError(f"no API /api/{'/'.join(parts)}")
@@ -125,6 +136,16 @@ class _Handler(BaseHTTPRequestHandler):
     server: ViewerServer
 
     def do_GET(self) -> None:
+        refusal = self.server.host_check.refusal(self.headers.get("Host"))
+        if refusal is not None:
+            self._send_json(HTTPStatus.FORBIDDEN, {"error": refusal})
+            return
+        try:
+            self._get()
+        except Exception as exc:  # a bug must answer, not drop the connection (the page shows the message)
+            self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(exc).__name__}: {exc}"})
+
+    def _get(self) -> None:
         url = urlsplit(self.path)
         path = unquote(url.path)
         if path.startswith("/api/"):
@@ -156,7 +177,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.OK, body, content_type)
 
     def _send_json(self, status: HTTPStatus, data: Any) -> None:
-        body = json.dumps(_json_safe(data), allow_nan=False, default=str)
+        body = json.dumps(json_safe(data), allow_nan=False, default=str)
         self._send(status, body.encode("utf-8"), "application/json")
 
     def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
@@ -175,8 +196,11 @@ class _Handler(BaseHTTPRequestHandler):
 class ViewerServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, viewer: Viewer, port: int = 0, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, viewer: Viewer, port: int = 0, host: str = "127.0.0.1", allowed_hosts: tuple[str, ...] | list[str] = ()
+    ) -> None:
         self.viewer = viewer
+        self.host_check = HostCheck(host, allowed_hosts)
         super().__init__((host, port), _Handler)
 
     @property
@@ -185,9 +209,16 @@ class ViewerServer(ThreadingHTTPServer):
         return f"http://{host}:{port}/"
 
 
-def start_server(paths: list[str | os.PathLike], *, port: int = 0, cache_dir: Path | None = None) -> ViewerServer:
-    """A viewer server on 127.0.0.1 (`port` 0: a free one), serving in a daemon thread; `.shutdown()` stops it."""
-    server = ViewerServer(Viewer(paths, cache_dir), port)
+def start_server(
+    paths: list[str | os.PathLike],
+    *,
+    port: int = 0,
+    cache_dir: Path | None = None,
+    allowed_hosts: tuple[str, ...] | list[str] = (),
+) -> ViewerServer:
+    """A viewer server on 127.0.0.1 (`port` 0: a free one), serving in a daemon thread; `.shutdown()` stops it.
+    `allowed_hosts`: `Host` names served besides the loopback ones (module docstring)."""
+    server = ViewerServer(Viewer(paths, cache_dir), port, allowed_hosts=allowed_hosts)
     threading.Thread(target=server.serve_forever, name="rllm-view", daemon=True).start()
     # index every run now, in the background, so the first look at a big run waits less (or not at all)
     threading.Thread(target=_index_all, args=(server.viewer,), name="rllm-view-index", daemon=True).start()
@@ -200,18 +231,6 @@ def _index_all(viewer: Viewer) -> None:
             run.index()
         except OSError:  # a run removed meanwhile: its page says so when opened
             continue
-
-
-def _json_safe(value: Any) -> Any:
-    """`value` with NaN and infinities as the strings "NaN", "Infinity", "-Infinity": a user's reward can be one,
-    and a browser's JSON.parse refuses them as numbers."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
-    return value
 
 
 def _read_text(path: Path) -> str | None:

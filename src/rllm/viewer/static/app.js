@@ -272,7 +272,11 @@ function contentView(content) {
   }
   return parts.map((p) => (p.type === "text" ? p.text : imageView(typeof p.image_url === "string" ? p.image_url : p.image_url.url)));
 }
+// The server sends only the run's own image URLs and raster data: URLs (rllm.viewer.episode.shown_images); this
+// check keeps any other URL (javascript:, data:text/html) out of href/src should one ever slip through.
+const SHOWN_IMAGE = /^(\/api\/run\/[^/]+\/images\/[0-9a-f]{64}\.(png|jpeg|webp|gif)$|data:image\/(png|jpeg|jpg|gif|webp|bmp|avif)[;,])/i;
 function imageView(url) {
+  if (typeof url !== "string" || !SHOWN_IMAGE.test(url)) return h("span", { class: "error" }, "[image not shown]");
   return h("a", { href: url, target: "_blank", rel: "noopener", class: "image" }, h("img", { class: "thumb", src: url, alt: "image", loading: "lazy" }));
 }
 
