@@ -14,7 +14,8 @@ honoured. The first line printed is the gateway's base URL.
 Only requests whose `Host` names this server are served (`--allow-host NAME` adds one, e.g. a reverse proxy's), and
 POST bodies must be `application/json`: a web page cannot drive the gateway through the user's browser. With an API
 key (`$RLLM_GATEWAY_API_KEY`, or `--api-key`, which other users of the machine can read in `ps`), every route but
-/health needs `Authorization: Bearer <key>` (`openai.OpenAI(api_key=<key>)`). Threat model: docs/agents/gateway.md.
+/health needs `Authorization: Bearer <key>` (`openai.OpenAI(api_key=<key>)`). Threat model:
+docs/agents/openai-sdk.md.
 """
 
 from __future__ import annotations

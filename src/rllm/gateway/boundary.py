@@ -2,10 +2,10 @@
 request must be before any of it is served. Pure functions, no server: both servers call them, tests call them
 directly.
 
-Threat model (docs/agents/gateway.md, "Security"): both servers listen on 127.0.0.1 by default, for the user's own
-processes. What can still reach them is a web page in the user's browser: it can send "simple" cross-site requests
-(a POST with a `text/plain` body needs no CORS preflight) and, by DNS rebinding, make its own domain name resolve
-to 127.0.0.1 so that its requests count as same-origin. Hence:
+Threat model (docs/agents/openai-sdk.md, "Security: who can reach the gateway"): both servers listen on 127.0.0.1
+by default, for the user's own processes. What can still reach them is a web page in the user's browser: it can
+send "simple" cross-site requests (a POST with a `text/plain` body needs no CORS preflight) and, by DNS rebinding,
+make its own domain name resolve to 127.0.0.1 so that its requests count as same-origin. Hence:
 
 - `HostCheck`: the `Host` header must name the server itself (a loopback name when bound to loopback, the bound
   address otherwise, any IP literal when bound to every interface) or a name the user allowed. A rebound page
