@@ -210,8 +210,13 @@ def test_rllm_serve_gateway_reads_the_api_key_and_allowed_hosts(monkeypatch):
     parser = argparse.ArgumentParser()
     serve.add_parser(parser.add_subparsers())
     args = parser.parse_args(["serve", "gateway", "--embedded", "x", "--allow-host", "a", "--allow-host", "b"])
-    assert args.allow_host == ["a", "b"] and args.api_key is None
-    assert serve.API_KEY_ENV == "RLLM_GATEWAY_API_KEY"
+    assert args.allow_host == ["a", "b"]
+    monkeypatch.delenv("RLLM_GATEWAY_API_KEY", raising=False)
+    assert serve.api_key_of(args) is None
+    monkeypatch.setenv("RLLM_GATEWAY_API_KEY", "from-env")
+    assert serve.api_key_of(args) == "from-env"
+    args = parser.parse_args(["serve", "gateway", "--embedded", "x", "--api-key", "from-flag"])
+    assert serve.api_key_of(args) == "from-flag"
 
 
 # ---- the viewer ---------------------------------------------------------------------------------------------------

@@ -83,12 +83,17 @@ def _make_model(args: argparse.Namespace):
     return OpenAIClient(args.upstream, args.model, tokenizer=args.tokenizer)
 
 
+def api_key_of(args: argparse.Namespace) -> str | None:
+    """The key requests must carry: `--api-key`, else $RLLM_GATEWAY_API_KEY, else none."""
+    return args.api_key or os.environ.get(API_KEY_ENV) or None
+
+
 async def _serve(model, args: argparse.Namespace) -> None:
     from rllm.gateway import Gateway
     from rllm.models.base import SamplingParams, close_model
 
     name = args.model or args.embedded
-    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    api_key = api_key_of(args)
     gateway = Gateway(
         model,
         sampling=SamplingParams(max_tokens=args.max_tokens),
