@@ -419,5 +419,6 @@ def _usage(reply: Reply) -> dict[str, int]:
 
 def error_body(message: str, *, status: int, param: str | None = None, code: str | None = None) -> dict:
     """An OpenAI error object; `type` follows the status as OpenAI's API does."""
-    kind = {404: "not_found_error"}.get(status, "invalid_request_error" if status < 500 else "server_error")
+    named = {401: "authentication_error", 403: "permission_error", 404: "not_found_error"}
+    kind = named.get(status, "invalid_request_error" if status < 500 else "server_error")
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
