@@ -170,9 +170,9 @@ def test_cross_site_requests_are_refused():
             for host in (f"localhost:{port}", f"127.0.0.1:{port}", "gateway.internal", "LOCALHOST.")
         ]
     assert (rebound.status_code, calls.status_code) == (403, 403)
-    assert (
-        rebound.json()["error"]["code"] == "host_not_allowed" and "--allow-host" in rebound.json()["error"]["message"]
-    )
+    error = rebound.json()["error"]
+    assert (error["type"], error["code"]) == ("permission_error", "host_not_allowed")
+    assert "--allow-host" in error["message"]
     assert [r.status_code for r in (as_text, as_form, untyped)] == [415, 415, 415]
     assert "application/json" in as_text.json()["error"]["message"]
     assert served == [200, 200, 200, 200]
