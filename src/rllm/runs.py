@@ -26,6 +26,11 @@ Choices:
   is stored once; reading puts the data URLs back. An image is written before the line that refers to it, so a
   kill leaves at most an image no line refers to. A record without images is written exactly as before: the
   serialised line is searched for a data URL, and only a line with one is rewritten.
+- Every JSON file is strict JSON (`rllm.fsutil.dumps_strict`): a non-finite float is the string "NaN", "Infinity"
+  or "-Infinity"; `load_metrics` reads those back as floats.
+- A write that fails because of the disk (full, over quota, read-only, the run directory removed; torch's zip
+  writer's "unexpected pos") raises `RunWriteError`: one line naming the file, the free space there and
+  `--resume` (`writing`), which the CLI prints as `error: ...` (exit 2). What is on disk stays resumable.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import platform
 import time
 import warnings
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -43,13 +49,21 @@ from typing import Any
 from pydantic import ValidationError
 
 from rllm.errors import RllmError
-from rllm.fsutil import write_text_atomically
+from rllm.fsutil import (
+    decode_nonfinite,
+    dumps_strict,
+    format_bytes,
+    free_space,
+    write_failure_reason,
+    write_text_atomically,
+)
 from rllm.images import load_images, store_images
 from rllm.types import Episode
 
 __all__ = [
     "RunFormatError",
     "RunLog",
+    "RunWriteError",
     "create_run_dir",
     "holds_nothing",
     "is_unstarted_train_run",
@@ -60,6 +74,7 @@ __all__ = [
     "view_command",
     "write_json",
     "write_manifest",
+    "writing",
 ]
 
 SPLITS = ("train", "val", "eval")
@@ -85,6 +100,44 @@ class RunFormatError(RllmError, ValueError):
     """A run file holds something that is not what rllm writes there."""
 
 
+class RunWriteError(RllmError):
+    """A run could not write `path` because of its disk (`reason`: full, read-only, its folder removed...). Its
+    message is the one line a user needs: the file, the free space there, and what to do: `--resume` the run once
+    there is room (`resumable`), else run the command again."""
+
+    def __init__(self, path: Path, reason: str, run_dir: Path, *, resumable: bool) -> None:
+        self.path, self.reason, self.run_dir, self.resumable = path, reason, run_dir, resumable
+        free = free_space(path)
+        room = f"{format_bytes(free)} free there" if free is not None else "free space unknown"
+        then = f"continue it with --resume {run_dir}" if resumable else "run the command again"
+        super().__init__(f"cannot write {path}: {reason} ({room}); make room (or fix the folder), then {then}")
+
+    def not_resumable(self) -> RunWriteError:
+        """The same failure for a run whose directory was removed since (a failed start): it must start again."""
+        return RunWriteError(self.path, self.reason, self.run_dir, resumable=False)
+
+
+@contextmanager
+def writing(path: str | os.PathLike, run_dir: str | os.PathLike) -> Iterator[None]:
+    """Around a write of `path` in the run directory `run_dir`: a failure the disk is to blame for
+    (`rllm.fsutil.write_failure_reason`) becomes a `RunWriteError` (one line); any other error passes unchanged."""
+    try:
+        yield
+    except (OSError, RuntimeError) as exc:
+        reason = write_failure_reason(exc)
+        if reason is None:
+            raise
+        raise RunWriteError(Path(path), reason, Path(run_dir), resumable=_is_training_run(Path(run_dir))) from exc
+
+
+def _is_training_run(run_dir: Path) -> bool:
+    """Whether `run_dir`'s manifest names a training kind (`--resume` continues it); False when it cannot be read."""
+    try:
+        return json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")).get("kind") in TRAINING_KINDS
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 # ---- creating a run --------------------------------------------------------------------------------------------
 
 
@@ -93,7 +146,8 @@ def create_run_dir(root: str | os.PathLike, name: str | None, *parts: str) -> Pa
     if name is not None:
         path = Path(root) / name
         try:
-            path.mkdir(parents=True, exist_ok=False)
+            with writing(path, path):
+                path.mkdir(parents=True, exist_ok=False)
         except FileExistsError:
             raise RunFormatError(
                 f"run directory {path} exists already; choose another trainer.name or resume it (--resume {path})"
@@ -103,7 +157,8 @@ def create_run_dir(root: str | os.PathLike, name: str | None, *parts: str) -> Pa
     path, i = base, 1
     while True:
         try:
-            path.mkdir(parents=True, exist_ok=False)
+            with writing(path, path):
+                path.mkdir(parents=True, exist_ok=False)
             return path
         except FileExistsError:
             path, i = Path(f"{base}-{i}"), i + 1
@@ -191,7 +246,8 @@ def write_manifest(run_dir: Path, kind: str, config: Any) -> None:
         "model": config.model.name,
     }
     write_json(run_dir / "manifest.json", manifest)
-    write_text_atomically(run_dir / "config.yaml", dump_config(config))
+    with writing(run_dir / "config.yaml", run_dir):
+        write_text_atomically(run_dir / "config.yaml", dump_config(config))
 
 
 # ---- writing ---------------------------------------------------------------------------------------------------
@@ -206,14 +262,17 @@ class RunLog:
         self.metrics_path = run_dir / "metrics.jsonl"
         self.episodes_path = run_dir / "episodes.jsonl"
         self.images_dir = run_dir / _IMAGES
+        self.run_dir = run_dir
         if resume_step is not None:
             for path in (self.metrics_path, self.episodes_path):
-                _truncate_after(path, resume_step)
+                with writing(path, run_dir):
+                    _truncate_after(path, resume_step)
         self._tb = _tensorboard_writer(run_dir) if tensorboard else None
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
-        with open(self.metrics_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": step, **metrics}, sort_keys=True) + "\n")
+        line = dumps_strict({"step": step, **metrics}, sort_keys=True) + "\n"
+        with writing(self.metrics_path, self.run_dir), open(self.metrics_path, "a", encoding="utf-8") as f:
+            f.write(line)
         if self._tb is not None:
             for key, value in metrics.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -227,13 +286,13 @@ class RunLog:
         used, per trajectory (None for one that did not train), as the record's `trained`."""
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        with open(self.episodes_path, "a", encoding="utf-8") as f:
+        with writing(self.episodes_path, self.run_dir), open(self.episodes_path, "a", encoding="utf-8") as f:
             f.writelines(self._line(_episode_record(step, split, episode, trained)) for episode in episodes)
 
     def _line(self, record: dict[str, Any]) -> str:
-        line = json.dumps(record)
+        line = dumps_strict(record)
         if "data:image/" in line:  # a text-only record (the common case) is not walked
-            line = json.dumps(store_images(record, self.images_dir))
+            line = dumps_strict(store_images(record, self.images_dir))
         return line + "\n"
 
     def close(self) -> None:
@@ -249,7 +308,17 @@ def _episode_record(step: int, split: str, episode: Episode, trained: dict[int, 
 
 
 def write_json(path: str | os.PathLike, data: Any) -> None:
-    Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    """`data` as strict JSON (`dumps_strict`) in `path`, a file of a run directory (its folder). A write that
+    fails (a full disk) removes what it began, so no torn file is left to read as the run's result."""
+    path = Path(path)
+    text = dumps_strict(data, indent=2, sort_keys=True) + "\n"
+    with writing(path, path.parent):
+        try:
+            path.write_text(text, encoding="utf-8")
+        except BaseException:
+            with suppress(OSError):  # a read-only disk: the write's own error is the one to report
+                path.unlink(missing_ok=True)
+            raise
 
 
 # ---- reading ---------------------------------------------------------------------------------------------------
@@ -294,8 +363,11 @@ def read_episodes(path: str | os.PathLike, split: str | None = None) -> list[Epi
 
 
 def load_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """Every line of a training run's `metrics.jsonl`."""
-    return [data for _, data in _json_lines(Path(run_dir) / "metrics.jsonl")]
+    """Every line of a training run's `metrics.jsonl`, non-finite values ("NaN", "Infinity") back as floats."""
+    return [
+        {key: decode_nonfinite(value) for key, value in data.items()}
+        for _, data in _json_lines(Path(run_dir) / "metrics.jsonl")
+    ]
 
 
 def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:

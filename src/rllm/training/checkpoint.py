@@ -12,6 +12,7 @@ saying which damaged ones it skipped.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -22,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from rllm.errors import RllmError
-from rllm.fsutil import install_dir_atomically, sha256_of_file, write_text_atomically
-from rllm.runs import versions
+from rllm.fsutil import dumps_strict, install_dir_atomically, sha256_of_file, write_text_atomically
+from rllm.runs import versions, writing
 
 __all__ = [
     "STATE_FILE",
@@ -35,6 +36,7 @@ __all__ = [
     "prune_checkpoints",
     "recover_checkpoints",
     "save_checkpoint",
+    "save_torch_file",
 ]
 
 MANIFEST = "manifest.json"
@@ -58,19 +60,35 @@ def save_checkpoint(
     run_dir: str | os.PathLike, step: int, parts: dict[str, Any], write: Callable[[Path], None] | None = None
 ) -> Path:
     """Write `parts` (name → torch-serialisable object) as the checkpoint of `step`, after `write(folder)` has put
-    its own files into the (staging) folder; returns the checkpoint's folder."""
-    import torch
-
+    its own files into the (staging) folder; returns the checkpoint's folder. A save that fails because of the disk
+    raises `rllm.runs.RunWriteError` (one line: the folder, the free space, `--resume`) after removing its staging
+    folder (space a full disk needs back); `latest` still names the previous checkpoint, which still verifies."""
     root = Path(run_dir) / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
     staging = root / f".{final.name}.tmp-{os.getpid()}"
+    with writing(final, run_dir):
+        try:
+            _write_staging(staging, step, parts, write)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        install_dir_atomically(staging, final)  # a re-run of the same step replaces it
+    with writing(root / "latest", run_dir):
+        write_text_atomically(root / "latest", final.name)
+    return final
+
+
+def _write_staging(
+    staging: Path, step: int, parts: dict[str, Any], write: Callable[[Path], None] | None = None
+) -> None:
+    """The checkpoint's files in `staging` (made afresh), its manifest last."""
+    staging.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     if write is not None:
         write(staging)
     for name, obj in parts.items():
-        torch.save(obj, staging / f"{name}.pt")
+        save_torch_file(obj, staging / f"{name}.pt")
     files = {
         path.relative_to(staging).as_posix(): sha256_of_file(path)
         for path in sorted(staging.rglob("*"))
@@ -78,10 +96,23 @@ def save_checkpoint(
     }
     manifest = {"step": step, "parts": sorted(parts), "files": files, "versions": versions()}
     manifest["manifest_sha256"] = _manifest_digest(manifest)  # the manifest checks itself too
-    (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
-    install_dir_atomically(staging, final)  # a re-run of the same step replaces it
-    write_text_atomically(root / "latest", final.name)
-    return final
+    (staging / MANIFEST).write_text(dumps_strict(manifest, indent=2, sort_keys=True), encoding="utf-8")
+
+
+def save_torch_file(obj: Any, path: Path) -> None:
+    """`torch.save(obj, path)`, releasing the file when it fails. torch's zip writer, failing on a full disk
+    ("unexpected pos"), is left holding its open file in the frames of its traceback: the space of the staging
+    folder removed after it would stay taken as long as that exception lives (a caller may keep it), and a disk
+    with a file open for writing cannot be remounted read-only. Its error is raised again without those frames."""
+    import torch
+
+    try:
+        torch.save(obj, path)
+        return
+    except RuntimeError as exc:
+        message = str(exc)
+    gc.collect()  # the writer, unreachable once its traceback is gone (it may sit in a reference cycle), closes
+    raise RuntimeError(message)
 
 
 def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
@@ -137,6 +168,12 @@ def recover_checkpoints(run_dir: str | os.PathLike) -> list[str]:
     done: list[str] = []
     if not root.is_dir():
         return done
+    with writing(root, run_dir):
+        _recover(root, done)
+    return done
+
+
+def _recover(root: Path, done: list[str]) -> None:
     for pointer in sorted(root.glob(".latest.tmp-*")):
         pointer.unlink()
         done.append(f"removed {pointer.name}, left by a killed save")
@@ -149,7 +186,6 @@ def recover_checkpoints(run_dir: str | os.PathLike) -> list[str]:
         else:
             shutil.rmtree(folder, ignore_errors=True)
             done.append(f"removed {folder.name}, left by a killed save")
-    return done
 
 
 def prune_checkpoints(run_dir: str | os.PathLike, keep: int | None) -> list[str]:
@@ -166,7 +202,8 @@ def prune_checkpoints(run_dir: str | os.PathLike, keep: int | None) -> list[str]
         if folder.name == latest:
             continue
         aside = folder.with_name(f".{folder.name}.prune-{os.getpid()}")
-        os.replace(folder, aside)
+        with writing(folder, run_dir):
+            os.replace(folder, aside)
         shutil.rmtree(aside, ignore_errors=True)
         removed.append(folder.name)
     return removed

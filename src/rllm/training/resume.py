@@ -26,7 +26,8 @@ from typing import Any
 
 from rllm.config import ConfigError, TrainConfig, TrainerConfig, load_config, override_config
 from rllm.errors import RllmError
-from rllm.runs import is_unstarted_train_run
+from rllm.fsutil import dumps_strict
+from rllm.runs import is_unstarted_train_run, writing
 
 __all__ = [
     "PER_INVOCATION_KEYS",
@@ -127,8 +128,8 @@ def check_resumed_config(run_dir: Path, config: TrainConfig, step: int) -> None:
         }
         path = run_dir / RESUMES
         torn = path.exists() and not path.read_bytes().endswith(b"\n") and path.stat().st_size > 0
-        with open(path, "a", encoding="utf-8") as f:  # after a torn line (a killed resume): on a line of its own
-            f.write(("\n" if torn else "") + json.dumps(record, sort_keys=True) + "\n")
+        with writing(path, run_dir), open(path, "a", encoding="utf-8") as f:  # after a torn line: a line of its own
+            f.write(("\n" if torn else "") + dumps_strict(record, sort_keys=True) + "\n")
 
 
 def _resume_records(run_dir: Path) -> list[dict[str, Any]]:

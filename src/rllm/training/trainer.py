@@ -81,7 +81,16 @@ from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.errors import RllmError
 from rllm.metrics import summarize_episodes
 from rllm.models.base import close_model
-from rllm.runs import RunLog, create_run_dir, is_unstarted_train_run, view_command, write_json, write_manifest
+from rllm.runs import (
+    RunLog,
+    RunWriteError,
+    create_run_dir,
+    is_unstarted_train_run,
+    view_command,
+    write_json,
+    write_manifest,
+    writing,
+)
 from rllm.training.advantages import (
     apply_gae,
     group_key,
@@ -172,6 +181,10 @@ class AgentTrainer:
         try:
             with stop_signals(self._on_stop_signal):
                 return asyncio.run(self._train())
+        except RunWriteError as exc:  # a full disk: one line, and no --resume of a run its failed start removed
+            if self._removed_run_dir:
+                raise exc.not_resumable() from exc.__cause__
+            raise
         except (_Stopped, KeyboardInterrupt) as exc:
             if self._stop_signal is None:  # not ours (no handler in this thread, or raised by user code)
                 raise
@@ -270,9 +283,10 @@ class AgentTrainer:
         """A run this process created that failed or was stopped before it logged anything (model not found, bad
         workflow, Ctrl-C while loading) leaves no directory behind: `rllm view` would list it as a stopped run, and
         a retry with the same trainer.name would be refused."""
-        if self._created_run_dir and self.run_dir is not None and runs.holds_nothing(self.run_dir):
-            shutil.rmtree(self.run_dir, ignore_errors=True)
-            self._removed_run_dir = True
+        if self._created_run_dir and self.run_dir is not None and self.run_dir.is_dir():
+            if runs.holds_nothing(self.run_dir):
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+                self._removed_run_dir = not self.run_dir.exists()  # a read-only disk keeps it
 
     async def _loop(self, log: RunLog, start_step: int) -> dict[str, Any]:
         cfg = self.config.trainer
@@ -542,10 +556,11 @@ class AgentTrainer:
         logged is dropped (it is logged again). Its config.yaml (written atomically) is kept, never rewritten; only
         a run killed before it was written gets it (and the manifest, written just before it) now."""
         self.run_dir = run_dir
-        for name in ("metrics.jsonl", "episodes.jsonl"):
-            (run_dir / name).unlink(missing_ok=True)
-        for leftover in run_dir.glob(".config.yaml.tmp-*"):
-            leftover.unlink()
+        with writing(run_dir, run_dir):
+            for name in ("metrics.jsonl", "episodes.jsonl"):
+                (run_dir / name).unlink(missing_ok=True)
+            for leftover in run_dir.glob(".config.yaml.tmp-*"):
+                leftover.unlink()
         if not (run_dir / "config.yaml").exists():
             write_manifest(run_dir, self.run_kind, self.config)
 

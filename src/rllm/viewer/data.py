@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from rllm.errors import RllmError
+from rllm.fsutil import decode_nonfinite
 from rllm.viewer.index import EpisodeIndex
 
 __all__ = ["NotARunError", "ViewerRun", "discover_runs", "query_episodes"]
@@ -155,7 +156,7 @@ class ViewerRun:
                 data = json.loads(line)
                 if not isinstance(data, dict) or not isinstance(data.get("step"), int):
                     raise ValueError("no step")
-                lines.append(data)
+                lines.append({key: decode_nonfinite(value) for key, value in data.items()})  # "NaN": a float
             except ValueError:
                 torn = not raw.endswith(b"\n") and number == raw.count(b"\n") + 1
                 problems.append(f"metrics.jsonl line {number}: " + ("being written" if torn else "not a record"))

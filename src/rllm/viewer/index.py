@@ -103,7 +103,7 @@ def _trajectory_reward(trajectory: dict[str, Any]) -> float:
     """`Trajectory.final_reward` on the JSON form: `reward` when set, else the sum of its step rewards."""
     if trajectory.get("reward") is not None:
         return float(trajectory["reward"])
-    return float(sum(step.get("reward") or 0.0 for step in trajectory.get("steps") or []))
+    return float(sum(float(step.get("reward") or 0.0) for step in trajectory.get("steps") or []))  # "NaN": float
 
 
 class EpisodeIndex:

@@ -74,7 +74,7 @@ from rllm.training.batch import (
     pack_rows,
     split_micro_batches,
 )
-from rllm.training.checkpoint import STATE_FILE, plain_state_name
+from rllm.training.checkpoint import STATE_FILE, plain_state_name, save_torch_file
 from rllm.training.losses import actor_loss, dpo_loss, masked_token_mean, sft_loss, value_loss
 from rllm.training.off_policy import merge_mismatch_sums, mismatch_metrics, mismatch_sums
 
@@ -583,7 +583,7 @@ class TorchBackend:
 
     def save(self, directory: Path) -> None:
         """`state_dict()` as `directory/backend.pt` (a checkpoint's staging folder: made atomic by the caller)."""
-        torch.save(self.state_dict(), Path(directory) / STATE_FILE)
+        save_torch_file(self.state_dict(), Path(directory) / STATE_FILE)  # a failed write releases its file
 
     def load(self, directory: Path) -> None:
         self.load_state_dict(torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=False))
