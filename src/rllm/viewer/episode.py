@@ -267,7 +267,7 @@ def _token_state(mask: int, step: int, in_update: bool | None, stepped: bool, ad
 
 def _bad_token_id(rows: list[Any], tokenizer: Any) -> str | None:
     """What is wrong with the first token id no tokenizer could have produced (the decoder overflows on them)."""
-    vocab = len(tokenizer) if tokenizer is not None else None
+    vocab = len(tokenizer) if hasattr(tokenizer, "__len__") else None  # no tokenizer: only negative ids are known bad
     for row in rows:
         for position, token in enumerate(row.input_ids):
             if token < 0 or (vocab is not None and token >= vocab):
