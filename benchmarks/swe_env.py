@@ -3,7 +3,7 @@ environment, and scripted episodes per second.
 
     .venv/bin/python benchmarks/swe_env.py            # 16 concurrent envs, 32 scripted episodes, shipped tasks
 
-Tasks: `--task-source default` takes a deterministic handful of the shipped set (rllm.envs.swe.build's
+Tasks: `--task-source default` takes a deterministic handful of the shipped set (rllm.tasks.swe.build's
 `load_default_tasks`: the first `--packages` packages by name, the first `--per-package` tasks of each by
 instance_id whose fix is a few `str_replace` edits); when that set is not there yet it falls back to the tiny `calc`
 task of tests/unit/swe_fixtures.py (no download) and says so. The first materialization of a real task downloads its
@@ -35,12 +35,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from rllm.envs.swe.env import SWEEnv
-from rllm.envs.swe.grading import grade
-from rllm.envs.swe.patches import patch_paths
-from rllm.envs.swe.store import swe_home, task_trees
 from rllm.errors import RllmError
 from rllm.sandbox import Sandbox
+from rllm.tasks.swe.env import SWEEnv
+from rllm.tasks.swe.grading import grade
+from rllm.tasks.swe.patches import patch_paths
+from rllm.tasks.swe.store import swe_home, task_trees
 from smoke import add_smoke_flag, device_line
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,7 +123,7 @@ def default_plans(n_packages: int, per_package: int) -> tuple[list[Plan], str]:
     """A deterministic handful of the shipped tasks, or ([], why not): the set is not there yet, or a download
     failed."""
     try:
-        from rllm.envs.swe.build import load_default_tasks
+        from rllm.tasks.swe.build import load_default_tasks
 
         rows = load_default_tasks(split=None)
         by_package: dict[str, list[dict]] = {}

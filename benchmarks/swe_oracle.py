@@ -26,8 +26,8 @@ from smoke import add_smoke_flag, device_line
 
 
 def check(task: dict) -> dict:
-    from rllm.envs.swe.grading import grade, run_tests
-    from rllm.envs.swe.store import task_trees
+    from rllm.tasks.swe.grading import grade, run_tests
+    from rllm.tasks.swe.store import task_trees
 
     started = time.monotonic()
     result = grade(task, task["patch"])
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.file, encoding="utf-8") as f:
             tasks = [json.loads(line) for line in f if line.strip()]
     else:
-        from rllm.envs.swe.build import load_default_tasks
+        from rllm.tasks.swe.build import load_default_tasks
 
         tasks = load_default_tasks()
     tasks = sorted(tasks, key=lambda t: t["instance_id"])[: args.limit or None]

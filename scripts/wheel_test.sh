@@ -44,6 +44,19 @@ step "rllm configs cp arithmetic_grpo my.yaml"
 "$rllm" configs cp arithmetic_grpo my.yaml
 cmp my.yaml "$checkout/configs/arithmetic_grpo.yaml"
 
+step "the SWE task's data and the scripts it runs by path (in the sandbox) are in the wheel"
+"$work/venv/bin/python" - <<'EOF'
+from pathlib import Path
+
+import rllm.tasks.swe as swe
+from rllm.tasks.swe.build import load_default_tasks
+
+scripts = ["workspace_server.py", "patches.py", "rllm_swe_harness.py", "rllm_swe_report.py", "rllm_swe_trace.py"]
+missing = [name for name in scripts if not (Path(swe.__file__).parent / name).is_file()]
+assert not missing, f"the wheel lacks these files of rllm/tasks/swe: {missing}"
+print(len(load_default_tasks()), "shipped SWE tasks")
+EOF
+
 step "rllm train arithmetic_grpo trainer.total_steps=1 (the tiny model, tiny sizes)"
 "$rllm" train arithmetic_grpo trainer.total_steps=1 model.name=smollm2-135m-instruct model.lora.rank=4 \
   rollout.n=2 rollout.max_tokens=4 trainer.tasks_per_step=2 data.train_size=4 data.val_size=0 optim.micro_batch_size=2 \

@@ -52,6 +52,23 @@ MOVED_MODULES: dict[str, str] = {
     "rllm.rewards.sandbox": "rllm.sandbox.runner",
     "rllm.rewards.sandbox_process": "rllm.sandbox.process",
     "rllm.rewards.sandbox_session": "rllm.sandbox.session",
+    # SWE is one package: env, agent, tools, data builder, grading and their scripts (workspace_server.py, run by
+    # path only, was never importable on the host: it imports the patches module under its in-sandbox name)
+    "rllm.agents.swe": "rllm.tasks.swe.agent",
+    "rllm.envs.swe": "rllm.tasks.swe",
+    "rllm.envs.swe.build": "rllm.tasks.swe.build",
+    "rllm.envs.swe.docker": "rllm.tasks.swe.docker",
+    "rllm.envs.swe.env": "rllm.tasks.swe.env",
+    "rllm.envs.swe.grading": "rllm.tasks.swe.grading",
+    "rllm.envs.swe.mutate": "rllm.tasks.swe.mutate",
+    "rllm.envs.swe.patches": "rllm.tasks.swe.patches",
+    "rllm.envs.swe.rllm_swe_harness": "rllm.tasks.swe.rllm_swe_harness",
+    "rllm.envs.swe.rllm_swe_report": "rllm.tasks.swe.rllm_swe_report",
+    "rllm.envs.swe.rllm_swe_trace": "rllm.tasks.swe.rllm_swe_trace",
+    "rllm.envs.swe.statements": "rllm.tasks.swe.statements",
+    "rllm.envs.swe.store": "rllm.tasks.swe.store",
+    "rllm.envs.swe.swebench": "rllm.tasks.swe.swebench",
+    "rllm.envs.swe.tools": "rllm.tasks.swe.tools",
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rllm.envs.swe.patches import diff_files
+from rllm.tasks.swe.patches import diff_files
 
 CALC = '''"""A small calculator."""
 

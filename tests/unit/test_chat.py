@@ -184,9 +184,9 @@ def test_an_image_for_a_text_only_model_is_refused_naming_the_model(shipped_toke
 
 def _swe_first_prompt(tokenizer):
     """The SWE agent's first prompt, rendered as a rollout renders it: the agent's messages, the env's tools."""
-    from rllm.agents.swe import SWEAgent
-    from rllm.envs.swe.env import issue_prompt
-    from rllm.envs.swe.tools import tool_schemas
+    from rllm.tasks.swe.agent import SWEAgent
+    from rllm.tasks.swe.env import issue_prompt
+    from rllm.tasks.swe.tools import tool_schemas
 
     agent = SWEAgent()
     agent.reset()

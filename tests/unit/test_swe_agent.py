@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from rllm.agents.swe import SWEAgent
 from rllm.engine import AgentExecutionEngine
-from rllm.envs.swe.env import SWEEnv
 from rllm.models.fake import FakeModel
 from rllm.sandbox import Sandbox
+from rllm.tasks.swe.agent import SWEAgent
+from rllm.tasks.swe.env import SWEEnv
 from rllm.types import ModelOutput, TerminationReason
 from tests.unit.swe_fixtures import make_calc_task
 

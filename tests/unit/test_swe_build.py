@@ -1,4 +1,4 @@
-"""The SWE task generator (rllm.envs.swe.mutate, rllm.envs.swe.build) and the shipped default task set.
+"""The SWE task generator (rllm.tasks.swe.mutate, rllm.tasks.swe.build) and the shipped default task set.
 
 The operator tests run on hand-written sources (no sandbox). `build_package` runs on inflection (a real sdist from
 PyPI, tests in the bubblewrap sandbox); the shipped-set tests grade a fixed sample of the shipped rows."""
@@ -13,9 +13,9 @@ from collections import Counter
 
 import pytest
 
-from rllm.envs.swe.build import load_default_tasks, problem_statement, write_tasks
-from rllm.envs.swe.mutate import OPERATORS, apply_mutation, find_mutations, mutants, shuffled
-from rllm.envs.swe.patches import diff_files
+from rllm.tasks.swe.build import load_default_tasks, problem_statement, write_tasks
+from rllm.tasks.swe.mutate import OPERATORS, apply_mutation, find_mutations, mutants, shuffled
+from rllm.tasks.swe.patches import diff_files
 
 SOURCE = '''"""A module with a bit of everything."""
 
@@ -162,8 +162,8 @@ SWE_BENCH_KEYS = {"instance_id", "repo", "version", "base_commit", "problem_stat
 
 @pytest.fixture(scope="module")
 def inflection_rows():
-    from rllm.envs.swe.build import build_package
     from rllm.sandbox import Sandbox
+    from rllm.tasks.swe.build import build_package
 
     Sandbox.check()
     first = build_package("inflection", "0.5.1", seed=3, per_package=2, jobs=2)
@@ -211,9 +211,9 @@ def test_the_shipped_set():
 
 
 def test_a_sample_of_the_shipped_tasks_is_solved_by_its_patch_and_fails_unchanged():
-    from rllm.envs.swe.grading import grade, run_tests
-    from rllm.envs.swe.store import task_trees
     from rllm.sandbox import Sandbox
+    from rllm.tasks.swe.grading import grade, run_tests
+    from rllm.tasks.swe.store import task_trees
 
     Sandbox.check()
     rows = load_default_tasks()
@@ -225,8 +225,8 @@ def test_a_sample_of_the_shipped_tasks_is_solved_by_its_patch_and_fails_unchange
 
 
 def test_a_statement_names_the_call_what_it_returns_and_what_it_should(tmp_path):
-    from rllm.envs.swe.statements import restate
     from rllm.sandbox import Sandbox
+    from rllm.tasks.swe.statements import restate
     from tests.unit.swe_fixtures import make_calc_task
 
     Sandbox.check()
@@ -359,7 +359,9 @@ def test_the_tracer_records_calls_as_a_user_writes_them(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text(TRACED_PACKAGE)
     (tmp_path / "tests" / "test_pkg.py").write_text(TRACED_TESTS)
-    plugin_dir = Path(__file__).parents[2] / "src" / "rllm" / "envs" / "swe"
+    from rllm.tasks import swe
+
+    plugin_dir = Path(swe.__file__).parent  # the pytest plugins run by path, beside the package's modules
     script = "\n".join(
         [
             "import json, pytest, rllm_swe_trace",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rllm.envs.swe.env import SWEEnv
 from rllm.sandbox import Sandbox
+from rllm.tasks.swe.env import SWEEnv
 from tests.unit.swe_fixtures import BUGGY, CALC, make_calc_task
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from rllm.envs.swe.grading import check_submission, grade, run_tests, verdict
-from rllm.envs.swe.patches import diff_files
-from rllm.envs.swe.store import task_trees
 from rllm.sandbox import Sandbox
+from rllm.tasks.swe.grading import check_submission, grade, run_tests, verdict
+from rllm.tasks.swe.patches import diff_files
+from rllm.tasks.swe.store import task_trees
 from tests.unit.swe_fixtures import BUGGY, CALC, TESTS, make_calc_task
 
 

@@ -1,4 +1,4 @@
-"""SWE-bench rows from a local file, and the Docker mode (rllm.envs.swe.swebench, rllm.envs.swe.docker).
+"""SWE-bench rows from a local file, and the Docker mode (rllm.tasks.swe.swebench, rllm.tasks.swe.docker).
 
 Without a Docker engine the Docker paths run against a FAKE `docker` executable first on PATH: it records its
 argv and, for `docker run`, runs the command locally with the mounts mapped to their host directories and a fresh
@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from rllm.envs.swe import docker as swe_docker
-from rllm.envs.swe.docker import DockerSession, DockerUnavailableError, docker_available, grade_in_docker
-from rllm.envs.swe.env import SWEEnv
-from rllm.envs.swe.patches import diff_files
-from rllm.envs.swe.store import SWEDataError
-from rllm.envs.swe.swebench import EvalSpec, image_name, load_swe_rows
+from rllm.tasks.swe import docker as swe_docker
+from rllm.tasks.swe.docker import DockerSession, DockerUnavailableError, docker_available, grade_in_docker
+from rllm.tasks.swe.env import SWEEnv
+from rllm.tasks.swe.patches import diff_files
+from rllm.tasks.swe.store import SWEDataError
+from rllm.tasks.swe.swebench import EvalSpec, image_name, load_swe_rows
 
 DOCKER_REASON = docker_available()
 
@@ -137,7 +137,7 @@ def test_parquet_without_pyarrow_names_the_install(tmp_path, monkeypatch):
 
 
 def test_grading_without_swebench_names_the_install(monkeypatch):
-    from rllm.envs.swe.swebench import eval_spec
+    from rllm.tasks.swe.swebench import eval_spec
 
     monkeypatch.setitem(sys.modules, "swebench", None)
     monkeypatch.setitem(sys.modules, "swebench.harness", None)

@@ -20,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--packages",
         nargs="+",
         metavar="NAME==VERSION",
-        help="packages to mutate (default: the pinned default set, rllm.envs.swe.build.DEFAULT_PACKAGES)",
+        help="packages to mutate (default: the pinned default set, rllm.tasks.swe.build.DEFAULT_PACKAGES)",
     )
     b.add_argument(
         "--validation-packages",
@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--per-package",
         type=int,
         help="tasks to make per package at most (default 45; with the default packages, the shipped "
-        "set's counts: rllm.envs.swe.build.DEFAULT_COUNTS)",
+        "set's counts: rllm.tasks.swe.build.DEFAULT_COUNTS)",
     )
     b.add_argument("--jobs", type=int, default=1, help="candidate mutants tested at once (default 1)")
     b.add_argument("--timeout", type=float, default=30.0, help="seconds for one test run on a mutant (default 30)")
@@ -52,8 +52,8 @@ def restate(args: argparse.Namespace) -> int:
     import gzip
     import json
 
-    from rllm.envs.swe import build
-    from rllm.envs.swe.statements import restate_tasks
+    from rllm.tasks.swe import build
+    from rllm.tasks.swe.statements import restate_tasks
 
     with (gzip.open if args.file.endswith(".gz") else open)(args.file, "rt", encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
@@ -65,7 +65,7 @@ def restate(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rllm.envs.swe import build
+    from rllm.tasks.swe import build
 
     if args.swe_command == "restate":
         return restate(args)

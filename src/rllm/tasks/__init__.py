@@ -1,9 +1,9 @@
 """Built-in tasks, one file each, and their registry.
 
-A task file (`rllm/tasks/<name>.py`) holds everything about one task: its generator (`make_tasks(n, *, seed)` ->
-dataset rows), its prompt, what plays it (an agent and an environment for the `agent_env` workflow, and/or a prompt
-and a reward function for the `single_turn` and `solver_judge` workflows) and which scoring function of
-`rllm.rewards` rewards it. It ends with `TASK = Task(...)`.
+A task file (`rllm/tasks/<name>.py`, or a package `rllm/tasks/<name>/` for a big task: swe, web) holds everything
+about one task: its generator (`make_tasks(n, *, seed)` -> dataset rows), its prompt, what plays it (an agent and an
+environment for the `agent_env` workflow, and/or a prompt and a reward function for the `single_turn` and
+`solver_judge` workflows) and which scoring function of `rllm.rewards` rewards it. It ends with `TASK = Task(...)`.
 
 `REGISTRY` maps each task's name to its module, one line a task: a new task is one new file plus one line here.
 Modules are imported only when their task is looked up (`get_task`), so `import rllm.tasks` stays light and using

@@ -1,4 +1,4 @@
-"""rLLM v0.2's `SWEEnv` (DeepSWE's environment), over rllm's SWE environment (`rllm.envs.swe.env.SWEEnv`): the
+"""rLLM v0.2's `SWEEnv` (DeepSWE's environment), over rllm's SWE environment (`rllm.tasks.swe.env.SWEEnv`): the
 repository lives in rllm's bubblewrap sandbox, not in an R2E-Gym Docker/Kubernetes pod.
 
 As in rLLM:
@@ -87,7 +87,7 @@ def _as_text(value: Any) -> str:
 
 def rllm_tool_schemas(scaffold: str) -> list[dict]:
     """The scaffold's tools as rLLM's agents name them (JSON-schema function tools)."""
-    from rllm.envs.swe.tools import tool_schemas
+    from rllm.tasks.swe.tools import tool_schemas
 
     _check_scaffold(scaffold)
     shown = {native: theirs for theirs, native in _RENAMED.get(scaffold, {}).items()}
@@ -153,7 +153,7 @@ class SWEEnv(BaseEnv):
         if entry is not None:
             return dict(entry), None, None
         if dataset is None:
-            from rllm.envs.swe.build import load_default_tasks
+            from rllm.tasks.swe.build import load_default_tasks
 
             dataset = load_default_tasks("validation")
         if idx is None:
@@ -163,7 +163,7 @@ class SWEEnv(BaseEnv):
         return dict(dataset[idx]), dataset, idx
 
     def _native(self, task: dict, options: dict) -> Any:
-        from rllm.envs.swe.env import SWEEnv as NativeSWEEnv
+        from rllm.tasks.swe.env import SWEEnv as NativeSWEEnv
 
         row = {
             **task,
@@ -201,7 +201,7 @@ class SWEEnv(BaseEnv):
     def close(self) -> None:
         self.env.close()
         if self.delete_image and self.backend == "docker":
-            from rllm.envs.swe.swebench import docker_image
+            from rllm.tasks.swe.swebench import docker_image
 
             subprocess.run(["docker", "rmi", docker_image(self.env.task)], capture_output=True, check=False)
 
@@ -216,7 +216,7 @@ class SWEEnv(BaseEnv):
 
     def _native_call(self, name: str, parameters: dict[str, Any]) -> dict:
         """rllm's action for one call: the tool's rllm name, its parameters typed by the tool's schema."""
-        from rllm.envs.swe.tools import tool_schemas
+        from rllm.tasks.swe.tools import tool_schemas
 
         native = _RENAMED.get(self.scaffold, {}).get(name, name)
         schema = next(
@@ -262,6 +262,6 @@ def _playable_row(entry: dict, backend: str | None) -> dict:
             "SWE-bench-format rows play with backend='docker'"
         )
     # SWE-bench's normaliser: image, test lists; refuses R2E-Gym's own rows naming the sets that work
-    from rllm.envs.swe.swebench import normalize_swe_row
+    from rllm.tasks.swe.swebench import normalize_swe_row
 
     return normalize_swe_row(entry, f"SWEEnv entry ({entry.get('instance_id', '?')})", "swebench")

@@ -198,8 +198,8 @@ def runtime_dir() -> Path:
 
 def task_trees(task: dict) -> tuple[Path, Path]:
     """(base, full) trees of a generated task (see the module docstring), made once."""
-    from rllm.envs.swe.patches import apply_patch, patch_paths
     from rllm.sandbox import make_editable
+    from rllm.tasks.swe.patches import apply_patch, patch_paths
 
     if task.get("repo_dir"):  # a local pristine tree (the user's own repository, or a test's)
         pristine, source = Path(task["repo_dir"]), str(Path(task["repo_dir"]).resolve())

@@ -5,17 +5,17 @@ For each package (`build_package`):
    coverage (which test functions run which lines), one without, timed (`--durations`). A test counts as passing at
    baseline only if it passed in both runs, is not slower than `SLOW_TEST_S` and its node id holds no memory address
    (such ids change from run to run).
-2. Candidate bugs: every site of rllm.envs.swe.mutate in a non-test module whose line a passing test covers, in a
+2. Candidate bugs: every site of rllm.tasks.swe.mutate in a non-test module whose line a passing test covers, in a
    seeded order that alternates between operators.
 3. Per candidate: the tests covering the mutated function run on the mutant (the bug applied with `git apply` in the
    sandbox). FAIL_TO_PASS = those that passed at baseline and fail now; kept if 1 to `MAX_FAIL_TO_PASS`. Rejected:
    the mutant breaks collection or import, a run times out, a test's id disappears, no test fails, too many fail,
-   or its fix would not pass the grader's policy (rllm.envs.swe.grading.check_submission).
+   or its fix would not pass the grader's policy (rllm.tasks.swe.grading.check_submission).
 4. The hidden tests are the files holding a FAIL_TO_PASS test (their pristine text, as `test_patch`). PASS_TO_PASS
    is, as in SWE-bench, the other tests of those files that pass before and after, capped at `MAX_PASS_TO_PASS` so
    that grading takes seconds: those that cover the mutated module first, then the rest, each group in a fixed hashed
    order; they are run on the mutant (one that fails there joins FAIL_TO_PASS).
-5. The statement (rllm.envs.swe.statements.describe_task): the FAIL_TO_PASS tests run traced on the mutant and on
+5. The statement (rllm.tasks.swe.statements.describe_task): the FAIL_TO_PASS tests run traced on the mutant and on
    the pristine tree; the first call into the package made alike in both whose outcome differs is the issue: the
    call with its argument values, what it returns (raises, yields) now and what it should, plus up to three other
    calls that changed. Where no call differs, pytest's failure report is used instead.
@@ -28,7 +28,7 @@ Rows are SWE-bench's (`instance_id`, `repo`, `version`, `base_commit`, `problem_
 easier). The same packages and seed give the same rows: everything is sorted, nothing depends on the clock (the
 one caveat: a test that takes about `SLOW_TEST_S` may count as slow in one build and not in another).
 
-The shipped set (`rllm/tasks/data/swe_default.jsonl.gz`, read by `load_default_tasks`) is `DEFAULT_PACKAGES` built with
+The shipped set (`data/swe_default.jsonl.gz` here, read by `load_default_tasks`) is `DEFAULT_PACKAGES` built with
 `rllm swe build --seed 0 --jobs 2 --out swe_default.jsonl` (45 tasks per package, or `DEFAULT_COUNTS`), then
 `gzip -9 -n` (5.7 MB of rows, each carrying its hidden test files, are 0.9 MB gzipped); `tabulate` is its
 validation split. A package's first N tasks do not depend on how many are asked
@@ -51,9 +51,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from rllm.envs.swe.grading import NOT_SOURCE, test_files
-from rllm.envs.swe.mutate import Mutation, apply_mutation, find_mutations, shuffled
-from rllm.envs.swe.statements import describe_task, problem_statement
+from rllm.tasks.swe.grading import NOT_SOURCE, test_files
+from rllm.tasks.swe.mutate import Mutation, apply_mutation, find_mutations, shuffled
+from rllm.tasks.swe.statements import describe_task, problem_statement
 
 __all__ = [
     "DEFAULT_COUNTS",
@@ -142,7 +142,7 @@ class _Baseline:
     """The package's tests before any bug: which pass, which run which lines."""
 
     def __init__(self, tree: Path, files: list[str], timeout_s: float) -> None:
-        from rllm.envs.swe.grading import run_tests
+        from rllm.tasks.swe.grading import run_tests
 
         covered = run_tests(tree, files, coverage=True, timeout_s=timeout_s * 20)
         timed = run_tests(
@@ -190,7 +190,7 @@ class _Baseline:
 
 
 def _is_source(path: str) -> bool:
-    from rllm.envs.swe.grading import is_test_path
+    from rllm.tasks.swe.grading import is_test_path
 
     return not is_test_path(path) and not NOT_SOURCE & set(PurePosixPath(path).parts)
 
@@ -224,8 +224,8 @@ class _Trial:
 
 def _try(base: _Baseline, path: str, mutation: Mutation, timeout_s: float) -> _Trial:
     """Run one candidate on the mutant: step 3-4 of the module docstring."""
-    from rllm.envs.swe.grading import check_submission, run_tests
-    from rllm.envs.swe.patches import diff_files
+    from rllm.tasks.swe.grading import check_submission, run_tests
+    from rllm.tasks.swe.patches import diff_files
 
     original = (base.tree / path).read_text(encoding="utf-8")
     mutant = apply_mutation(original, mutation)
@@ -296,7 +296,7 @@ def _row(
     mutation: Mutation,
     trial: _Trial,
 ) -> dict:
-    from rllm.envs.swe.patches import diff_files
+    from rllm.tasks.swe.patches import diff_files
 
     hidden = sorted({_file_of(t) for t in trial.f2p})
     test_patch = "".join(diff_files(f, None, (base.tree / f).read_text(encoding="utf-8")) for f in hidden)
@@ -328,8 +328,8 @@ def _row(
 
 
 def _finish(base: _Baseline, row: dict, bug: str, timeout_s: float) -> bool:
-    """Write the row's statement (rllm.envs.swe.statements) and run the oracle: whether the row is kept."""
-    from rllm.envs.swe.grading import grade
+    """Write the row's statement (rllm.tasks.swe.statements) and run the oracle: whether the row is kept."""
+    from rllm.tasks.swe.grading import grade
 
     statement = describe_task(row["repo"], base.tree, row["FAIL_TO_PASS"], bug=bug, timeout_s=timeout_s * 2)
     row["problem_statement"] = statement
@@ -350,8 +350,8 @@ def build_package(
 ) -> tuple[list[dict], PackageReport]:
     """Up to `per_package` task rows of one package (see the module docstring) and the counts of what was tried.
     `jobs` candidates run at once; the result does not depend on it (candidates are decided in their order)."""
-    from rllm.envs.swe.store import fetch_sdist, pristine_tree, swe_home
     from rllm.sandbox import make_editable
+    from rllm.tasks.swe.store import fetch_sdist, pristine_tree, swe_home
 
     archive = fetch_sdist(name, version, sha256)
     sdist = {
@@ -446,10 +446,12 @@ def write_tasks(rows: list[dict], path: str | Path) -> None:
 
 
 def load_default_tasks(split: str | None = None) -> list[dict]:
-    """The shipped task set (`rllm/tasks/data/swe_default.jsonl.gz`), optionally one split ("train", "validation")."""
+    """The shipped task set (`rllm/tasks/swe/data/swe_default.jsonl.gz`), optionally one split ("train",
+    "validation")."""
     from importlib.resources import files
 
-    text = gzip.decompress(files("rllm.tasks").joinpath("data", "swe_default.jsonl.gz").read_bytes()).decode("utf-8")
+    shipped = files("rllm.tasks.swe").joinpath("data", "swe_default.jsonl.gz")
+    text = gzip.decompress(shipped.read_bytes()).decode("utf-8")
     rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     if split not in (None, "train", "validation"):
         raise ValueError(f"the shipped SWE tasks have the splits 'train' and 'validation', not {split!r}")

@@ -1,7 +1,7 @@
 """`SWEEnv`: a software-engineering task in a sandboxed repository, R2E-Gym/SWE-agent style, without Docker.
 
 A task is a dataset row in SWE-bench's format (`instance_id`, `problem_statement`, `patch`, `test_patch`,
-`FAIL_TO_PASS`, `PASS_TO_PASS`, ...; see rllm.envs.swe.build for the generated ones). Per episode:
+`FAIL_TO_PASS`, `PASS_TO_PASS`, ...; see rllm.tasks.swe.build for the generated ones). Per episode:
 - `reset()` starts one sandbox session (rllm.sandbox.session) holding the task's base tree at /testbed: an
   overlay on a size-capped tmpfs over the read-only tree (nothing is copied, nothing of the host is writable), the
   hidden tests absent, no network, its own PID namespace, a cgroup, rlimits and a wall clock for the episode. The
@@ -10,14 +10,14 @@ A task is a dataset row in SWE-bench's format (`instance_id`, `problem_statement
   the session, each with `step_timeout` s, outputs cut to `max_output_chars` with a marker. Bad calls (unknown tool,
   bad arguments, a path outside the repository) are answered with an error message and counted in
   `info["tool_errors"]`; a reply with no call is told to call a tool. `finish`/`submit` ends the episode.
-- The reward: the diff of /testbed against the base, graded in a fresh sandbox (rllm.envs.swe.grading). At the
+- The reward: the diff of /testbed against the base, graded in a fresh sandbox (rllm.tasks.swe.grading). At the
   end of an episode that ran out of turns, `compute_final_reward()` grades what the repository holds then.
 - `info["termination"]` on the last step says why it ended: submitted, sandbox_died (the session was killed: memory,
   pids, its wall clock), and `info["grade"]` the grader's reason (resolved, tests_failed, protected_path,
   patch_failed, grader_timeout, tampering, empty_patch).
 Sandbox failures of ours (it cannot start) raise InfraError: the engine retries the episode.
-`backend="docker"` plays the task in its own Docker image instead (rows from rllm.envs.swe.swebench: SWE-bench,
-SWE-Gym), workspace and grader both (rllm.envs.swe.docker); without Docker, reset() raises DockerUnavailableError.
+`backend="docker"` plays the task in its own Docker image instead (rows from rllm.tasks.swe.swebench: SWE-bench,
+SWE-Gym), workspace and grader both (rllm.tasks.swe.docker); without Docker, reset() raises DockerUnavailableError.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rllm.envs.base import BaseEnv
-from rllm.envs.swe.tools import FINISH_TOOLS, server_call, tool_schemas
+from rllm.tasks.swe.tools import FINISH_TOOLS, server_call, tool_schemas
 
 __all__ = ["SWEEnv", "issue_prompt"]
 
@@ -76,14 +76,14 @@ class SWEEnv(BaseEnv):
         for key in ("instance_id", "problem_statement", "FAIL_TO_PASS", "PASS_TO_PASS", "patch", "test_patch"):
             if key not in task:
                 raise ValueError(
-                    f"SWEEnv: the task row lacks {key!r}; rows need SWE-bench's keys (see rllm.envs.swe.build)"
+                    f"SWEEnv: the task row lacks {key!r}; rows need SWE-bench's keys (see rllm.tasks.swe.build)"
                 )
         self.task, self.scaffold = task, scaffold
         self.step_timeout, self.max_output_chars = float(step_timeout), int(max_output_chars)
         self.episode_timeout, self.partial_credit = float(episode_timeout), bool(partial_credit)
         self.grade_timeout, self.memory_mb, self.repo_size_mb = float(grade_timeout), int(memory_mb), int(repo_size_mb)
         if backend not in ("sandbox", "docker"):
-            raise ValueError(f"SWEEnv: unknown backend {backend!r}: use 'sandbox' or 'docker' (rllm.envs.swe.docker)")
+            raise ValueError(f"SWEEnv: unknown backend {backend!r}: use 'sandbox' or 'docker' (rllm.tasks.swe.docker)")
         self.sandbox, self.backend = sandbox, backend
         self.session = None
         self.result = None  # the GradeResult, once graded
@@ -99,13 +99,13 @@ class SWEEnv(BaseEnv):
     # ---- the episode -----------------------------------------------------------------------------------------
 
     def reset(self) -> tuple[Any, dict]:
-        from rllm.envs.swe.store import RUNTIME_MOUNT, runtime_dir, task_trees
         from rllm.sandbox import RepoMount, SandboxLimits, default_sandbox, host_python
+        from rllm.tasks.swe.store import RUNTIME_MOUNT, runtime_dir, task_trees
 
         self.close()
         self.result, self.tool_errors, self.tool_calls = None, {}, {}
-        if self.backend == "docker":  # the task's own image: rllm.envs.swe.docker
-            from rllm.envs.swe.docker import open_session
+        if self.backend == "docker":  # the task's own image: rllm.tasks.swe.docker
+            from rllm.tasks.swe.docker import open_session
 
             self.session = open_session(self.task, wall_s=self.episode_timeout, memory_mb=self.memory_mb)
             return issue_prompt(self.task), {"tools": tool_schemas(self.scaffold)}
@@ -194,8 +194,8 @@ class SWEEnv(BaseEnv):
         return _tool_message(call, name, str(reply.get("output", "")))
 
     def _grade(self, detail: str = "") -> None:
-        from rllm.envs.swe.grading import GradeResult, grade
         from rllm.sandbox import SessionClosedError
+        from rllm.tasks.swe.grading import GradeResult, grade
 
         try:
             reply = self.session.request({"op": "diff"}, timeout_s=120) if self.session else None
@@ -206,7 +206,7 @@ class SWEEnv(BaseEnv):
             return
         self.diff, self.skipped = str(reply.get("diff", "")), list(reply.get("skipped", []))
         if self.backend == "docker":
-            from rllm.envs.swe.docker import grade_in_docker
+            from rllm.tasks.swe.docker import grade_in_docker
 
             self.result = grade_in_docker(
                 self.task, self.diff, partial_credit=self.partial_credit, timeout_s=self.grade_timeout
@@ -249,8 +249,8 @@ def _tool_message(call: dict, name: str, content: str) -> dict:
 
 def _python_bin() -> Path:
     """A directory with `python` and `python3` naming the sandbox's interpreter (it is not on the sandbox's PATH)."""
-    from rllm.envs.swe.store import swe_home
     from rllm.sandbox import host_python
+    from rllm.tasks.swe.store import swe_home
 
     directory = swe_home() / "bin"
     directory.mkdir(parents=True, exist_ok=True)

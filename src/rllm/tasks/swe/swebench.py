@@ -1,6 +1,6 @@
 """SWE-bench-format rows from a file a user already has: SWE-bench (full, Lite, Verified), SWE-Gym, and R2E-Gym's
 SWE-bench-format sets (R2E-Gym/SWE-Bench-Verified, -Lite). Their repositories are not pure-Python sdists on PyPI,
-so each row runs in its task's Docker image (rllm.envs.swe.docker) and is marked `backend: "docker"`.
+so each row runs in its task's Docker image (rllm.tasks.swe.docker) and is marked `backend: "docker"`.
 
 - `load_swe_rows(path, images=...)`: JSONL, a JSON list, or parquet (with `pyarrow`, or `pandas` and an engine).
   FAIL_TO_PASS / PASS_TO_PASS arrive as JSON-encoded strings in SWE-bench's dumps: they become lists. A row keeps
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rllm.envs.swe.store import SWEDataError
+from rllm.tasks.swe.store import SWEDataError
 
 __all__ = ["IMAGE_RULES", "EvalSpec", "docker_image", "eval_spec", "image_name", "load_swe_rows", "normalize_swe_row"]
 

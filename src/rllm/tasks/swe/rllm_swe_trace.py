@@ -5,7 +5,7 @@ While each test runs, every call from a test file's code into the package's code
 order: the function with the values of its arguments as it was entered, and what came back: the value returned,
 the exception raised, or, for a generator, the values it yielded. The builder runs a task's failing tests traced on
 the buggy tree and on the fixed one; the first call made the same way in both whose outcome differs is the failure
-a statement describes (rllm.envs.swe.build.problem_statement): the call, the wrong output, the expected one.
+a statement describes (rllm.tasks.swe.build.problem_statement): the call, the wrong output, the expected one.
 
 Values are shown by `repr` (memory addresses masked, so two runs compare equal), cut to `MAX_REPR` characters; a
 string holding newlines is kept as text so that a table or a report reads as it prints. At the end of the session
@@ -31,7 +31,7 @@ _RETURNS = {dis.opmap[name] for name in ("RETURN_VALUE", "RETURN_CONST") if name
 TRACES: dict[str, list[dict]] = {}
 
 
-def _is_test_path(rel: str) -> bool:  # as rllm.envs.swe.grading.is_test_path (this file runs without rllm)
+def _is_test_path(rel: str) -> bool:  # as rllm.tasks.swe.grading.is_test_path (this file runs without rllm)
     parts = rel.split("/")
     name = parts[-1]
     in_test_dir = any(p in ("test", "tests", "testing") for p in parts[:-1])

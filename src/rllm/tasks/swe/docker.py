@@ -1,5 +1,5 @@
 """Docker mode for SWE tasks whose repository needs its own image (SWE-bench, SWE-Gym, R2E-Gym's SWE-bench sets;
-rows from rllm.envs.swe.swebench): `SWEEnv(task, backend="docker")`.
+rows from rllm.tasks.swe.swebench): `SWEEnv(task, backend="docker")`.
 
 Needs the `docker` CLI and a reachable engine (`docker info` must answer; a remote DOCKER_HOST does not work: the
 server's files are bind-mounted from this machine), and for grading `pip install swebench` (optional, not a
@@ -33,10 +33,10 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from rllm.envs.swe.grading import GradeResult, TestRun, check_submission, verdict
-from rllm.envs.swe.swebench import docker_image, eval_spec
 from rllm.errors import InfraError, RllmError
 from rllm.sandbox import CappedBuffer, SandboxSession
+from rllm.tasks.swe.grading import GradeResult, TestRun, check_submission, verdict
+from rllm.tasks.swe.swebench import docker_image, eval_spec
 
 __all__ = [
     "DockerError",

@@ -23,8 +23,8 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from rllm.envs.swe.patches import patch_paths
-from rllm.envs.swe.store import RUNTIME_MOUNT, runtime_dir
+from rllm.tasks.swe.patches import patch_paths
+from rllm.tasks.swe.store import RUNTIME_MOUNT, runtime_dir
 
 __all__ = [
     "NOT_SOURCE",
@@ -213,7 +213,7 @@ def grade(
     task: dict, diff: str, *, sandbox=None, partial_credit: bool = False, timeout_s: float = 300.0
 ) -> GradeResult:
     """The reward of `diff` on `task` (see the module docstring)."""
-    from rllm.envs.swe.store import task_trees
+    from rllm.tasks.swe.store import task_trees
 
     if not diff.strip():
         return GradeResult(0.0, False, "empty_patch", "the repository was not changed")

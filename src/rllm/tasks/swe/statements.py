@@ -171,7 +171,7 @@ def _describe(failure: str, leaks: re.Pattern | None) -> tuple[str, str]:
 
 
 def _is_test_file(path: str) -> bool:
-    from rllm.envs.swe.grading import is_test_path
+    from rllm.tasks.swe.grading import is_test_path
 
     return is_test_path(path)
 
@@ -195,7 +195,7 @@ def describe_task(
 ) -> str:
     """The statement of a task whose FAIL_TO_PASS tests are in `tree`: the buggy tree is `tree` with `bug` applied,
     the fixed one `tree` with `fix` applied (one of them is None: `tree` itself). Two traced sandbox runs."""
-    from rllm.envs.swe.grading import run_tests, test_files
+    from rllm.tasks.swe.grading import run_tests, test_files
 
     buggy = run_tests(tree, fail_to_pass, diff=bug, trace=True, timeout_s=timeout_s)
     fixed = run_tests(tree, fail_to_pass, diff=fix, trace=True, timeout_s=timeout_s)
@@ -207,7 +207,7 @@ def describe_task(
 
 def restate(row: dict, timeout_s: float = 60.0) -> dict:
     """The row with its statement written by `describe_task` (a row of `rllm swe build`, or made before it traced)."""
-    from rllm.envs.swe.store import task_trees
+    from rllm.tasks.swe.store import task_trees
 
     _, full = task_trees(row)
     statement = describe_task(row["repo"], full, row["FAIL_TO_PASS"], fix=row["patch"], timeout_s=timeout_s)
