@@ -65,7 +65,7 @@ sandbox:
 	@command -v git >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq git; \
 	  else echo "SWE tasks need git: sudo apt-get install git"; exit 1; fi; }
 
-# Web environments (rllm.envs.web) drive Debian's headless Chromium through Playwright; nothing downloads a browser.
+# Web environments (rllm.tasks.web) drive Debian's headless Chromium through Playwright; nothing downloads a browser.
 chromium:
 	@command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null || { if [ "$$(id -u)" = 0 ]; then \
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium-headless-shell; \
@@ -104,7 +104,7 @@ $(VERL_STAMP): pyproject.toml
 	$(VERL_PY) -c "import verl.workers.engine_workers"
 	touch $(VERL_STAMP)
 
-# BrowserGym (rllm.envs.web.browsergym, for WebArena/WorkArena/... users) in its own venv: browsergym-core pins
+# BrowserGym (rllm.tasks.web.browsergym, for WebArena/WorkArena/... users) in its own venv: browsergym-core pins
 # playwright==1.44, which cannot share ours. On request only (not part of `make test`); no browser is downloaded.
 # Its parity test: $(BROWSERGYM_VENV)/bin/python -m pytest tests/browsergym
 BROWSERGYM_VENV ?= .venv-browsergym
@@ -115,7 +115,7 @@ $(BROWSERGYM_VENV)/.installed: pyproject.toml
 	test -x $(BROWSERGYM_VENV)/bin/python || $(PYTHON) -m venv $(BROWSERGYM_VENV)
 	$(BROWSERGYM_VENV)/bin/python -m pip install -q --upgrade pip
 	$(BROWSERGYM_VENV)/bin/python -m pip install -q -e ".[dev]" browsergym-miniwob==0.14.3 miniwob==1.1.0
-	$(BROWSERGYM_VENV)/bin/python -c "import browsergym.miniwob, rllm.envs.web.browsergym"
+	$(BROWSERGYM_VENV)/bin/python -c "import browsergym.miniwob, rllm.tasks.web.browsergym"
 	touch $@
 
 bench: models sandbox chromium vllm verl

@@ -5,7 +5,7 @@ reset and step latency, memory per concurrent episode, and scripted episodes per
 
 - latency, one episode at a time on a warm browser: `reset()` (a fresh context, the page loaded, seeded and started,
   its snapshot) and `step()` (the oracle's action done, the page settled, its snapshot), p50 and p95 over
-  `--episodes` episodes of the oracle's tasks (rllm.envs.web.oracle), in order, seeds 0, 1, ...;
+  `--episodes` episodes of the oracle's tasks (rllm.tasks.web.oracle), in order, seeds 0, 1, ...;
 - memory: PSS (/proc/<pid>/smaps_rollup) of every process under this one (Playwright's driver, the browser and its
   renderers) with 1 and then 16 episodes open at once: one browser's base and the MiB each extra episode adds;
 - throughput: `--episodes` oracle episodes (reset, the oracle's steps, close) on a thread pool of 1, 4 and 16 on one
@@ -42,14 +42,14 @@ def percentiles(values: list[float]) -> str:
 
 
 def episodes_of(count: int) -> list[tuple[str, int]]:
-    from rllm.envs.web.oracle import ORACLE_TASKS
+    from rllm.tasks.web.oracle import ORACLE_TASKS
 
     return [(ORACLE_TASKS[i % len(ORACLE_TASKS)], i // len(ORACLE_TASKS)) for i in range(count)]
 
 
 def latency(episodes: list[tuple[str, int]]) -> None:
-    from rllm.envs.web.env import WebEnv
-    from rllm.envs.web.oracle import oracle_action
+    from rllm.tasks.web.env import WebEnv
+    from rllm.tasks.web.oracle import oracle_action
 
     resets, steps, failed = [], [], 0
     for task, seed in episodes:
@@ -71,8 +71,8 @@ def latency(episodes: list[tuple[str, int]]) -> None:
 
 
 def memory(count: int = 16) -> None:
-    from rllm.envs.web.browser import descendant_pids
-    from rllm.envs.web.env import WebEnv
+    from rllm.tasks.web.browser import descendant_pids
+    from rllm.tasks.web.env import WebEnv
 
     envs = [WebEnv({"task": "book-flight", "seed": 0})]
     envs[0].reset()
@@ -88,7 +88,7 @@ def memory(count: int = 16) -> None:
 
 
 def throughput(episodes: list[tuple[str, int]], workers: int) -> float:
-    from rllm.envs.web.oracle import run_oracle
+    from rllm.tasks.web.oracle import run_oracle
 
     started = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
@@ -108,7 +108,7 @@ def main() -> None:
         args.episodes = 2
     workers = (1, 2) if args.smoke else (1, 4, 16)
     print(device_line())
-    from rllm.envs.web.browser import find_chromium, shared_pool
+    from rllm.tasks.web.browser import find_chromium, shared_pool
 
     print(f"browser: {find_chromium()}")
     pool = shared_pool()

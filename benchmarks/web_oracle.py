@@ -1,4 +1,4 @@
-"""The scripted oracle (rllm.envs.web.oracle) on every task it covers: does WebEnv's observation (goal +
+"""The scripted oracle (rllm.tasks.web.oracle) on every task it covers: does WebEnv's observation (goal +
 accessibility tree) and action set suffice to solve them?
 
     .venv/bin/python benchmarks/web_oracle.py                         # 30 tasks x 10 seeds (~2 minutes on 2 cores)
@@ -21,7 +21,7 @@ SMOKE_TASKS = "simple-arithmetic"  # one quick task: --smoke checks the path, no
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rllm.envs.web.oracle import ORACLE_TASKS, run_oracle
+    from rllm.tasks.web.oracle import ORACLE_TASKS, run_oracle
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=10, help="episodes per task, seeds 0..N-1 (default 10)")

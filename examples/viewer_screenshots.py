@@ -15,8 +15,8 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from rllm.envs.web.browser import find_chromium
 from rllm.runs import load_metrics
+from rllm.tasks.web.browser import find_chromium
 from rllm.viewer import start_server
 
 

@@ -66,8 +66,8 @@ def shipped_tokenizer(request):
 
 @pytest.fixture(scope="session")
 def chromium() -> str:
-    """The system Chromium the web tests drive (rllm.envs.web); they skip, naming the install command, without one."""
-    from rllm.envs.web.browser import BrowserUnavailableError, find_chromium
+    """The system Chromium the web tests drive (rllm.tasks.web); they skip, naming the install command, without one."""
+    from rllm.tasks.web.browser import BrowserUnavailableError, find_chromium
 
     try:
         return find_chromium()

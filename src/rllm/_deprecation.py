@@ -69,6 +69,15 @@ MOVED_MODULES: dict[str, str] = {
     "rllm.envs.swe.store": "rllm.tasks.swe.store",
     "rllm.envs.swe.swebench": "rllm.tasks.swe.swebench",
     "rllm.envs.swe.tools": "rllm.tasks.swe.tools",
+    # web is one package: env, agent, browser pool, actions, MiniWoB++ pages, oracle, BrowserGym adapter
+    "rllm.agents.web": "rllm.tasks.web.agent",
+    "rllm.envs.web": "rllm.tasks.web",
+    "rllm.envs.web.actions": "rllm.tasks.web.actions",
+    "rllm.envs.web.browser": "rllm.tasks.web.browser",
+    "rllm.envs.web.browsergym": "rllm.tasks.web.browsergym",
+    "rllm.envs.web.env": "rllm.tasks.web.env",
+    "rllm.envs.web.miniwob": "rllm.tasks.web.miniwob",
+    "rllm.envs.web.oracle": "rllm.tasks.web.oracle",
 }
 
 

@@ -1,4 +1,4 @@
-"""Reward parity between BrowserGym (the optional adapter, rllm.envs.web.browsergym) and rllm's WebEnv on the same
+"""Reward parity between BrowserGym (the optional adapter, rllm.tasks.web.browsergym) and rllm's WebEnv on the same
 MiniWoB++ task and seed: the same page (goal), the same reward for the right answer and for a wrong one.
 
 Runs in BrowserGym's own venv (`make browsergym`; `.venv-browsergym/bin/python -m pytest tests/browsergym`): its
@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("browsergym.miniwob", reason="BrowserGym is optional: `make browsergym` installs it")
 
-from rllm.envs.web.browsergym import BrowserGymEnv, miniwob_page_seed
+from rllm.tasks.web.browsergym import BrowserGymEnv, miniwob_page_seed
 
 REPO = Path(__file__).resolve().parents[2]
 MAIN_PYTHON = os.environ.get("RLLM_MAIN_PYTHON", str(REPO / ".venv" / "bin" / "python"))
@@ -26,8 +26,8 @@ CASES = [(task, seed) for task in ("click-test-2", "click-button", "enter-text",
 # WebEnv's side, in the main venv: per (task, page seed), the goal and the rewards of the right and a wrong answer.
 OURS = r"""
 import json, sys
-from rllm.envs.web import WebEnv
-from rllm.envs.web.oracle import elements, oracle_action
+from rllm.tasks.web import WebEnv
+from rllm.tasks.web.oracle import elements, oracle_action
 out = []
 for task, seed in json.loads(sys.argv[1]):
     env = WebEnv({"task": task, "seed": seed})

@@ -110,7 +110,7 @@ def page_of(messages: list[dict]) -> dict:
 
 @pytest.mark.browser
 def test_miniwob_agent_clicks_the_right_button_in_headless_chromium(chromium):
-    from rllm.envs.web.oracle import oracle_action
+    from rllm.tasks.web.oracle import oracle_action
 
     def reply(prompt, sampling):
         return f"The goal names the button.\nAction: ```{oracle_action('click-button', page_of(prompt))}```"

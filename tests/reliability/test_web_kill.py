@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rllm.envs.web.browser import chromium_pids, descendant_pids
+from rllm.tasks.web.browser import chromium_pids, descendant_pids
 
 pytestmark = [pytest.mark.reliability, pytest.mark.browser]
 REPO = Path(__file__).resolve().parents[2]

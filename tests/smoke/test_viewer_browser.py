@@ -135,7 +135,7 @@ def _sft_dpo_and_eval_runs(root, model):
 def _web_episode():
     """Two steps of the web env: its observations are dicts (goal, accessibility tree, url, last action), which
     WebAgent writes into the next prompt as text."""
-    from rllm.envs.web.env import observation_text
+    from rllm.tasks.web.env import observation_text
     from rllm.types import Episode, ModelOutput, Step, Trajectory
 
     start = {"goal": "Submit the form", "axtree": '- button "Begin" [ref=e1]', "url": "http://localhost/form"}

@@ -39,7 +39,7 @@ def test_rllm_eval_runs_the_web_config_on_the_validation_tasks(tmp_path, tiny_mo
             "trainer.name=web-eval", "--no-progress"]  # fmt: skip
     out = run_rllm("eval", *args)
     assert out.returncode == 0, out.stderr[-3000:]
-    from rllm.envs.web.miniwob import split_tasks
+    from rllm.tasks.web.miniwob import split_tasks
 
     run_dir = out.stdout.split("run directory")[1].split()[0]
     episodes = read_episodes(run_dir, split="eval")

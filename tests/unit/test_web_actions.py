@@ -1,10 +1,10 @@
-"""The web action language (rllm.envs.web.actions): parsing replies and tool calls, without a browser."""
+"""The web action language (rllm.tasks.web.actions): parsing replies and tool calls, without a browser."""
 
 from __future__ import annotations
 
 import pytest
 
-from rllm.envs.web.actions import ACTIONS, ActionError, WebAction, describe_actions, parse_actions
+from rllm.tasks.web.actions import ACTIONS, ActionError, WebAction, describe_actions, parse_actions
 
 
 def test_calls_come_from_the_last_code_block_in_order():

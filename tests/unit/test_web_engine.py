@@ -9,12 +9,12 @@ import signal
 
 import pytest
 
-from rllm.agents.web import WebAgent
 from rllm.engine.workflow_engine import AgentWorkflowEngine
-from rllm.envs.web.browser import chromium_pids
-from rllm.envs.web.env import WebEnv
-from rllm.envs.web.oracle import oracle_action
 from rllm.models.fake import FakeModel
+from rllm.tasks.web.agent import WebAgent
+from rllm.tasks.web.browser import chromium_pids
+from rllm.tasks.web.env import WebEnv
+from rllm.tasks.web.oracle import oracle_action
 from rllm.workflows.agent_env import AgentEnvWorkflow
 
 pytestmark = pytest.mark.browser

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from rllm.agents.web import WebAgent
-from rllm.envs.web.browser import BrowserPool, chromium_pids
-from rllm.envs.web.env import WebEnv
 from rllm.errors import InfraError
+from rllm.tasks.web.agent import WebAgent
+from rllm.tasks.web.browser import BrowserPool, chromium_pids
+from rllm.tasks.web.env import WebEnv
 
 pytestmark = pytest.mark.browser
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rllm.envs.web.oracle import ORACLE_TASKS, elements, oracle_action, run_oracle
+from rllm.tasks.web.oracle import ORACLE_TASKS, elements, oracle_action, run_oracle
 
 CHECKBOXES = """- generic [ref=e2]:
   - generic [ref=e3]: Select USa, DKkQH and click Submit.

@@ -1,14 +1,14 @@
-"""The `web` task's rows and split, and WebAgent's prompts (no browser: rllm.envs.web's own tests drive Chromium)."""
+"""The `web` task's rows and split, and WebAgent's prompts (no browser: rllm.tasks.web's own tests drive Chromium)."""
 
 from __future__ import annotations
 
 import pytest
 
-from rllm.agents.web import WEB_SYSTEM_PROMPT, WebAgent
-from rllm.envs.web.actions import ACTIONS
-from rllm.envs.web.miniwob import EASY_TASKS, VALIDATION_SIZE, family, split_tasks, task_names
 from rllm.tasks import get_task
 from rllm.tasks.web import make_web_tasks
+from rllm.tasks.web.actions import ACTIONS
+from rllm.tasks.web.agent import WEB_SYSTEM_PROMPT, WebAgent
+from rllm.tasks.web.miniwob import EASY_TASKS, VALIDATION_SIZE, family, split_tasks, task_names
 from rllm.types import ModelOutput
 
 

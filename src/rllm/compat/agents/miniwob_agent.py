@@ -1,5 +1,5 @@
 """rLLM v0.2's `MiniWobAgent`, for `rllm.environments.browsergym.browsergym.BrowserGymEnv` (MiniWoB++ in rllm's web
-environment, whose observation is `rllm.envs.web.env.WebEnv`'s: `goal`, `axtree`, `url`, `last_action_error`).
+environment, whose observation is `rllm.tasks.web.env.WebEnv`'s: `goal`, `axtree`, `url`, `last_action_error`).
 
 As in rLLM:
 - The first observation opens the conversation with a system message (how to act, then the goal); every observation
@@ -42,7 +42,7 @@ _PENALTY = -0.5
 
 
 def _action_space(cot: bool) -> str:
-    from rllm.envs.web.actions import describe_actions
+    from rllm.tasks.web.actions import describe_actions
 
     if cot:
         example = (

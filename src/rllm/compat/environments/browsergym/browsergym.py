@@ -1,5 +1,5 @@
 """rLLM v0.2's `BrowserGymEnv`, for its MiniWoB++ tasks: played in rllm's own web environment
-(`rllm.envs.web.env.WebEnv`: the MiniWoB++ pages in a headless Chromium driven by Playwright; no BrowserGym, no
+(`rllm.tasks.web.env.WebEnv`: the MiniWoB++ pages in a headless Chromium driven by Playwright; no BrowserGym, no
 MiniWoB++ server, one shared browser per process instead of a browser process per env).
 
 As in rLLM:
@@ -9,13 +9,13 @@ As in rLLM:
   draws a new page (rLLM's BrowserGym resets unseeded) unless a `seed` is given (`seed=` or a row's `seed`): the
   same seed gives the same page. The reward is 1.0 when the page's own reward is positive (BrowserGym's).
 Different here:
-- Only MiniWoB++ exists (`browsergym/miniwob.<task>`, the 130 tasks of `rllm.envs.web.miniwob.task_names()`);
-  another family (openended, webarena, workarena, ...) is an error naming rllm's `rllm.envs.web.browsergym` adapter,
+- Only MiniWoB++ exists (`browsergym/miniwob.<task>`, the 130 tasks of `rllm.tasks.web.miniwob.task_names()`);
+  another family (openended, webarena, workarena, ...) is an error naming rllm's `rllm.tasks.web.browsergym` adapter,
   which runs BrowserGym itself in its own venv (`make browsergym`).
 - The observation is WebEnv's dict: `goal`, `axtree` (the page's accessibility snapshot, elements named by refs such
   as `[ref=e5]`), `url`, `last_action`, `last_action_error` (BrowserGym's raw `axtree_object`/`dom_object` are not
   there). Actions are BrowserGym-style calls on those refs: `click('e5')`, `fill('e6', 'text')`, ...
-  (`rllm.envs.web.actions`; BrowserGym's numeric bids such as `click('5')` read as `e5`). rLLM's `MiniWobAgent` here
+  (`rllm.tasks.web.actions`; BrowserGym's numeric bids such as `click('5')` read as `e5`). rLLM's `MiniWobAgent` here
   reads this shape.
 - The browser is always headless (`headless=False` is accepted and ignored). rllm's own WebEnv options (`reward`,
   `step_timeout`, `max_snapshot_chars`, `screenshot`, `max_actions`, `settle_ms`, `browsers`, `viewport`) may be
@@ -57,8 +57,8 @@ def miniwob_task(env_id: str) -> str:
     if family != "miniwob" or not dot or not task:
         raise UnsupportedBrowserGymTaskError(
             f"BrowserGymEnv(env_id={env_id!r}): rllm plays BrowserGym's MiniWoB++ tasks only "
-            "('browsergym/miniwob.<task>', the 130 of rllm.envs.web.miniwob.task_names()); for other BrowserGym "
-            "benchmarks use rllm.envs.web.browsergym.BrowserGymEnv in BrowserGym's venv (make browsergym)"
+            "('browsergym/miniwob.<task>', the 130 of rllm.tasks.web.miniwob.task_names()); for other BrowserGym "
+            "benchmarks use rllm.tasks.web.browsergym.BrowserGymEnv in BrowserGym's venv (make browsergym)"
         )
     return task
 
@@ -82,12 +82,12 @@ class BrowserGymEnv(BaseEnv):
         self.options = env_kwargs
         self.timeout = None  # rLLM's attribute (seconds to wait for its worker process); WebEnv has step_timeout
         self.env: Any = None
-        from rllm.envs.web.miniwob import task_url
+        from rllm.tasks.web.miniwob import task_url
 
         task_url(self.name)  # an unknown task fails here, naming close ones
 
     def reset(self) -> tuple[dict, dict]:
-        from rllm.envs.web.env import WebEnv
+        from rllm.tasks.web.env import WebEnv
 
         self.close()
         seed = self.seed if self.seed is not None else random.randrange(2**31)

@@ -1,4 +1,4 @@
-"""`WebEnv`: a MiniWoB++ task in a real headless Chromium, driven by Playwright (rllm.envs.web.browser).
+"""`WebEnv`: a MiniWoB++ task in a real headless Chromium, driven by Playwright (rllm.tasks.web.browser).
 
 A task row is `{"task": "click-button", "seed": 3}` (rllm.tasks.web makes them). Per episode:
 - `reset()` opens a fresh browser context on the process's shared browsers, loads the task's page from the `miniwob`
@@ -10,7 +10,7 @@ A task row is `{"task": "click-button", "seed": 3}` (rllm.tasks.web makes them).
   snapshot: one line per element, its role, name, value and `[ref=eN]`), `url`, `last_action`, `last_action_error`,
   and with `screenshot=True` the page as a base64 PNG (`screenshot`). `observation_text(obs)` renders it for a
   prompt.
-- `step(action)` parses the reply's calls (rllm.envs.web.actions: `click(ref)`, `fill(ref, text)`,
+- `step(action)` parses the reply's calls (rllm.tasks.web.actions: `click(ref)`, `fill(ref, text)`,
   `select_option(ref, value)`, `press(ref, key)`, `scroll(dx, dy)`, `noop()`, ...) and does them in order (at most
   `max_actions`, stopping at the first error or when the task ends). An action that cannot be parsed or done is
   not an exception: the agent sees why in `last_action_error`, and `info["action_errors"]` counts them.
@@ -28,10 +28,10 @@ import base64
 from typing import Any
 
 from rllm.envs.base import BaseEnv
-from rllm.envs.web.actions import ActionError, describe_actions, parse_actions, perform
-from rllm.envs.web.browser import shared_pool
-from rllm.envs.web.miniwob import task_url
 from rllm.errors import InfraError
+from rllm.tasks.web.actions import ActionError, describe_actions, parse_actions, perform
+from rllm.tasks.web.browser import shared_pool
+from rllm.tasks.web.miniwob import task_url
 
 __all__ = ["WebEnv", "observation_text"]
 

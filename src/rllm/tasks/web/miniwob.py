@@ -42,7 +42,7 @@ def task_url(name: str) -> str:
         close = difflib.get_close_matches(name, task_names(), n=5, cutoff=0.5) or list(task_names()[:5])
         raise ValueError(
             f"unknown MiniWoB++ task {name!r}: did you mean {', '.join(close)}? "
-            "(rllm.envs.web.miniwob.task_names() lists all 130)"
+            "(rllm.tasks.web.miniwob.task_names() lists all 130)"
         )
     return (miniwob_root() / "miniwob" / f"{name}.html").as_uri()
 

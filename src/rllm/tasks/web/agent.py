@@ -2,7 +2,7 @@
 
 Each turn the model sees the goal and the page (its accessibility tree, elements named by refs such as `[ref=e5]`),
 and replies with calls such as `click('e5')` or `fill('e6', 'Jerald')` inside ```` ``` ````: the env parses them
-(rllm.envs.web.actions), so the agent hands it the reply's text. An action that failed comes back in the next
+(rllm.tasks.web.actions), so the agent hands it the reply's text. An action that failed comes back in the next
 observation as `last_action_error`. The whole conversation is kept (each turn's prompt extends the previous one, so
 training rows stay token-exact: docs/architecture.md, "Token exactness"); `max_observation_chars` cuts a long page on
 arrival.
@@ -17,9 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from rllm.agents.base import BaseAgent
-from rllm.envs.web.actions import describe_actions
-from rllm.envs.web.env import observation_text
 from rllm.images import image_part
+from rllm.tasks.web.actions import describe_actions
+from rllm.tasks.web.env import observation_text
 
 __all__ = ["WEB_SYSTEM_PROMPT", "WebAgent"]
 

@@ -1,18 +1,18 @@
 """`BrowserGymEnv`: any BrowserGym task (MiniWoB++, WebArena, WorkArena, ...) as an rllm env, for users who bring
 BrowserGym's benchmarks. Optional: `make browsergym` installs BrowserGym into its own venv (`.venv-browsergym`),
-because `browsergym-core` pins `playwright==1.44` and rllm's own WebEnv runs on a current Playwright; nothing here is
-imported by `rllm.envs.web`.
+because `browsergym-core` pins `playwright==1.44` and rllm's own WebEnv runs on a current Playwright; nothing in
+`rllm.tasks.web` imports this module.
 
 - A row is `{"task": "miniwob.click-button", "seed": 3}` (a bare MiniWoB++ name means `miniwob.<name>`); the env is
   `gym.make("browsergym/<task>")`, reset with the seed.
 - BrowserGym launches two Chromiums per reset (the page's and a chat window's) and expects Playwright's own
-  download. The adapter points both at the system Chromium (`rllm.envs.web.browser.find_chromium`): the page's
+  download. The adapter points both at the system Chromium (`rllm.tasks.web.browser.find_chromium`): the page's
   through `pw_chromium_kwargs={"executable_path": ...}` (only that key: BrowserGym passes `args` itself), the chat
   window's, which takes no kwargs, through a private `PLAYWRIGHT_BROWSERS_PATH` holding the folder Playwright
   1.44 looks for (`chromium-<revision>/chrome-linux/chrome`, the revision read from Playwright's browsers.json) as a
   link to that binary. MiniWoB++ pages come from the `miniwob` wheel (`MINIWOB_URL`), so no clone is needed.
 - The observation has WebEnv's shape (`goal`, `axtree`, `url`, `last_action`, `last_action_error`), the tree flattened
-  by BrowserGym (`[bid] role 'name'` lines), so `rllm.envs.web.env.observation_text` and `WebAgent` read it.
+  by BrowserGym (`[bid] role 'name'` lines), so `rllm.tasks.web.env.observation_text` and `WebAgent` read it.
   Actions are BrowserGym's own action strings on its bids (`click('12')`, `fill('14', 'text')`), passed through.
 - Reward and done are BrowserGym's (for MiniWoB++: 1.0 if the page's raw reward is positive, as WebEnv's binary).
   Its MiniWoB++ page seed is `RandomState(seed).randint(0, 1000000)`: `miniwob_page_seed(seed)` gives it, and
@@ -44,8 +44,8 @@ def miniwob_page_seed(seed: int) -> int:
 
 def _prepare_browsers() -> str:
     """Point BrowserGym's Playwright at the system Chromium (module docstring); returns the binary."""
-    from rllm.envs.web.browser import find_chromium
-    from rllm.envs.web.miniwob import miniwob_root
+    from rllm.tasks.web.browser import find_chromium
+    from rllm.tasks.web.miniwob import miniwob_root
 
     binary = find_chromium()
     import playwright

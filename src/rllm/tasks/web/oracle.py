@@ -269,7 +269,7 @@ def oracle_action(task: str, observation: dict) -> str:
 
 def run_oracle(task: str, seed: int, max_steps: int = 10, **env_options: Any) -> tuple[float, int]:
     """Play one episode of `task` with the oracle: (reward, steps taken)."""
-    from rllm.envs.web.env import WebEnv
+    from rllm.tasks.web.env import WebEnv
 
     env = WebEnv({"task": task, "seed": seed}, **env_options)
     try:
