@@ -49,7 +49,8 @@ def _old_path_pattern() -> re.Pattern[str]:
 
 def _files_to_scan() -> list[Path]:
     files = [p for folder in ("src", "tests", "benchmarks", "examples") for p in (ROOT / folder).rglob("*.py")]
-    files += [*(ROOT / "docs").rglob("*.md"), ROOT / "README.md", ROOT / "Makefile", ROOT / "pyproject.toml"]
+    files += [*(ROOT / "docs").rglob("*.md"), *(ROOT / "configs").glob("*.yaml"), ROOT / "README.md"]
+    files += [ROOT / "Makefile", ROOT / "pyproject.toml", ROOT / "scripts" / "wheel_test.sh"]
     skip = {ROOT / "src" / "rllm" / "_deprecation.py", Path(__file__).resolve()}
     return [p for p in files if p not in skip and not any(part.endswith("_example") for part in p.parts)]
 
