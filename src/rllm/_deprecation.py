@@ -125,14 +125,13 @@ def warn_renamed(old: str, new: str) -> None:
         warnings.warn(message, DeprecationWarning, stacklevel=2)
         return
     caller_globals = frame.f_globals
-    warnings.warn_explicit(  # what warnings.warn does once it has found its frame
-        message,
+    warnings.warn_explicit(  # what warnings.warn does once it has found its frame (no module_globals, as it: a
+        message,  # `python -m` module's loader cannot give the source of `__main__`, and linecache would ask it)
         DeprecationWarning,
         frame.f_code.co_filename,
         frame.f_lineno,
         module=caller_globals.get("__name__", "<string>"),
         registry=caller_globals.setdefault("__warningregistry__", {}),
-        module_globals=caller_globals,
     )
 
 

@@ -6,6 +6,8 @@ Each case checks the warning's file and line, with every warning recorded (`simp
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
@@ -149,3 +151,21 @@ def test_a_renamed_workflow_method_warns_at_the_workflows_line():
         engine.execute_tasks([{}])
     _assert_attributed_here(caught, lines["generate"], "Workflow.generate(thread=...)")
     _assert_attributed_here(caught, lines["thread"], "Workflow.thread()")
+
+
+def test_pythons_default_filters_show_it_to_a_script_run_with_python_m(tmp_path):
+    """The point of all this: with no filter set, a user's `python -m their_script` sees the warning, at its line.
+    (`python -m` runs the module as `__main__` with a loader that cannot give `__main__`'s source.)"""
+    script = tmp_path / "old_engine_script.py"
+    script.write_text(
+        "from rllm import AgentExecutionEngine, BaseAgent, FakeModel\n"
+        "from rllm.tasks.frozenlake import FrozenLakeEnv as Env\n"
+        "AgentExecutionEngine(agent_class=BaseAgent, env_class=Env, model=FakeModel('up'), n_parallel_agents=2)\n",
+        encoding="utf-8",
+    )
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONWARNINGS"}
+    out = subprocess.run(
+        [sys.executable, "-m", script.stem], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"{script}:3: DeprecationWarning: AgentExecutionEngine(n_parallel_agents=...) is deprecated" in out.stderr
