@@ -139,6 +139,8 @@ def write_failure_reason(exc: BaseException) -> str | None:
     permission), in a few words; None for any other error (a bug: left to its traceback)."""
     if isinstance(exc, OSError):
         return _DISK_ERRNOS.get(exc.errno) if exc.errno is not None else None
+    if isinstance(exc, RuntimeError) and "open file failed with strerror: " in str(exc):  # torch, opening its file
+        return str(exc).rsplit("strerror: ", 1)[1].strip().lower()  # "Read-only file system"
     if isinstance(exc, RuntimeError) and any(text in str(exc) for text in _TORCH_WRITE_FAILURES):
         return "the write came up short (torch's checkpoint writer)"
     return None

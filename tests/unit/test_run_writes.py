@@ -45,6 +45,10 @@ def test_torchs_zip_writer_errors_are_the_disks_and_other_errors_pass_unchanged(
         "basic_ios::clear: iostream error",
     ):
         assert write_failure_reason(RuntimeError(text)) == "the write came up short (torch's checkpoint writer)"
+    opening = RuntimeError(
+        "[enforce fail at inline_container.cc:747] . open file failed with strerror: Read-only file system"
+    )
+    assert write_failure_reason(opening) == "read-only file system"
     for error in (RuntimeError("CUDA out of memory"), OSError(errno.EISDIR, "is a directory"), ValueError("x")):
         assert write_failure_reason(error) is None
         with pytest.raises(type(error)), writing(tmp_path / "f", tmp_path):  # a bug keeps its traceback

@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from rllm.errors import RllmError
-from rllm.fsutil import dumps_strict, install_dir_atomically, sha256_of_file, write_text_atomically
+from rllm.fsutil import (
+    dumps_strict,
+    install_dir_atomically,
+    sha256_of_file,
+    write_failure_reason,
+    write_text_atomically,
+)
 from rllm.runs import versions, writing
 
 __all__ = [
@@ -103,13 +109,15 @@ def save_torch_file(obj: Any, path: Path) -> None:
     """`torch.save(obj, path)`, releasing the file when it fails. torch's zip writer, failing on a full disk
     ("unexpected pos"), is left holding its open file in the frames of its traceback: the space of the staging
     folder removed after it would stay taken as long as that exception lives (a caller may keep it), and a disk
-    with a file open for writing cannot be remounted read-only. Its error is raised again without those frames."""
+    with a file open for writing cannot be remounted read-only. Such an error is raised again without those frames."""
     import torch
 
     try:
         torch.save(obj, path)
         return
     except RuntimeError as exc:
+        if write_failure_reason(exc) is None:
+            raise  # not a short write: a bug, with its traceback
         message = str(exc)
     gc.collect()  # the writer, unreachable once its traceback is gone (it may sit in a reference cycle), closes
     raise RuntimeError(message)
