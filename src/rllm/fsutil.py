@@ -142,7 +142,7 @@ def write_failure_reason(exc: BaseException) -> str | None:
     if isinstance(exc, RuntimeError) and "open file failed with strerror: " in str(exc):  # torch, opening its file
         return str(exc).rsplit("strerror: ", 1)[1].strip().lower()  # "Read-only file system"
     if isinstance(exc, RuntimeError) and any(text in str(exc) for text in _TORCH_WRITE_FAILURES):
-        return "the write came up short (torch's checkpoint writer)"
+        return "torch's checkpoint writer could not write it all"
     return None
 
 

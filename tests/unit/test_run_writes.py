@@ -44,7 +44,7 @@ def test_torchs_zip_writer_errors_are_the_disks_and_other_errors_pass_unchanged(
         "[enforce fail at inline_container.cc:672] . unexpected pos 640 vs 534",
         "basic_ios::clear: iostream error",
     ):
-        assert write_failure_reason(RuntimeError(text)) == "the write came up short (torch's checkpoint writer)"
+        assert write_failure_reason(RuntimeError(text)) == "torch's checkpoint writer could not write it all"
     opening = RuntimeError(
         "[enforce fail at inline_container.cc:747] . open file failed with strerror: Read-only file system"
     )
