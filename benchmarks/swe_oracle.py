@@ -26,15 +26,16 @@ from smoke import add_smoke_flag, device_line
 
 
 def check(task: dict) -> dict:
-    from rllm.tasks.swe.grading import grade, run_tests
+    from rllm.tasks.swe.grading import grade, run_tests, task_test_setup
     from rllm.tasks.swe.store import task_trees
 
     started = time.monotonic()
     result = grade(task, task["patch"])
     oracle_s = time.monotonic() - started
     _, full = task_trees(task)
+    options, env = task_test_setup(task)  # the row's test_cmd / test_env (a src-layout package's PYTHONPATH)
     started = time.monotonic()
-    run = run_tests(full, list(task["FAIL_TO_PASS"]))
+    run = run_tests(full, list(task["FAIL_TO_PASS"]), test_options=options, test_env=env)
     unchanged_s = time.monotonic() - started
     still_pass = [t for t in task["FAIL_TO_PASS"] if run.outcomes.get(t) not in ("failed", "error")]
     return {"id": task["instance_id"], "repo": task["repo"], "oracle": result.reward == 1.0,

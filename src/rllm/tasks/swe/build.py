@@ -1,6 +1,10 @@
 """`rllm swe build`: SWE tasks made offline from PyPI sdists by mutation, and the shipped default set.
 
 For each package (`build_package`):
+0. The layout (`layout_fields`): code under `src/` gets `test_env = {"PYTHONPATH": "src"}`; a namespace package (a
+   top directory without `__init__.py` holding packages) gets `test_cmd = "pytest -o
+   consider_namespace_packages=true"`; a flat package needs neither (the repository's root is on the path). Every
+   run below, and the row, use them.
 1. The pristine sdist tree; its test files (`test_*.py` / `*_test.py`); two baseline runs in the sandbox: one with
    coverage (which test functions run which lines), one without, timed (`--durations`). A test counts as passing at
    baseline only if it passed in both runs, is not slower than `SLOW_TEST_S` and its node id holds no memory address
@@ -23,10 +27,12 @@ For each package (`build_package`):
    task whose statement is an earlier task's (its bug fails the same calls the same way: no test tells them apart).
 
 Rows are SWE-bench's (`instance_id`, `repo`, `version`, `base_commit`, `problem_statement`, `patch` = the fix,
-`test_patch`, `FAIL_TO_PASS`, `PASS_TO_PASS`) plus `sdist`, `split` (by package), `created_by`, `mutation` and
-`difficulty` (≈ lines an agent reads to find the bug: the mutated function plus a tenth of its module; lower is
-easier). The same packages and seed give the same rows: everything is sorted, nothing depends on the clock (the
-one caveat: a test that takes about `SLOW_TEST_S` may count as slow in one build and not in another).
+`test_patch`, `FAIL_TO_PASS`, `PASS_TO_PASS`) plus, where the layout needs them, `test_cmd` and `test_env` (named
+as in SWE-bench's per-repository specs; read by rllm.tasks.swe.grading.task_test_setup), and `sdist`, `split` (by
+package), `created_by`, `mutation` and `difficulty` (≈ lines an agent reads to find the bug: the mutated function
+plus a tenth of its module; lower is easier). The same packages and seed give the same rows: everything is
+sorted, nothing depends on the clock (the one caveat: a test that takes about `SLOW_TEST_S` may count as slow in
+one build and not in another).
 
 The shipped set (`data/swe_default.jsonl.gz` here, read by `load_default_tasks`) is `DEFAULT_PACKAGES` built with
 `rllm swe build --seed 0 --jobs 2 --out swe_default.jsonl` (45 tasks per package, or `DEFAULT_COUNTS`), then
@@ -51,7 +57,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from rllm.tasks.swe.grading import NOT_SOURCE, test_files
+from rllm.tasks.swe.grading import NOT_SOURCE, is_test_path, task_test_setup, test_files
 from rllm.tasks.swe.mutate import Mutation, apply_mutation, find_mutations, shuffled
 from rllm.tasks.swe.statements import describe_task, problem_statement
 
@@ -63,6 +69,7 @@ __all__ = [
     "PackageReport",
     "build_package",
     "build_tasks",
+    "layout_fields",
     "load_default_tasks",
     "parse_package",
     "problem_statement",
@@ -130,6 +137,32 @@ def parse_package(spec) -> tuple[str, str, str | None]:
     return name, version, (rest[0] if rest else None)
 
 
+def layout_fields(tree: Path) -> dict:
+    """The row fields a package's tests need by its layout (step 0 of the module docstring): {} for a flat one."""
+    fields: dict = {}
+    code_root = tree
+    if (tree / "src").is_dir() and any(
+        _is_source(p.relative_to(tree).as_posix()) for p in (tree / "src").rglob("*.py")
+    ):
+        fields["test_env"] = {"PYTHONPATH": "src"}
+        code_root = tree / "src"
+    if any(_is_namespace_package(d) for d in sorted(code_root.iterdir()) if _may_hold_code(d, tree)):
+        fields["test_cmd"] = "pytest -o consider_namespace_packages=true"
+    return fields
+
+
+def _may_hold_code(directory: Path, tree: Path) -> bool:
+    rel = directory.relative_to(tree).as_posix()
+    return directory.is_dir() and not directory.name.startswith(".") and _is_source(f"{rel}/module.py")
+
+
+def _is_namespace_package(directory: Path) -> bool:
+    """A directory without `__init__.py` holding a package (PEP 420): pytest must be told to import its tests."""
+    if (directory / "__init__.py").exists():
+        return False
+    return any((child / "__init__.py").is_file() for child in directory.iterdir() if child.is_dir())
+
+
 def _file_of(node_id: str) -> str:
     return node_id.split("::", 1)[0]
 
@@ -141,17 +174,23 @@ def _function_id(node_id: str) -> str:
 class _Baseline:
     """The package's tests before any bug: which pass, which run which lines."""
 
-    def __init__(self, tree: Path, files: list[str], timeout_s: float) -> None:
+    def __init__(self, tree: Path, files: list[str], timeout_s: float, fields: dict) -> None:
         from rllm.tasks.swe.grading import run_tests
 
-        covered = run_tests(tree, files, coverage=True, timeout_s=timeout_s * 20)
+        self.fields = fields  # the row's test_cmd / test_env (layout_fields)
+        options, env = task_test_setup(fields)
+        self.setup = {"test_options": options, "test_env": env}
+        covered = run_tests(tree, files, coverage=True, timeout_s=timeout_s * 20, **self.setup)
         timed = run_tests(
-            tree, [*files, "--durations=0", f"--durations-min={SLOW_TEST_S / 2}"], timeout_s=timeout_s * 20
+            tree,
+            [*files, "--durations=0", f"--durations-min={SLOW_TEST_S / 2}"],
+            timeout_s=timeout_s * 20,
+            **self.setup,
         )
         for run in (covered, timed):
-            if run.killed_reason or run.tampered or not run.outcomes:
+            if run.killed_reason or run.tampered or run.broken or not run.outcomes:
                 raise RuntimeError(
-                    f"the baseline test run of {tree.name} failed ({run.killed_reason or run.tampered}):"
+                    f"the baseline test run of {tree.name} failed ({run.killed_reason or run.tampered or run.broken}):"
                     f" {run.output[-1500:]}"
                 )
         seconds = Counter()
@@ -190,8 +229,6 @@ class _Baseline:
 
 
 def _is_source(path: str) -> bool:
-    from rllm.tasks.swe.grading import is_test_path
-
     return not is_test_path(path) and not NOT_SOURCE & set(PurePosixPath(path).parts)
 
 
@@ -239,7 +276,7 @@ def _try(base: _Baseline, path: str, mutation: Mutation, timeout_s: float) -> _T
         return trial
     lines = range(mutation.function_lines[0], mutation.function_lines[1] + 1)
     covering = sorted(base.tests_on(path, lines) & base.passed)
-    run = run_tests(base.tree, covering, diff=trial.bug, timeout_s=timeout_s)
+    run = run_tests(base.tree, covering, diff=trial.bug, timeout_s=timeout_s, **base.setup)
     trial.reason = _broken(run, covering)
     if trial.reason is not None:
         return trial
@@ -259,7 +296,7 @@ def _try(base: _Baseline, path: str, mutation: Mutation, timeout_s: float) -> _T
     )
     pool = pool[:MAX_PASS_TO_PASS]
     if unknown := [t for t in pool if t not in outcomes]:
-        more = run_tests(base.tree, unknown, diff=trial.bug, timeout_s=timeout_s)
+        more = run_tests(base.tree, unknown, diff=trial.bug, timeout_s=timeout_s, **base.setup)
         trial.reason = _broken(more, unknown)
         if trial.reason is not None:
             return trial
@@ -277,7 +314,7 @@ def _broken(run, wanted: list[str]) -> str | None:
         return "timeout" if run.killed_reason == "timeout" else "import_broken"
     if run.patch_failed:  # our bug diff always applies to our own tree: a broken setup, not a bad mutant
         raise RuntimeError(f"a mutant's diff did not apply in the sandbox: {run.patch_failed}")
-    if run.collect_errors or run.tampered:
+    if run.collect_errors or run.tampered or run.broken:
         return "import_broken"
     if any(t not in run.outcomes for t in wanted):
         return "collection_changed"
@@ -312,6 +349,7 @@ def _row(
         "test_patch": test_patch,
         "FAIL_TO_PASS": trial.f2p,
         "PASS_TO_PASS": trial.p2p,
+        **base.fields,
         "sdist": sdist,
         "split": split,
         "created_by": f"rllm swe build {seed}",
@@ -331,7 +369,9 @@ def _finish(base: _Baseline, row: dict, bug: str, timeout_s: float) -> bool:
     """Write the row's statement (rllm.tasks.swe.statements) and run the oracle: whether the row is kept."""
     from rllm.tasks.swe.grading import grade
 
-    statement = describe_task(row["repo"], base.tree, row["FAIL_TO_PASS"], bug=bug, timeout_s=timeout_s * 2)
+    statement = describe_task(
+        row["repo"], base.tree, row["FAIL_TO_PASS"], bug=bug, timeout_s=timeout_s * 2, test_fields=base.fields
+    )
     row["problem_statement"] = statement
     return grade(row, row["patch"]).reward == 1.0
 
@@ -368,7 +408,7 @@ def build_package(
         shutil.copytree(pristine, tree, symlinks=True)
         make_editable(tree)
         os.chmod(tmp, 0o755)
-        base = _Baseline(tree, test_files(tree), timeout_s)
+        base = _Baseline(tree, test_files(tree), timeout_s, layout_fields(tree))
         candidates = _candidates(base, f"{seed}:{name}=={version}")
         rows, report = _decide(name, version, sdist, split, seed, base, candidates, per_package, jobs, timeout_s, log)
     return rows, report

@@ -100,6 +100,7 @@ class SWEEnv(BaseEnv):
 
     def reset(self) -> tuple[Any, dict]:
         from rllm.sandbox import RepoMount, SandboxLimits, default_sandbox, host_python
+        from rllm.tasks.swe.grading import repo_pythonpath, task_test_setup
         from rllm.tasks.swe.store import RUNTIME_MOUNT, runtime_dir, task_trees
 
         self.close()
@@ -123,7 +124,12 @@ class SWEEnv(BaseEnv):
             "rllm_swe_server.py": (_HERE / "workspace_server.py").read_text(),
             "rllm_swe_patches.py": (_HERE / "patches.py").read_text(),
         }
-        env = {"PYTHONPATH": RUNTIME_MOUNT, "RLLM_SWE_PATH_PREFIX": _BIN_MOUNT}
+        _, test_env = task_test_setup(self.task)  # the agent's `python -m pytest` finds the code as the grader does
+        env = {
+            **test_env,
+            "PYTHONPATH": ":".join([RUNTIME_MOUNT, *repo_pythonpath(test_env)]),
+            "RLLM_SWE_PATH_PREFIX": _BIN_MOUNT,
+        }
         argv = [host_python()[1], "-s", "-B", "/work/rllm_swe_server.py"]
         binds = {str(runtime_dir()): RUNTIME_MOUNT, str(_python_bin()): _BIN_MOUNT}
         repo = RepoMount(str(base), size_mb=self.repo_size_mb)

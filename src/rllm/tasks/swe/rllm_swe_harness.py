@@ -1,26 +1,115 @@
 """Runs in the grading sandbox (standard library + pytest): apply the submitted diff to /testbed with `git apply`,
-then run pytest on the given node ids plus the two canary tests, outcomes going to fd 3 (rllm_swe_report).
+put every protected file back as it was (`undo_protected`), then run pytest on the given node ids plus the two
+canary tests, outcomes going to fd 3 (rllm_swe_report). A module that fails to import is a collection error of its
+tests (`--continue-on-collection-errors`): the other tests and the canaries still run.
 argv: [--diff FILE] [--coverage] [--trace] -- pytest arguments. `--trace` records the calls each test makes into
-the package (rllm_swe_trace), for task statements."""
+the package (rllm_swe_trace), for task statements.
+
+Protected (`is_protected`): what decides which tests run and how they report, which a fix never needs to change:
+test files (`is_test_path`: under a `test`/`tests`/`testing` directory, `test_*.py`, `*_test.py`), every
+`conftest.py`, the files pytest reads its configuration from (`PYTEST_CONFIG`: all of `pytest.ini`, `.pytest.ini`,
+`tox.ini`, `setup.cfg`, `pyproject.toml`, whole, since pytest takes `[pytest]`, `[tool:pytest]` and
+`[tool.pytest...]` from them), and files that run when a Python starts (`*.pth`, `sitecustomize.py`,
+`usercustomize.py`: a test may start one). Whatever the diff did to them is undone before pytest starts: changed or
+deleted ones are written back from the pristine tree, new ones removed. This module is also imported by the host
+(rllm.tasks.swe.grading), so the rule is written once."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import PurePosixPath
+
+TESTBED = "/testbed"
+PYTEST_CONFIG = frozenset({"pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "conftest.py"})
+STARTUP_FILES = frozenset({"sitecustomize.py", "usercustomize.py"})
+
+
+def is_test_path(path: str) -> bool:
+    parts = PurePosixPath(path).parts
+    name = parts[-1] if parts else ""
+    return (
+        any(p in ("test", "tests", "testing") for p in parts[:-1])
+        or name.startswith("test_")
+        or name.endswith("_test.py")
+        or name == "conftest.py"
+    )
+
+
+def is_protected(path: str) -> bool:
+    """Whether grading puts `path` (relative to the repository) back as the pristine tree has it."""
+    name = PurePosixPath(path).name
+    return is_test_path(path) or name in PYTEST_CONFIG or name in STARTUP_FILES or name.endswith(".pth")
+
+
+def protected_files(root: str) -> dict[str, tuple[str, bytes]]:
+    """The protected files under root: relative path -> ("link", target) or ("file", content)."""
+    found = {}
+    for directory, dirs, files in os.walk(root):  # does not follow links to directories
+        dirs[:] = [d for d in dirs if d != ".git"]
+        for name in (*files, *(d for d in dirs if os.path.islink(os.path.join(directory, d)))):
+            path = os.path.join(directory, name)
+            rel = os.path.relpath(path, root)
+            if not is_protected(rel):
+                continue
+            if os.path.islink(path):
+                found[rel] = ("link", os.readlink(path).encode())
+            elif os.path.isfile(path):
+                with open(path, "rb") as f:
+                    found[rel] = ("file", f.read())
+    return found
+
+
+def undo_protected(root: str, pristine: dict[str, tuple[str, bytes]]) -> list[str]:
+    """Put the protected files under root back as `pristine` (protected_files before the diff) has them: the
+    paths that had changed, sorted."""
+    now = protected_files(root)
+    changed = sorted(rel for rel in pristine.keys() | now.keys() if pristine.get(rel) != now.get(rel))
+    for rel in changed:
+        path = os.path.join(root, rel)
+        _make_real_directories(root, os.path.dirname(rel))
+        if os.path.islink(path) or os.path.isfile(path):
+            os.unlink(path)
+        elif os.path.isdir(path):
+            shutil.rmtree(path)
+        if rel not in pristine:
+            continue
+        kind, data = pristine[rel]
+        if kind == "link":
+            os.symlink(data.decode(), path)
+        else:
+            with open(path, "wb") as f:
+                f.write(data)
+    return changed
+
+
+def _make_real_directories(root: str, rel_dir: str) -> None:
+    """Each directory from root down to rel_dir a real one (a link or file the diff put in its place removed), so
+    that a restored file lands inside the repository."""
+    current = root
+    for part in PurePosixPath(rel_dir).parts if rel_dir else ():
+        current = os.path.join(current, part)
+        if os.path.islink(current) or os.path.isfile(current):
+            os.unlink(current)
+        os.makedirs(current, exist_ok=True)
 
 
 def main(argv: list[str]) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     options, pytest_args = argv[:split], argv[split + 1 :]
+    restored: list[str] = []
     if "--diff" in options:
         diff = options[options.index("--diff") + 1]
+        pristine = protected_files(TESTBED)
         command = ["git", "apply", "--whitespace=nowarn", diff]
-        done = subprocess.run(command, check=False, cwd="/testbed", capture_output=True, text=True)
+        done = subprocess.run(command, check=False, cwd=TESTBED, capture_output=True, text=True)
         if done.returncode != 0:
             send({"patch_failed": (done.stdout + done.stderr)[-2000:]})
             return 0
+        restored = undo_protected(TESTBED, pristine)
     nonce = os.environ["RLLM_SWE_CANARY"]
     canary = f"/tmp/rllm_canary_{nonce}.py"
     with open(canary, "w") as f:
@@ -34,7 +123,8 @@ def main(argv: list[str]) -> int:
         "-p",
         "no:cacheprovider",
         "--rootdir",
-        "/testbed",
+        TESTBED,
+        "--continue-on-collection-errors",
         "-q",
         "--no-header",
         "-rN",
@@ -48,19 +138,19 @@ def main(argv: list[str]) -> int:
     if "--coverage" in options:  # the generator: which tests run which lines
         import coverage
 
-        cov = coverage.Coverage(data_file="/tmp/.coverage", source=["/testbed"], omit=["*/tests/*", "*/test_*"])
+        cov = coverage.Coverage(data_file="/tmp/.coverage", source=[TESTBED], omit=["*/tests/*", "*/test_*"])
         cov.set_option("run:dynamic_context", "test_function")
         cov.start()
     import pytest
     import rllm_swe_report
 
     code = pytest.main(args)
-    record = dict(rllm_swe_report.RECORD)
+    record = dict(rllm_swe_report.RECORD, restored=restored)
     if "--coverage" in options:
         cov.stop()
         data = cov.get_data()
         record["coverage"] = {
-            os.path.relpath(path, "/testbed"): {
+            os.path.relpath(path, TESTBED): {
                 str(line): sorted(c for c in contexts if c)
                 for line, contexts in (data.contexts_by_lineno(path) or {}).items()
             }

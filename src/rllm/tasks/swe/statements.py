@@ -192,13 +192,17 @@ def describe_task(
     bug: str | None = None,
     fix: str | None = None,
     timeout_s: float = 60.0,
+    test_fields: dict | None = None,
 ) -> str:
     """The statement of a task whose FAIL_TO_PASS tests are in `tree`: the buggy tree is `tree` with `bug` applied,
-    the fixed one `tree` with `fix` applied (one of them is None: `tree` itself). Two traced sandbox runs."""
-    from rllm.tasks.swe.grading import run_tests, test_files
+    the fixed one `tree` with `fix` applied (one of them is None: `tree` itself). Two traced sandbox runs.
+    `test_fields`: the row's `test_cmd` / `test_env`, how its tests run."""
+    from rllm.tasks.swe.grading import run_tests, task_test_setup, test_files
 
-    buggy = run_tests(tree, fail_to_pass, diff=bug, trace=True, timeout_s=timeout_s)
-    fixed = run_tests(tree, fail_to_pass, diff=fix, trace=True, timeout_s=timeout_s)
+    options, env = task_test_setup(test_fields or {})
+    setup = {"test_options": options, "test_env": env, "trace": True, "timeout_s": timeout_s}
+    buggy = run_tests(tree, fail_to_pass, diff=bug, **setup)
+    fixed = run_tests(tree, fail_to_pass, diff=fix, **setup)
     differences = [d for t in fail_to_pass for d in call_differences(buggy.traces.get(t, []), fixed.traces.get(t, []))]
     reports = [buggy.failures[t] for t in fail_to_pass if t in buggy.failures]
     words = test_words(tree, test_files(Path(tree)))
@@ -210,7 +214,9 @@ def restate(row: dict, timeout_s: float = 60.0) -> dict:
     from rllm.tasks.swe.store import task_trees
 
     _, full = task_trees(row)
-    statement = describe_task(row["repo"], full, row["FAIL_TO_PASS"], fix=row["patch"], timeout_s=timeout_s)
+    statement = describe_task(
+        row["repo"], full, row["FAIL_TO_PASS"], fix=row["patch"], timeout_s=timeout_s, test_fields=row
+    )
     return {**row, "problem_statement": statement}
 
 
