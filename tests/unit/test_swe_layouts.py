@@ -10,7 +10,7 @@ import pytest
 
 from rllm.sandbox import Sandbox
 from rllm.tasks.swe.build import layout_fields
-from rllm.tasks.swe.grading import grade, task_test_setup
+from rllm.tasks.swe.grading import check_submission, grade, task_test_setup
 from rllm.tasks.swe.patches import diff_files
 from rllm.tasks.swe.rllm_swe_harness import protected_files, undo_protected
 from rllm.tasks.swe.store import SWEDataError
@@ -60,15 +60,18 @@ def test_the_harness_puts_every_protected_file_back(tmp_path):
     write(repo, {"calc/__init__.py": BUGGY, "tests/test_calc.py": TESTS, "setup.cfg": "[tool:pytest]\n"})
     pristine = protected_files(str(repo))
     write(repo, {"calc/__init__.py": CALC, "conftest.py": "x = 1\n", "calc/evil.pth": "import os\n"})
+    write(repo, {"__pycache__/conftest.cpython-311-pytest-9.2.0.pyc": "bytecode run instead of conftest.py"})
     write(repo, {"setup.cfg": "[tool:pytest]\naddopts = -p calc\n", "elsewhere/test_calc.py": "def test(): pass\n"})
     os.rename(repo / "tests", repo / "moved")
     os.symlink("elsewhere", repo / "tests")
     changed = undo_protected(str(repo), pristine)
-    new = ["calc/evil.pth", "conftest.py", "elsewhere/test_calc.py", "moved/test_calc.py"]
+    bytecode = "__pycache__/conftest.cpython-311-pytest-9.2.0.pyc"
+    new = [bytecode, "calc/evil.pth", "conftest.py", "elsewhere/test_calc.py", "moved/test_calc.py"]
     assert changed == [*new, "setup.cfg", "tests/test_calc.py"]
     assert protected_files(str(repo)) == pristine
     assert not (repo / "tests").is_symlink() and (repo / "tests" / "test_calc.py").read_text() == TESTS
     assert (repo / "calc" / "__init__.py").read_text() == CALC
+    assert "compiled bytecode" in check_submission(diff_files(bytecode, None, "x")), "the policy refuses it first"
 
 
 @pytest.fixture(scope="module")

@@ -2,15 +2,16 @@
 against the hidden tests.
 
 1. Policy, before anything runs (`check_submission`): a diff that touches a test file, a `conftest.py`, a pytest or
-   tox configuration, a `.pth` file, `sitecustomize`/`usercustomize`, or a module that would shadow the test
-   runner, or whose added lines name pytest, unittest, `sys.exit`, `os._exit`, `builtins` or `sys.modules`, scores 0
-   with the reason ("protected_path"). `grade(..., policy=False)` skips it; the run below still holds.
+   tox configuration, a `.pth` file, `sitecustomize`/`usercustomize`, compiled bytecode, or a module that would
+   shadow the test runner, or whose added lines name pytest, unittest, `sys.exit`, `os._exit`, `builtins` or
+   `sys.modules`, scores 0 with the reason ("protected_path"). `grade(..., policy=False)` skips it; the run below
+   still holds.
 2. The run (`run_tests`): the task's full tree (bug + hidden tests) under a tmpfs overlay, the diff applied with `git
-   apply` inside the sandbox (a diff that does not apply scores 0, "patch_failed"), then EVERY protected file put
-   back as the pristine tree has it, whatever the diff did (rllm_swe_harness.is_protected: test files, `conftest.py`,
-   pytest's configuration files, start-up files), then pytest on FAIL_TO_PASS + PASS_TO_PASS and two canary tests,
-   with the runtime first on the path and `python -P` (the repository cannot shadow pytest). How the row's tests run
-   (`test_cmd`, `test_env`: `task_test_setup`) adds pytest options and environment, e.g. `PYTHONPATH=src` for a
+   apply` inside the sandbox (a diff that does not apply scores 0, "patch_failed"), then EVERY protected file put back
+   as the pristine tree has it, whatever the diff did (rllm_swe_harness.is_protected: test files, `conftest.py`,
+   pytest's configuration files, start-up files, bytecode), then pytest on FAIL_TO_PASS + PASS_TO_PASS and two canary
+   tests, with the runtime first on the path and `python -P` (the repository cannot shadow pytest). How the row's tests
+   run (`test_cmd`, `test_env`: `task_test_setup`) adds pytest options and environment, e.g. `PYTHONPATH=src` for a
    src-layout package. No network, a wall clock (a grader timed out scores 0, "grader_timeout").
 3. The verdict (`grade`): 1 only if every FAIL_TO_PASS and PASS_TO_PASS test passed. A test module that does not
    import is a collection error: its tests failed ("tests_failed", the error in the detail), as are tests that never
@@ -102,6 +103,8 @@ def check_submission(diff: str) -> str | None:
             return f"the diff changes a test file: {path}"
         if pure.name in _CONFIG_FILES:
             return f"the diff changes the test configuration: {path}"
+        if pure.suffix in (".pyc", ".pyo") or "__pycache__" in pure.parts:
+            return f"the diff adds compiled bytecode, which would run instead of the source: {path}"
         if pure.suffix == ".pth" or pure.stem in _SHADOWING or (pure.parts and pure.parts[0] in _SHADOWING):
             return f"the diff adds a file that runs at start-up or shadows the test runner: {path}"
     for line in diff.splitlines():

@@ -9,8 +9,10 @@ Protected (`is_protected`): what decides which tests run and how they report, wh
 test files (`is_test_path`: under a `test`/`tests`/`testing` directory, `test_*.py`, `*_test.py`), every
 `conftest.py`, the files pytest reads its configuration from (`PYTEST_CONFIG`: all of `pytest.ini`, `.pytest.ini`,
 `tox.ini`, `setup.cfg`, `pyproject.toml`, whole, since pytest takes `[pytest]`, `[tool:pytest]` and
-`[tool.pytest...]` from them), and files that run when a Python starts (`*.pth`, `sitecustomize.py`,
-`usercustomize.py`: a test may start one). Whatever the diff did to them is undone before pytest starts: changed or
+`[tool.pytest...]` from them), files that run when a Python starts (`*.pth`, `sitecustomize.py`,
+`usercustomize.py`: a test may start one), and compiled bytecode (`*.pyc`, `*.pyo`, anything in `__pycache__`:
+Python and pytest's assertion rewriter run a cached file that matches its source's size and time instead of the
+source). Whatever the diff did to them is undone before pytest starts: changed or
 deleted ones are written back from the pristine tree, new ones removed. This module is also imported by the host
 (rllm.tasks.swe.grading), so the rule is written once."""
 
@@ -41,8 +43,15 @@ def is_test_path(path: str) -> bool:
 
 def is_protected(path: str) -> bool:
     """Whether grading puts `path` (relative to the repository) back as the pristine tree has it."""
-    name = PurePosixPath(path).name
-    return is_test_path(path) or name in PYTEST_CONFIG or name in STARTUP_FILES or name.endswith(".pth")
+    pure = PurePosixPath(path)
+    name = pure.name
+    return (
+        is_test_path(path)
+        or name in PYTEST_CONFIG
+        or name in STARTUP_FILES
+        or name.endswith((".pth", ".pyc", ".pyo"))
+        or "__pycache__" in pure.parts
+    )
 
 
 def protected_files(root: str) -> dict[str, tuple[str, bytes]]:
