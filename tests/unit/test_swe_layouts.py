@@ -74,6 +74,12 @@ def test_the_harness_puts_every_protected_file_back(tmp_path):
     assert "compiled bytecode" in check_submission(diff_files(bytecode, None, "x")), "the policy refuses it first"
 
 
+def test_the_policy_sees_the_paths_of_a_pure_rename():
+    header = "diff --git a/calc/util.py b/conftest.py\nsimilarity index 100%\n"
+    rename = header + "rename from calc/util.py\nrename to conftest.py\n"  # no ---/+++ lines
+    assert check_submission(rename) == "the diff changes a test file: conftest.py"
+
+
 @pytest.fixture(scope="module")
 def tasks(tmp_path_factory) -> dict[str, dict]:
     Sandbox.check()

@@ -17,6 +17,7 @@ __all__ = ["PatchError", "apply_patch", "diff_files", "diff_trees", "patch_paths
 
 SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".git", ".hg", ".tox", ".eggs"}
 MAX_FILE_BYTES = 1 << 20
+_RENAME_OR_COPY = ("rename from ", "rename to ", "copy from ", "copy to ")
 
 
 class PatchError(ValueError):
@@ -96,15 +97,18 @@ def _same_bytes(a: str | None, b: str | None) -> bool:
 
 
 def patch_paths(diff: str) -> list[str]:
-    """The repository-relative paths a diff touches, in order, each once."""
+    """The repository-relative paths a diff touches, in order, each once: those of its `---`/`+++` lines and of git's
+    `rename from/to` and `copy from/to` lines (a pure rename or copy has no `---`/`+++`)."""
     paths: list[str] = []
     for line in diff.splitlines():
+        name = None
         if line.startswith(("--- ", "+++ ")):
             name = line[4:].split("\t", 1)[0].strip()
-            if name != "/dev/null":
-                name = name[2:] if name.startswith(("a/", "b/")) else name
-                if name not in paths:
-                    paths.append(name)
+            name = name[2:] if name.startswith(("a/", "b/")) else name
+        elif line.startswith(_RENAME_OR_COPY):
+            name = line.split(" ", 2)[2].strip()
+        if name and name != "/dev/null" and name not in paths:
+            paths.append(name)
     return paths
 
 
