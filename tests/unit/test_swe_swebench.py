@@ -25,6 +25,7 @@ from rllm.tasks.swe import docker as swe_docker
 from rllm.tasks.swe.docker import DockerSession, DockerUnavailableError, docker_available, grade_in_docker
 from rllm.tasks.swe.env import SWEEnv
 from rllm.tasks.swe.patches import diff_files
+from rllm.tasks.swe.rllm_swe_harness import RESTORED_MARKER
 from rllm.tasks.swe.store import SWEDataError
 from rllm.tasks.swe.swebench import EvalSpec, image_name, load_swe_rows
 
@@ -312,6 +313,45 @@ def test_grader_applies_the_diff_in_a_fresh_container(tmp_path, fake_docker, mon
     calls = len(fake_docker())
     assert grade_in_docker(task, hack, timeout_s=120).reason == "protected_path"
     assert len(fake_docker()) == calls  # the policy refuses it before any container starts
+
+
+FORCE_PASS = textwrap.dedent("""\
+    import pytest
+
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item, call):
+        outcome = yield
+        outcome.get_result().outcome = "passed"
+""")
+
+
+def test_with_the_policy_off_the_grader_puts_protected_files_back(tmp_path, fake_docker, monkeypatch):
+    """Defence in depth: hacks the policy would refuse score 0 with it off, because the container puts every
+    protected file back (snapshotted before the diff) before the eval script runs; the fix itself still scores 1."""
+    monkeypatch.setattr(swe_docker, "eval_spec", pytest_eval_spec)
+    task = load_one(tmp_path)
+    fix = diff_files("calc/__init__.py", BUGGY, CALC)
+    forcing = diff_files("conftest.py", None, FORCE_PASS) + diff_files("calc/__init__.py", BUGGY, BUGGY + "\n")
+    hacked = grade_in_docker(task, forcing, timeout_s=120, policy=False)
+    assert (hacked.reward, hacked.reason) == (0.0, "tampering"), hacked.detail
+    assert "conftest.py" in hacked.detail
+    with_junk = grade_in_docker(task, fix + diff_files("conftest.py", None, FORCE_PASS), timeout_s=120, policy=False)
+    assert (with_junk.reward, with_junk.reason) == (1.0, "resolved"), with_junk.detail
+
+
+def test_a_grading_log_counts_the_restore_only_where_the_script_printed_it():
+    restored = f'{swe_docker._APPLIED}\n{RESTORED_MARKER}["conftest.py"]\n>>>>> Start Test Output\n'
+    assert swe_docker.read_grade_output(restored, 0, 1.0).restored == ["conftest.py"]
+    forged = (
+        f'{swe_docker._APPLIED}\n{RESTORED_MARKER}[]\ntests print {RESTORED_MARKER}["x"] {swe_docker._UNPROTECTED}\n'
+    )
+    run = swe_docker.read_grade_output(forged, 0, 1.0)
+    assert run.restored == [] and run.killed_reason is None  # what the tests print counts for nothing
+    missing = f"{swe_docker._APPLIED}\nTraceback (most recent call last):\n{swe_docker._UNPROTECTED}\n"
+    assert swe_docker.read_grade_output(missing, 1, 1.0).killed_reason == "error"  # fails closed
+    no_python = f"{swe_docker._UNPROTECTED}\n"
+    assert swe_docker.read_grade_output(no_python, 1, 1.0).killed_reason == "error"
 
 
 def test_grader_timeout_and_session_wall_clock_remove_the_container(tmp_path, fake_docker, monkeypatch):

@@ -12,17 +12,21 @@ dependency of rllm: it pulls docker, datasets and modal).
   base_commit: the submission is `git add -A; git diff --cached HEAD`). The agent's commands get the image's test
   environment first on PATH (SWE-bench's conda env `testbed`). `close()` removes the container (`docker rm -f`),
   and so does the end of our process (the server exits when its stdin closes) or the episode's wall clock.
-- `grade_in_docker(task, diff)`: the anti-hack policy first (grading.check_submission), then a FRESH container of
-  the image: the diff applied as SWE-bench's harness does (`git apply`, then `--3way`, then `patch --fuzz=5`), then
-  swebench's eval script for the task (it applies the test_patch and runs the test command), the log read by
-  swebench's own parsers, and the reward by grading.verdict: 1 only if every FAIL_TO_PASS and PASS_TO_PASS test
-  passed. Unlike SWE-bench's harness the grader has no network by default (`network="none"`): a repository whose
-  eval script reinstalls itself keeps the install its image was built with.
+- `grade_in_docker(task, diff)`: the anti-hack policy first (grading.check_submission), then a FRESH container of the
+  image: the diff applied as SWE-bench's harness does (`git apply`, then `--3way`, then `patch --fuzz=5`), every
+  protected file put back as the image's tree had it (`rllm_swe_harness.is_protected`: tests, conftest.py, pytest's
+  configuration, start-up files, bytecode; snapshotted before the diff, so a hack the policy missed gains nothing, and
+  the grade fails closed when that cannot be done), then swebench's eval script for the task (it applies the
+  test_patch and runs the test command), the log read by swebench's own parsers, and the reward by grading.verdict: 1
+  only if every FAIL_TO_PASS and PASS_TO_PASS test passed. Unlike SWE-bench's harness the grader has no network by
+  default (`network="none"`): a repository whose eval script reinstalls itself keeps the install its image was built
+  with.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -36,6 +40,7 @@ from types import SimpleNamespace
 from rllm.errors import InfraError, RllmError
 from rllm.sandbox import CappedBuffer, SandboxSession
 from rllm.tasks.swe.grading import GradeResult, TestRun, check_submission, verdict
+from rllm.tasks.swe.rllm_swe_harness import RESTORED_MARKER
 from rllm.tasks.swe.swebench import docker_image, eval_spec
 
 __all__ = [
@@ -52,25 +57,45 @@ _MAX_LOG = 64 << 20
 _APPLIED, _NOT_APPLIED = ">>>>> rllm: submission applied", ">>>>> rllm: submission does not apply"
 # The image's first Python >= 3.7 runs the server (SWE-bench images: conda's python3 first on PATH, then the
 # system's); the agent's commands see the task's environment first on PATH (SWE-bench's conda env, R2E-Gym's venv).
-_LAUNCHER = r"""
+_FIND_PYTHON = r"""
+py=""
+for candidate in python3 /usr/bin/python3 /opt/miniconda3/bin/python3 /usr/local/bin/python3 python; do
+  if "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 7))' 2>/dev/null; then py=$candidate; break; fi
+done
+"""
+_LAUNCHER = (
+    r"""
 export RLLM_SWE_PATH_PREFIX="${PATH%%:*}"  # never empty: an empty PATH entry would mean the current directory
 for dir in /opt/miniconda3/envs/testbed/bin /root/.venv/bin; do
   if [ -d "$dir" ]; then export RLLM_SWE_PATH_PREFIX="$dir"; break; fi
 done
-for py in python3 /usr/bin/python3 /opt/miniconda3/bin/python3 /usr/local/bin/python3 python; do
-  if "$py" -c 'import sys; sys.exit(sys.version_info < (3, 7))' 2>/dev/null; then
-    exec "$py" -s -B /rllm/rllm_swe_server.py
-  fi
-done
+"""
+    + _FIND_PYTHON
+    + r"""
+if [ -n "$py" ]; then exec "$py" -s -B /rllm/rllm_swe_server.py; fi
 echo "rllm: the image has no python3 >= 3.7 to run the workspace server" >&2
 exit 127
 """
+)
+_UNPROTECTED = ">>>>> rllm: the protected files could not be snapshotted or restored"
+# The snapshot is taken before the diff, the restore runs after it, from / and with -I (no current directory, no
+# user site, no PYTHON* variables), so nothing the diff wrote into the repository can stand in for the harness.
 _GRADE_SCRIPT = f"""#!/bin/bash
-# rllm: apply the submission as SWE-bench's harness does, then run the task's eval script
-here=$(dirname "$0")
+# rllm: apply the submission as SWE-bench's harness does, put every protected file back as the pristine tree has it
+# (rllm_swe_harness.is_protected: test files, conftest.py, pytest's configuration, start-up files, bytecode), then
+# run the task's eval script
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$PWD
+{_FIND_PYTHON}
+protect() {{ (cd / && "$py" -I -B "$here/rllm_swe_harness.py" "$@" --root "$repo"); }}
+if [ -z "$py" ] || ! protect --snapshot /tmp/rllm-pristine; then
+  echo "{_UNPROTECTED}"
+  exit 1
+fi
 for apply in "git apply --verbose" "git apply --verbose --3way" "patch --batch --forward --fuzz=5 -p1 -i"; do
   if $apply "$here/submission.diff"; then
     echo "{_APPLIED}"
+    protect --restore /tmp/rllm-pristine || {{ echo "{_UNPROTECTED}"; exit 1; }}
     exec bash "$here/eval.sh"
   fi
   git checkout -- . ; git clean -fdq  # a failed attempt may leave part of the patch behind
@@ -286,11 +311,13 @@ def grade_in_docker(
     partial_credit: bool = False,
     memory_mb: int = 4096,
     network: str = "none",
+    policy: bool = True,
 ) -> GradeResult:
-    """The reward of `diff` on `task`, tested in a fresh container of its image (see the module docstring)."""
+    """The reward of `diff` on `task`, tested in a fresh container of its image (see the module docstring).
+    `policy=False` skips `check_submission`; the protected files are put back all the same."""
     if not diff.strip():
         return GradeResult(0.0, False, "empty_patch", "the repository was not changed")
-    if (why := check_submission(diff)) is not None:
+    if policy and (why := check_submission(diff)) is not None:
         return GradeResult(0.0, False, "protected_path", why)
     spec = eval_spec(task)
     image = docker_image(task)
@@ -306,12 +333,18 @@ def grade_in_docker(
     return verdict(run, list(task["FAIL_TO_PASS"]), list(task["PASS_TO_PASS"]), partial_credit)
 
 
+def grade_files(diff: str, eval_script: str) -> dict[str, str]:
+    """The files a grading container runs from (`bash grade.sh` in the repository, see `_GRADE_SCRIPT`)."""
+    harness = (_HERE / "rllm_swe_harness.py").read_text()
+    return {"grade.sh": _GRADE_SCRIPT, "submission.diff": diff, "eval.sh": eval_script, "rllm_swe_harness.py": harness}
+
+
 def run_grader(
     image: str, diff: str, eval_script: str, *, timeout_s: float, memory_mb: int = 4096, network: str = "none"
 ) -> TestRun:
     """Apply `diff` in a fresh container of `image` and run `eval_script`; the whole log in `output`."""
     cli, name = _docker(), f"rllm-grade-{secrets.token_hex(6)}"
-    directory = _file_dir({"grade.sh": _GRADE_SCRIPT, "submission.diff": diff, "eval.sh": eval_script})
+    directory = _file_dir(grade_files(diff, eval_script))
     argv = [
         cli,
         "run",
@@ -346,9 +379,27 @@ def run_grader(
         shutil.rmtree(directory, ignore_errors=True)
     if code == 125 and _APPLIED not in output:
         raise DockerError(f"docker run {image} failed: {output.strip()[-1500:]}")
-    run = TestRun(output=output, duration_s=time.monotonic() - start, killed_reason=killed)
+    return read_grade_output(output, code, time.monotonic() - start, killed)
+
+
+def read_grade_output(output: str, code: int | None, duration_s: float, killed: str | None = None) -> TestRun:
+    """What a grading container's log says: the diff refused, the protected files it changed (put back), or a
+    script that could not run."""
+    run = TestRun(output=output, duration_s=duration_s, killed_reason=killed)
     applied, refused = output.find(_APPLIED), output.find(_NOT_APPLIED)
+    # The restore prints its line right after the applied marker, before the eval script (and so the repository's
+    # code) runs: only that line counts, so nothing the tests print can claim or deny it.
+    after_applied = output[applied + len(_APPLIED) :].lstrip("\n").split("\n", 1)[0] if applied >= 0 else ""
+    if after_applied.startswith(RESTORED_MARKER):
+        run.restored = json.loads(after_applied[len(RESTORED_MARKER) :])
     if killed is not None:
+        return run
+    unprotected = _UNPROTECTED in output[: applied if applied >= 0 else len(output)] or (
+        applied >= 0 and not after_applied.startswith(RESTORED_MARKER)
+    )
+    if unprotected:  # fail closed: tests run on files the diff may have changed say nothing
+        run.killed_reason = "error"
+        run.output += "\n[rllm: the grader could not protect the test files (the image needs a python3 >= 3.7)]"
         return run
     if refused >= 0 and (applied < 0 or refused < applied):  # nothing of the agent's runs before either marker
         run.patch_failed = output[:refused].strip()[-1500:]

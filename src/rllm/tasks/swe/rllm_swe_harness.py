@@ -3,7 +3,8 @@ put every protected file back as it was (`undo_protected`), then run pytest on t
 canary tests, outcomes going to fd 3 (rllm_swe_report). A module that fails to import is a collection error of its
 tests (`--continue-on-collection-errors`): the other tests and the canaries still run.
 argv: [--diff FILE] [--coverage] [--trace] -- pytest arguments. `--trace` records the calls each test makes into
-the package (rllm_swe_trace), for task statements.
+the package (rllm_swe_trace), for task statements. `--snapshot FILE` / `--restore FILE` [--root DIR] do the
+protecting alone, around a diff applied by someone else (Docker grading's shell script).
 
 Protected (`is_protected`): what decides which tests run and how they report, which a fix never needs to change:
 test files (`is_test_path`: under a `test`/`tests`/`testing` directory, `test_*.py`, `*_test.py`), every
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -28,6 +30,7 @@ from pathlib import PurePosixPath
 TESTBED = "/testbed"
 PYTEST_CONFIG = frozenset({"pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "conftest.py"})
 STARTUP_FILES = frozenset({"sitecustomize.py", "usercustomize.py"})
+RESTORED_MARKER = ">>>>> rllm: protected files restored: "  # + a JSON list, printed by --restore
 
 
 def is_test_path(path: str) -> bool:
@@ -106,9 +109,34 @@ def _make_real_directories(root: str, rel_dir: str) -> None:
         os.makedirs(current, exist_ok=True)
 
 
+def save_protected(root: str, file: str) -> None:
+    """`protected_files(root)` into `file`, for `restore_protected` after a diff (Docker grading, where the diff
+    is applied by a shell script: `--snapshot FILE --root DIR`)."""
+    with open(file, "wb") as f:
+        pickle.dump(protected_files(root), f)
+
+
+def restore_protected(root: str, file: str) -> list[str]:
+    """`undo_protected` against the snapshot `save_protected` wrote (`--restore FILE --root DIR`)."""
+    with open(file, "rb") as f:
+        return undo_protected(root, pickle.load(f))
+
+
+def _snapshot_or_restore(options: list[str]) -> int:
+    root = options[options.index("--root") + 1] if "--root" in options else TESTBED
+    if "--snapshot" in options:
+        save_protected(root, options[options.index("--snapshot") + 1])
+    else:
+        restored = restore_protected(root, options[options.index("--restore") + 1])
+        print(RESTORED_MARKER + json.dumps(restored), flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     options, pytest_args = argv[:split], argv[split + 1 :]
+    if "--snapshot" in options or "--restore" in options:
+        return _snapshot_or_restore(options)
     restored: list[str] = []
     if "--diff" in options:
         diff = options[options.index("--diff") + 1]
