@@ -30,9 +30,17 @@ CORRECTIONS = {
 
 
 def train(args: argparse.Namespace, run_dir: str, staleness: int) -> tuple[float, dict, list[dict]]:
-    overrides = [f"trainer.total_steps={args.steps}", f"data.val_size={args.val_size}", f"trainer.run_dir={run_dir}",
-                 f"trainer.name=s{staleness}", f"rollout.max_staleness={staleness}", "trainer.tensorboard=false",
-                 f"rollout.server={args.rollouts}", *CORRECTIONS[args.correction], *args.override]  # fmt: skip
+    overrides = [
+        f"trainer.total_steps={args.steps}",
+        f"data.val_size={args.val_size}",
+        f"trainer.run_dir={run_dir}",
+        f"trainer.name=s{staleness}",
+        f"rollout.max_staleness={staleness}",
+        "trainer.tensorboard=false",
+        f"rollout.server={args.rollouts}",
+        *CORRECTIONS[args.correction],
+        *args.override,
+    ]
     if args.model:
         overrides.append(f"model.name={args.model}")
     config = load_config(args.config, overrides)
@@ -52,11 +60,15 @@ def report(name: str, wall: float, result: dict, steps: list[dict]) -> None:
     before, after = result["val_before"]["reward_mean"], result["val_after"]["reward_mean"]
     print(f"{name}: wall {wall:.1f} s, {wall / len(steps):.1f} s/step; val reward {before:.3f} -> {after:.3f}")
     print(f"  train reward per step: {curve}")
-    print(f"  rollout {mean('time_rollout_s'):.1f} s/step, update {mean('time_update_s'):.1f} s/step, trainer waited "
-          f"{mean('time_wait_rollout_s'):.1f} s/step for rollouts")  # fmt: skip
-    print(f"  mismatch: |dlogp| mean {mean('mismatch/abs_diff_mean'):.2e} max {mean('mismatch/abs_diff_max'):.2e}, "
-          f"KL k3 {mean('mismatch/kl_k3'):.2e}, beyond threshold {mean('mismatch/frac_beyond'):.4f}; staleness "
-          f"max {max(m.get('off_policy/staleness_max', 0) for m in steps)}")  # fmt: skip
+    print(
+        f"  rollout {mean('time_rollout_s'):.1f} s/step, update {mean('time_update_s'):.1f} s/step, trainer waited "
+        f"{mean('time_wait_rollout_s'):.1f} s/step for rollouts"
+    )
+    print(
+        f"  mismatch: |dlogp| mean {mean('mismatch/abs_diff_mean'):.2e} max {mean('mismatch/abs_diff_max'):.2e}, "
+        f"KL k3 {mean('mismatch/kl_k3'):.2e}, beyond threshold {mean('mismatch/frac_beyond'):.4f}; staleness "
+        f"max {max(m.get('off_policy/staleness_max', 0) for m in steps)}"
+    )
     corrected = mean("off_policy/is_truncated_fraction"), mean("off_policy/is_masked_fraction")
     print(f"  tokens truncated {corrected[0]:.4f}, masked {corrected[1]:.4f} (nan: no correction configured)")
 

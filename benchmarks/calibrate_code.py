@@ -60,10 +60,22 @@ def main() -> None:
             f"rollout.val_n={rollout.get('n', 4)}",
             f"rollout.val_temperature={rollout.get('temperature', 1.0)}",
         ]
-        overrides = [f"data.val_size={args.tasks}", f"data.val_seed={SEED}", "data.task_args={}", *sampling,
-                     f"trainer.run_dir={runs}", "trainer.name=calibrate", *args.overrides]  # fmt: skip
-        out = subprocess.run([sys.executable, "-m", "rllm.cli.main", "eval", args.config, *overrides, "--no-progress"],
-                             cwd=ROOT, capture_output=True, text=True, check=False)  # fmt: skip
+        overrides = [
+            f"data.val_size={args.tasks}",
+            f"data.val_seed={SEED}",
+            "data.task_args={}",
+            *sampling,
+            f"trainer.run_dir={runs}",
+            "trainer.name=calibrate",
+            *args.overrides,
+        ]
+        out = subprocess.run(
+            [sys.executable, "-m", "rllm.cli.main", "eval", args.config, *overrides, "--no-progress"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if out.returncode != 0:
             sys.exit(f"rllm eval failed ({out.returncode}):\n{out.stderr[-3000:]}")
         rates = family_pass_rates(Path(runs) / "calibrate", make_code_tasks(args.tasks, seed=SEED))

@@ -61,12 +61,29 @@ sys.path.insert(0, str(REPO / "src"))  # this checkout's rllm, installed or not 
 CONFIG = REPO / "configs" / "arithmetic_grpo.yaml"
 EMBEDDED = "qwen2.5-coder-0.5b-instruct"
 COMMON = ["data.val_size=0", "trainer.tensorboard=false"]
-GPU_STEP = ["rollout.max_tokens=256", "rollout.n=8", "trainer.tasks_per_step=16", "rollout.n_parallel=128",
-            "optim.micro_batch_size=32"]  # fmt: skip
-SMALL_STEP = ["rollout.max_tokens=16", "rollout.n=4", "trainer.tasks_per_step=4", "rollout.n_parallel=16",
-              "optim.micro_batch_size=8"]  # fmt: skip
-SIZES_STEP = ["rollout.max_tokens=64", "rollout.n=4", "trainer.tasks_per_step=4", "rollout.n_parallel=16",
-              "optim.micro_batch_size=16", "trainer.total_steps=1", "rollout.retry_limit=0"]  # fmt: skip
+GPU_STEP = [
+    "rollout.max_tokens=256",
+    "rollout.n=8",
+    "trainer.tasks_per_step=16",
+    "rollout.n_parallel=128",
+    "optim.micro_batch_size=32",
+]
+SMALL_STEP = [
+    "rollout.max_tokens=16",
+    "rollout.n=4",
+    "trainer.tasks_per_step=4",
+    "rollout.n_parallel=16",
+    "optim.micro_batch_size=8",
+]
+SIZES_STEP = [
+    "rollout.max_tokens=64",
+    "rollout.n=4",
+    "trainer.tasks_per_step=4",
+    "rollout.n_parallel=16",
+    "optim.micro_batch_size=16",
+    "trainer.total_steps=1",
+    "rollout.retry_limit=0",
+]
 ROLLOUT_DTYPES = {"fp32": [], "bf16": ["rollout.dtype=bfloat16"]}
 # (hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size, tie_word_embeddings)
 # from the config.json of each Qwen/Qwen2.5-<size> model on the Hugging Face Hub. vocab_size 151936 for all (the
@@ -79,8 +96,15 @@ QWEN25 = {
     "14B": (5120, 48, 40, 8, 13824, False),
 }
 SMALL_SHAPE = (128, 2, 4, 2, 256, False)
-KEYS = ("time_rollout_s", "time_update_s", "time_push_s", "tokens_per_s", "completion_tokens",
-        "gpu_peak_memory_gib", "skipped_update")  # fmt: skip
+KEYS = (
+    "time_rollout_s",
+    "time_update_s",
+    "time_push_s",
+    "tokens_per_s",
+    "completion_tokens",
+    "gpu_peak_memory_gib",
+    "skipped_update",
+)
 
 
 def main() -> int:
@@ -99,8 +123,11 @@ def main() -> int:
         Path(args.out).write_text(json.dumps(report, indent=1))
         print(f"wrote {args.out}")
     # a crash is a failure; running out of memory (--sizes) or out of budget is a figure
-    crashed = [n for n, r in {**report.get("runs", {}), **report.get("sizes", {})}.items()
-               if "error" in r and r.get("outcome") != "out of memory"]  # fmt: skip
+    crashed = [
+        n
+        for n, r in {**report.get("runs", {}), **report.get("sizes", {})}.items()
+        if "error" in r and r.get("outcome") != "out of memory"
+    ]
     return 1 if crashed else 0
 
 
@@ -135,8 +162,10 @@ def parse_args() -> argparse.Namespace:
         parser.error("--sizes measures GPU memory: on a CPU add --small (the tiny shape alone, to check the script)")
     args.model_config = Path(args.model_config) if args.model_config else embedded_folder()
     if not (args.model_config / "config.json").exists():
-        parser.error(f"no config.json in {args.model_config}: pass --model-config FOLDER (config and tokenizer files "
-                     f"of a Qwen2.5 model), or point $RLLM_HOME at a folder holding models/{EMBEDDED}/")  # fmt: skip
+        parser.error(
+            f"no config.json in {args.model_config}: pass --model-config FOLDER (config and tokenizer files "
+            f"of a Qwen2.5 model), or point $RLLM_HOME at a folder holding models/{EMBEDDED}/"
+        )
     return args
 
 
@@ -159,8 +188,9 @@ def device_info(device: str) -> dict:
         "    info.update(threads=torch.get_num_threads())\n"
         "print(json.dumps(info))\n"
     )
-    info = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                                     env=child_env()).stdout)  # fmt: skip
+    info = json.loads(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=child_env()).stdout
+    )
     versions = f"torch {info['torch']}, transformers {info['transformers']}, peft {info['peft']}"
     if "name" in info:
         info["line"] = f"{info['name']} ({info['memory_gib']:.1f} GiB, CUDA {info['cuda']}); {versions}"
@@ -185,11 +215,20 @@ def step(args: argparse.Namespace, tmp: Path, deadline: float) -> dict:
     model_dir = tmp / "model"
     params = build_model_folder(args.model_config, model_dir, SMALL_SHAPE if args.small else None)
     shape = "--small's" if args.small else "the"
-    print(f"model: {params / 1e6:.1f} M parameters, random init, {shape} shape of {args.model_config}, built in "
-          f"{time.perf_counter() - started:.0f} s")  # fmt: skip
+    print(
+        f"model: {params / 1e6:.1f} M parameters, random init, {shape} shape of {args.model_config}, built in "
+        f"{time.perf_counter() - started:.0f} s"
+    )
     workload = SMALL_STEP if args.small else GPU_STEP
-    overrides = [f"model.name={model_dir}", f"model.device={args.device}", f"trainer.total_steps={args.steps}",
-                 f"trainer.run_dir={tmp / 'runs'}", *COMMON, *workload, *args.set]  # fmt: skip
+    overrides = [
+        f"model.name={model_dir}",
+        f"model.device={args.device}",
+        f"trainer.total_steps={args.steps}",
+        f"trainer.run_dir={tmp / 'runs'}",
+        *COMMON,
+        *workload,
+        *args.set,
+    ]
     print(f"rllm train {CONFIG.relative_to(REPO)} {' '.join(overrides)}", flush=True)
     runs: dict[str, dict] = {}
     for i, name in enumerate(args.rollout_dtypes):
@@ -272,18 +311,21 @@ def train_run(name: str, cmd: list[str], run_dir: Path, *, timeout: float, steps
 
 def summary_line(s: dict) -> str:
     nan = float("nan")
-    return (f"rollout {s['time_rollout_s']:.2f} s, update {s['time_update_s']:.2f} s (push {s['time_push_s']:.3f} "
-            f"s), rollout/update {s['ratio']:.2f} (target <= 1.5), {s['tokens_per_s']:.0f} tok/s rolling out, "
-            f"{s['step_tokens_per_s']:.0f} tok/s a step, peak {memory(s.get('gpu_peak_memory_gib'))}, "
-            f"mismatch |diff| mean {s.get('mismatch/abs_diff_mean', nan):.2e} max "
-            f"{s.get('mismatch/abs_diff_max', nan):.2e}")  # fmt: skip
+    return (
+        f"rollout {s['time_rollout_s']:.2f} s, update {s['time_update_s']:.2f} s (push {s['time_push_s']:.3f} "
+        f"s), rollout/update {s['ratio']:.2f} (target <= 1.5), {s['tokens_per_s']:.0f} tok/s rolling out, "
+        f"{s['step_tokens_per_s']:.0f} tok/s a step, peak {memory(s.get('gpu_peak_memory_gib'))}, "
+        f"mismatch |diff| mean {s.get('mismatch/abs_diff_mean', nan):.2e} max "
+        f"{s.get('mismatch/abs_diff_max', nan):.2e}"
+    )
 
 
 def run_child(cmd: list[str], timeout: float) -> tuple[int | str, str]:
     """Exit code (or "timeout") and the last lines of stderr."""
     try:
-        done = subprocess.run(cmd, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=timeout,
-                              check=False)  # fmt: skip
+        done = subprocess.run(
+            cmd, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=timeout, check=False
+        )
     except subprocess.TimeoutExpired as exc:
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         return "timeout", "\n".join(err.splitlines()[-15:])
@@ -312,13 +354,16 @@ def first_episode_error(run_dir: Path) -> str | None:
 
 
 def step_line(m: dict) -> str:
-    mismatch = ", ".join(f"{k.split('/', 1)[1]} {v:.2e}" for k, v in m.items()
-                         if k.startswith("mismatch/") and k != "mismatch/tokens")  # fmt: skip
-    return (f"step {m['step']}: rollout {m['time_rollout_s']:.2f} s, update {m['time_update_s']:.2f} s (push "
-            f"{m.get('time_push_s', float('nan')):.3f} s), rollout/update {ratio(m):.2f}, "
-            f"{m['tokens_per_s']:.0f} tok/s rolling out, {step_tokens_per_s(m):.0f} tok/s a step, "
-            f"{m['completion_tokens']} tokens, peak {memory(m.get('gpu_peak_memory_gib'))}, "
-            f"mismatch: {mismatch or 'none measured'}")  # fmt: skip
+    mismatch = ", ".join(
+        f"{k.split('/', 1)[1]} {v:.2e}" for k, v in m.items() if k.startswith("mismatch/") and k != "mismatch/tokens"
+    )
+    return (
+        f"step {m['step']}: rollout {m['time_rollout_s']:.2f} s, update {m['time_update_s']:.2f} s (push "
+        f"{m.get('time_push_s', float('nan')):.3f} s), rollout/update {ratio(m):.2f}, "
+        f"{m['tokens_per_s']:.0f} tok/s rolling out, {step_tokens_per_s(m):.0f} tok/s a step, "
+        f"{m['completion_tokens']} tokens, peak {memory(m.get('gpu_peak_memory_gib'))}, "
+        f"mismatch: {mismatch or 'none measured'}"
+    )
 
 
 def summarize(steps: list[dict]) -> dict:
@@ -360,9 +405,23 @@ def sizes(args: argparse.Namespace, tmp: Path, deadline: float) -> dict:
             results[name] = {"skipped": f"{left:.0f} s of the budget left, the last size took {last_wall:.0f} s"}
         else:
             started = time.perf_counter()
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--worker-size", name, "--device", args.device,
-                   "--model-config", str(args.model_config), "--worker-dir", str(tmp / name), "--cap-gib",
-                   str(args.cap_gib), *(["--small"] if args.small else []), "--set", *args.set]  # fmt: skip
+            cmd = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--worker-size",
+                name,
+                "--device",
+                args.device,
+                "--model-config",
+                str(args.model_config),
+                "--worker-dir",
+                str(tmp / name),
+                "--cap-gib",
+                str(args.cap_gib),
+                *(["--small"] if args.small else []),
+                "--set",
+                *args.set,
+            ]
             code, tail = run_child(cmd, left)
             last_wall = time.perf_counter() - started
             results[name] = size_result(code, tail, tmp / name, last_wall)
@@ -407,8 +466,10 @@ def size_line(r: dict) -> str:
     params = f"{r['params'] / 1e9:.2f} B parameters, " if "params" in r else ""
     line = f"{params}{r['outcome']} in {r['wall_s']:.0f} s"
     if "time_rollout_s" in r:
-        line += (f", peak {memory(r.get('gpu_peak_memory_gib'))}, rollout {r['time_rollout_s']:.1f} s, update "
-                 f"{r['time_update_s']:.1f} s")  # fmt: skip
+        line += (
+            f", peak {memory(r.get('gpu_peak_memory_gib'))}, rollout {r['time_rollout_s']:.1f} s, update "
+            f"{r['time_update_s']:.1f} s"
+        )
     return line + (f"\n{r['error']}" if "error" in r else "")
 
 
@@ -432,10 +493,18 @@ def worker(args: argparse.Namespace) -> int:
     with torch.device(args.device):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     (out / "params.json").write_text(json.dumps({"params": sum(p.numel() for p in model.parameters())}))
-    overrides = [f"model.name={args.model_config}", f"model.device={args.device}", f"trainer.run_dir={out}",
-                 "trainer.name=run", *COMMON, *SIZES_STEP, *args.set]  # fmt: skip
-    trainer = AgentTrainer(config=load_config(CONFIG, overrides), model=model,
-                           tokenizer=load_tokenizer(args.model_config), progress=False)  # fmt: skip
+    overrides = [
+        f"model.name={args.model_config}",
+        f"model.device={args.device}",
+        f"trainer.run_dir={out}",
+        "trainer.name=run",
+        *COMMON,
+        *SIZES_STEP,
+        *args.set,
+    ]
+    trainer = AgentTrainer(
+        config=load_config(CONFIG, overrides), model=model, tokenizer=load_tokenizer(args.model_config), progress=False
+    )
     trainer.train()
     return 0
 

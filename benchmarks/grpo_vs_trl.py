@@ -88,16 +88,21 @@ INSTALL_HINT = 'pip install -e ".[bench]"'
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default="smollm2-135m-instruct", help="embedded model name or transformers folder")
     parser.add_argument("--group", type=int, default=4, help="samples per prompt (GRPO group)")
     parser.add_argument("--tasks", type=int, default=8, help="prompts per step")
     parser.add_argument("--max-tokens", type=int, default=12, help="max new tokens per sample")
     parser.add_argument("--steps", type=int, default=3, help="measured steps after the warm-up step")
-    parser.add_argument("--micro-batch", type=int, default=8,
-                        help="rows per forward/backward on both sides (ours optim.micro_batch_size, TRL "
-                             "per_device_train_batch_size); gradients accumulate to one optimizer step")  # fmt: skip
+    parser.add_argument(
+        "--micro-batch",
+        type=int,
+        default=8,
+        help="rows per forward/backward on both sides (ours optim.micro_batch_size, TRL "
+        "per_device_train_batch_size); gradients accumulate to one optimizer step",
+    )
     parser.add_argument("--lr", type=float, default=None, help="learning rate (default: the config's optim.lr)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
@@ -121,8 +126,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--group must be >= 2 (GRPO needs a group)")
     args.micro_batch = min(args.micro_batch, batch)
     if batch % args.micro_batch:
-        parser.error(f"--micro-batch {args.micro_batch} must divide group*tasks = {batch} "
-                     "(TRL accumulates whole micro-batches into one optimizer step)")  # fmt: skip
+        parser.error(
+            f"--micro-batch {args.micro_batch} must divide group*tasks = {batch} "
+            "(TRL accumulates whole micro-batches into one optimizer step)"
+        )
     return args
 
 
@@ -209,23 +216,45 @@ def run_ours(args: argparse.Namespace, channel: Channel) -> None:
             started = self._step_started
             metrics = await super()._train_step(step, log, *args, **kwargs)
             wall = time.perf_counter() - started
-            channel.send(event="step", step=step, wall_s=wall, generation_s=metrics["time_rollout_s"],
-                         update_s=metrics["time_update_s"], completion_tokens=metrics["response_length_mean"],
-                         reward=metrics["reward_mean"], skipped_update=metrics.get("skipped_update", 0))  # fmt: skip
+            channel.send(
+                event="step",
+                step=step,
+                wall_s=wall,
+                generation_s=metrics["time_rollout_s"],
+                update_s=metrics["time_update_s"],
+                completion_tokens=metrics["response_length_mean"],
+                reward=metrics["reward_mean"],
+                skipped_update=metrics.get("skipped_update", 0),
+            )
             return metrics
 
     LockstepTrainer(config=cfg, progress=False).train()
     used = {
-        "model.name": cfg.model.name, "model.dtype": cfg.model.dtype, "lora": cfg.model.lora.model_dump(),
-        "gradient_checkpointing": cfg.model.gradient_checkpointing, "rollout.n": cfg.rollout.n,
-        "tasks_per_step": cfg.trainer.tasks_per_step, "rollout.max_tokens": cfg.rollout.max_tokens,
-        "temperature": cfg.rollout.temperature, "kl_coef": cfg.algorithm.kl_coef, "loss_agg": cfg.algorithm.loss_agg,
-        "clip": [cfg.algorithm.clip_low, cfg.algorithm.clip_high], "ppo_epochs": cfg.algorithm.ppo_epochs,
-        "mini_batches": cfg.algorithm.mini_batches, "micro_batch_size": cfg.optim.micro_batch_size,
-        "lr": cfg.optim.lr, "schedule": cfg.optim.schedule, "grad_clip": cfg.optim.grad_clip,
-    }  # fmt: skip
-    channel.send(event="final", peak_rss_bytes=peak_rss_bytes(), threads=torch.get_num_threads(), settings=used,
-                 versions={"torch": torch.__version__})  # fmt: skip
+        "model.name": cfg.model.name,
+        "model.dtype": cfg.model.dtype,
+        "lora": cfg.model.lora.model_dump(),
+        "gradient_checkpointing": cfg.model.gradient_checkpointing,
+        "rollout.n": cfg.rollout.n,
+        "tasks_per_step": cfg.trainer.tasks_per_step,
+        "rollout.max_tokens": cfg.rollout.max_tokens,
+        "temperature": cfg.rollout.temperature,
+        "kl_coef": cfg.algorithm.kl_coef,
+        "loss_agg": cfg.algorithm.loss_agg,
+        "clip": [cfg.algorithm.clip_low, cfg.algorithm.clip_high],
+        "ppo_epochs": cfg.algorithm.ppo_epochs,
+        "mini_batches": cfg.algorithm.mini_batches,
+        "micro_batch_size": cfg.optim.micro_batch_size,
+        "lr": cfg.optim.lr,
+        "schedule": cfg.optim.schedule,
+        "grad_clip": cfg.optim.grad_clip,
+    }
+    channel.send(
+        event="final",
+        peak_rss_bytes=peak_rss_bytes(),
+        threads=torch.get_num_threads(),
+        settings=used,
+        versions={"torch": torch.__version__},
+    )
 
 
 def run_trl(args: argparse.Namespace, channel: Channel) -> None:
@@ -248,11 +277,15 @@ def run_trl(args: argparse.Namespace, channel: Channel) -> None:
     rows = get_task(cfg.data.task).make_tasks(cfg.data.train_size, seed=cfg.data.seed, **cfg.data.task_args)
     ordered = TaskSampler(rows, cfg.trainer.seed).take(cfg.trainer.tasks_per_step * cfg.trainer.total_steps)
     system = ArithmeticAgent.system_prompt
-    dataset = Dataset.from_list([
-        {"prompt": [{"role": "system", "content": system}, {"role": "user", "content": row["question"]}],
-         "answer": int(row["answer"])}
-        for row in ordered
-    ])  # fmt: skip
+    dataset = Dataset.from_list(
+        [
+            {
+                "prompt": [{"role": "system", "content": system}, {"role": "user", "content": row["question"]}],
+                "answer": int(row["answer"]),
+            }
+            for row in ordered
+        ]
+    )
 
     def arithmetic_reward(completions: list, answer: list, **_: Any) -> list[float]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
@@ -262,9 +295,13 @@ def run_trl(args: argparse.Namespace, channel: Channel) -> None:
     model = registry.load_causal_lm(cfg.model.name, dtype="float32")
     lora = cfg.model.lora
     peft_config = peft.LoraConfig(
-        r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules),
-        bias="none", task_type="CAUSAL_LM",
-    )  # fmt: skip
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
     batch = args.group * args.tasks
     algo, optim = cfg.algorithm, cfg.optim
     grpo_args = GRPOConfig(
@@ -328,30 +365,66 @@ def run_trl(args: argparse.Namespace, channel: Channel) -> None:
         def on_step_end(self, args_: Any, state: Any, control: Any, **_: Any) -> None:
             wall = time.perf_counter() - timings["started"]
             tokens = timings["completion_tokens"]
-            channel.send(event="step", step=state.global_step, wall_s=wall, generation_s=timings["generation_s"],
-                         update_s=wall - timings["generation_s"],
-                         completion_tokens=sum(tokens) / max(len(tokens), 1))  # fmt: skip
+            channel.send(
+                event="step",
+                step=state.global_step,
+                wall_s=wall,
+                generation_s=timings["generation_s"],
+                update_s=wall - timings["generation_s"],
+                completion_tokens=sum(tokens) / max(len(tokens), 1),
+            )
 
-    trainer = TimedGRPOTrainer(model=model, reward_funcs=arithmetic_reward, args=grpo_args, train_dataset=dataset,
-                               processing_class=tokenizer, peft_config=peft_config, callbacks=[Lockstep()])  # fmt: skip
+    trainer = TimedGRPOTrainer(
+        model=model,
+        reward_funcs=arithmetic_reward,
+        args=grpo_args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=[Lockstep()],
+    )
     trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     trainer.train()
     a = trainer.args
     used = {
-        "dtype": str(trainer.model.dtype), "lora": {"r": peft_config.r, "alpha": peft_config.lora_alpha,
-        "dropout": peft_config.lora_dropout, "target_modules": sorted(peft_config.target_modules)},
-        "bf16": a.bf16, "gradient_checkpointing": a.gradient_checkpointing, "num_generations": a.num_generations,
-        "generation_batch_size": a.generation_batch_size, "max_completion_length": a.max_completion_length,
-        "temperature": a.temperature, "beta": a.beta, "loss_type": a.loss_type, "epsilon": [a.epsilon, a.epsilon_high],
-        "num_iterations": a.num_iterations, "per_device_train_batch_size": a.per_device_train_batch_size,
-        "gradient_accumulation_steps": a.gradient_accumulation_steps, "steps_per_generation": a.steps_per_generation,
-        "learning_rate": a.learning_rate, "lr_scheduler_type": _plain(a.lr_scheduler_type), "optim": _plain(a.optim),
+        "dtype": str(trainer.model.dtype),
+        "lora": {
+            "r": peft_config.r,
+            "alpha": peft_config.lora_alpha,
+            "dropout": peft_config.lora_dropout,
+            "target_modules": sorted(peft_config.target_modules),
+        },
+        "bf16": a.bf16,
+        "gradient_checkpointing": a.gradient_checkpointing,
+        "num_generations": a.num_generations,
+        "generation_batch_size": a.generation_batch_size,
+        "max_completion_length": a.max_completion_length,
+        "temperature": a.temperature,
+        "beta": a.beta,
+        "loss_type": a.loss_type,
+        "epsilon": [a.epsilon, a.epsilon_high],
+        "num_iterations": a.num_iterations,
+        "per_device_train_batch_size": a.per_device_train_batch_size,
+        "gradient_accumulation_steps": a.gradient_accumulation_steps,
+        "steps_per_generation": a.steps_per_generation,
+        "learning_rate": a.learning_rate,
+        "lr_scheduler_type": _plain(a.lr_scheduler_type),
+        "optim": _plain(a.optim),
         "max_grad_norm": a.max_grad_norm,
-    }  # fmt: skip
-    channel.send(event="final", peak_rss_bytes=peak_rss_bytes(), threads=torch.get_num_threads(),
-                 trainable_params=trainable, settings=used,
-                 versions={"trl": trl.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
-                           "torch": torch.__version__})  # fmt: skip
+    }
+    channel.send(
+        event="final",
+        peak_rss_bytes=peak_rss_bytes(),
+        threads=torch.get_num_threads(),
+        trainable_params=trainable,
+        settings=used,
+        versions={
+            "trl": trl.__version__,
+            "transformers": transformers.__version__,
+            "peft": peft.__version__,
+            "torch": torch.__version__,
+        },
+    )
 
 
 # ---- the parent ---------------------------------------------------------------------------------------------------
@@ -364,8 +437,16 @@ class Child:
         self._log = None if args.verbose else open(self.log_path, "w")
         cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--child", side, "--workdir", str(workdir)]
         env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                     text=True, bufsize=1, cwd=REPO, env=env)  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            bufsize=1,
+            cwd=REPO,
+            env=env,
+        )
 
     def receive(self) -> dict[str, Any]:
         while True:
@@ -376,8 +457,10 @@ class Child:
                 if self._log is not None:
                     self._log.flush()
                     tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-40:])
-                raise SystemExit(f"the {self.side} child exited (code {self.proc.returncode}) before finishing; "
-                                 f"last lines of its log:\n{tail}")  # fmt: skip
+                raise SystemExit(
+                    f"the {self.side} child exited (code {self.proc.returncode}) before finishing; "
+                    f"last lines of its log:\n{tail}"
+                )
             if line.startswith(PROTOCOL_PREFIX):
                 return json.loads(line[len(PROTOCOL_PREFIX) :])
 
@@ -400,9 +483,22 @@ class Child:
 
 
 def child_argv(args: argparse.Namespace) -> list[str]:
-    argv = ["--model", args.model, "--group", str(args.group), "--tasks", str(args.tasks),
-            "--max-tokens", str(args.max_tokens), "--steps", str(args.steps), "--micro-batch", str(args.micro_batch),
-            "--seed", str(args.seed)]  # fmt: skip
+    argv = [
+        "--model",
+        args.model,
+        "--group",
+        str(args.group),
+        "--tasks",
+        str(args.tasks),
+        "--max-tokens",
+        str(args.max_tokens),
+        "--steps",
+        str(args.steps),
+        "--micro-batch",
+        str(args.micro_batch),
+        "--seed",
+        str(args.seed),
+    ]
     if args.lr is not None:
         argv += ["--lr", repr(args.lr)]
     return argv
@@ -411,8 +507,11 @@ def child_argv(args: argparse.Namespace) -> list[str]:
 def run_parent(args: argparse.Namespace) -> int:
     missing = [name for name in ("trl", "datasets", "peft", "transformers") if importlib.util.find_spec(name) is None]
     if missing:
-        print(f"error: this benchmark needs {', '.join(missing)}, which is not installed. Install the benchmark "
-              f"extra (it includes the torch extra): {INSTALL_HINT}", file=sys.stderr)  # fmt: skip
+        print(
+            f"error: this benchmark needs {', '.join(missing)}, which is not installed. Install the benchmark "
+            f"extra (it includes the torch extra): {INSTALL_HINT}",
+            file=sys.stderr,
+        )
         return 2
     from rllm.errors import ModelNotAvailableError
     from rllm.models.registry import resolve_model_path
@@ -427,8 +526,11 @@ def run_parent(args: argparse.Namespace) -> int:
     results: dict[str, dict[str, Any]] = {side: {"steps": []} for side in SIDES}
     with tempfile.TemporaryDirectory(prefix="grpo-vs-trl-") as tmp:
         workdir = Path(tmp)
-        print(f"benchmark: {args.model}, {args.tasks} prompts x {args.group} samples, <= {args.max_tokens} new tokens, "
-              f"{total} steps each (1 warm-up + {args.steps}), lockstep; logs in {workdir}", flush=True)  # fmt: skip
+        print(
+            f"benchmark: {args.model}, {args.tasks} prompts x {args.group} samples, <= {args.max_tokens} new tokens, "
+            f"{total} steps each (1 warm-up + {args.steps}), lockstep; logs in {workdir}",
+            flush=True,
+        )
         started = time.perf_counter()
         children = {side: Child(side, args, child_argv(args), workdir) for side in SIDES}
         try:
@@ -444,9 +546,11 @@ def run_parent(args: argparse.Namespace) -> int:
                     message = child.expect("step")
                     results[side]["steps"].append(message)
                     m = message
-                    print(f"  step {step} {side:4}: {m['wall_s']:6.2f}s (generation {m['generation_s']:.2f}s, "
-                          f"update {m['update_s']:.2f}s, {m['completion_tokens']:.1f} tokens/sample)",
-                          flush=True)  # fmt: skip
+                    print(
+                        f"  step {step} {side:4}: {m['wall_s']:6.2f}s (generation {m['generation_s']:.2f}s, "
+                        f"update {m['update_s']:.2f}s, {m['completion_tokens']:.1f} tokens/sample)",
+                        flush=True,
+                    )
                     # Wait until it is parked again (or done) so its after-step work never overlaps the other side.
                     nxt = child.receive()
                     ready[side] = nxt if nxt["event"] == "ready" else None
@@ -463,8 +567,11 @@ def run_parent(args: argparse.Namespace) -> int:
     summary = summarize(results)
     print(format_table(summary, args, results))
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "summary": summary,
-                                         "raw": results}, indent=2))  # fmt: skip
+        args.json.write_text(
+            json.dumps(
+                {"args": {k: str(v) for k, v in vars(args).items()}, "summary": summary, "raw": results}, indent=2
+            )
+        )
     return 0
 
 
@@ -498,8 +605,9 @@ def summarize(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]
     return summary
 
 
-def format_table(summary: dict[str, dict[str, float]], args: argparse.Namespace,
-                 results: dict[str, dict[str, Any]]) -> str:  # fmt: skip
+def format_table(
+    summary: dict[str, dict[str, float]], args: argparse.Namespace, results: dict[str, dict[str, Any]]
+) -> str:
     ours, theirs = summary["ours"], summary["trl"]
     header = (
         f"{'side':18}{'warm-up s':>10}{'s/step':>9}{'gen s':>8}{'update s':>10}{'tok/sample':>12}{'peak RSS GB':>13}"
@@ -507,21 +615,27 @@ def format_table(summary: dict[str, dict[str, float]], args: argparse.Namespace,
     lines = ["", header, "-" * len(header)]
     for side in SIDES:
         s = summary[side]
-        lines.append(f"{LABELS[side]:18}{s['warmup_s']:>10.2f}{s['step_s']:>9.2f}{s['generation_s']:>8.2f}"
-                     f"{s['update_s']:>10.2f}{s['completion_tokens']:>12.1f}{s['peak_rss_gb']:>13.2f}")  # fmt: skip
-    per_step = [o["wall_s"] / t["wall_s"] for o, t in zip(results["ours"]["steps"][1:], results["trl"]["steps"][1:],
-                                                         strict=True)]  # fmt: skip
+        lines.append(
+            f"{LABELS[side]:18}{s['warmup_s']:>10.2f}{s['step_s']:>9.2f}{s['generation_s']:>8.2f}"
+            f"{s['update_s']:>10.2f}{s['completion_tokens']:>12.1f}{s['peak_rss_gb']:>13.2f}"
+        )
+    per_step = [
+        o["wall_s"] / t["wall_s"]
+        for o, t in zip(results["ours"]["steps"][1:], results["trl"]["steps"][1:], strict=True)
+    ]
     ratio = ours["step_s"] / theirs["step_s"]
     gen_ratio, update_ratio = ours["generation_s"] / theirs["generation_s"], ours["update_s"] / theirs["update_s"]
     split = f"generation {gen_ratio:.2f}, update {update_ratio:.2f}"
     steps = ", ".join(f"{r:.2f}" for r in per_step)
     median = ours["median_step_s"] / theirs["median_step_s"]
     batch = args.tasks * args.group
-    settings = (f"model {args.model}, fp32, LoRA r=16 alpha=32 on q/k/v/o/gate/up/down, {args.tasks} prompts x "
-                f"{args.group} samples = {batch} completions/step, <= {args.max_tokens} new tokens, temperature 1, "
-                f"no KL, 1 epoch, 1 optimizer step per step (micro-batch {args.micro_batch} x "
-                f"{batch // args.micro_batch} "
-                f"accumulated), {args.steps} measured steps after 1 warm-up, lockstep")  # fmt: skip
+    settings = (
+        f"model {args.model}, fp32, LoRA r=16 alpha=32 on q/k/v/o/gate/up/down, {args.tasks} prompts x "
+        f"{args.group} samples = {batch} completions/step, <= {args.max_tokens} new tokens, temperature 1, "
+        f"no KL, 1 epoch, 1 optimizer step per step (micro-batch {args.micro_batch} x "
+        f"{batch // args.micro_batch} "
+        f"accumulated), {args.steps} measured steps after 1 warm-up, lockstep"
+    )
     threads = f"torch threads: ours {results['ours']['final']['threads']}, TRL {results['trl']['final']['threads']}"
     lines += [
         "",

@@ -49,17 +49,35 @@ ROWS: dict[str, tuple[str, list[str]]] = {
     "swe_grpo": ("swe_grpo", []),
     "shapes_grpo": ("shapes_grpo", []),  # the vision-language agent, from the base model (no SFT warm start)
     "arithmetic_rloo": ("arithmetic_grpo", ["algorithm.advantage=rloo"]),
-    "arithmetic_dr_grpo": ("arithmetic_grpo", ["algorithm.advantage=dr_grpo",
-                                               "algorithm.loss_agg=seq-mean-token-sum-norm"]),
+    "arithmetic_dr_grpo": (
+        "arithmetic_grpo",
+        ["algorithm.advantage=dr_grpo", "algorithm.loss_agg=seq-mean-token-sum-norm"],
+    ),
     "arithmetic_ppo_critic": ("arithmetic_grpo", ["algorithm.advantage=gae", "algorithm.lam=0.95"]),
-    "arithmetic_gspo": ("arithmetic_grpo", ["algorithm.policy_loss=gspo", "algorithm.clip_low=3e-4",
-                                            "algorithm.clip_high=4e-4", "algorithm.loss_agg=seq-mean-token-mean"]),
-    "arithmetic_cispo": ("arithmetic_grpo", ["algorithm.policy_loss=cispo", "algorithm.clip_low=0.99",
-                                             "algorithm.clip_high=0.28"]),
-    "arithmetic_dapo": ("arithmetic_grpo", ["algorithm.drop_uniform_groups=true", "algorithm.max_sampling_rounds=3",
-                                            "algorithm.overlong_buffer=4", "algorithm.clip_high=0.28",
-                                            "algorithm.loss_agg=token-mean"]),
-}  # fmt: skip
+    "arithmetic_gspo": (
+        "arithmetic_grpo",
+        [
+            "algorithm.policy_loss=gspo",
+            "algorithm.clip_low=3e-4",
+            "algorithm.clip_high=4e-4",
+            "algorithm.loss_agg=seq-mean-token-mean",
+        ],
+    ),
+    "arithmetic_cispo": (
+        "arithmetic_grpo",
+        ["algorithm.policy_loss=cispo", "algorithm.clip_low=0.99", "algorithm.clip_high=0.28"],
+    ),
+    "arithmetic_dapo": (
+        "arithmetic_grpo",
+        [
+            "algorithm.drop_uniform_groups=true",
+            "algorithm.max_sampling_rounds=3",
+            "algorithm.overlong_buffer=4",
+            "algorithm.clip_high=0.28",
+            "algorithm.loss_agg=token-mean",
+        ],
+    ),
+}
 RESAMPLES = 10_000
 
 
@@ -91,8 +109,13 @@ def train(row: str, runs: Path, steps: int | None, extra: list[str]) -> tuple[Pa
     if steps is not None:
         overrides.append(f"trainer.total_steps={steps}")
     started = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "rllm.cli.main", "train", f"configs/{config_name}.yaml", *overrides,
-                          "--no-progress"], cwd=ROOT, capture_output=True, text=True, check=False)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "rllm.cli.main", "train", f"configs/{config_name}.yaml", *overrides, "--no-progress"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     seconds = time.perf_counter() - started
     if out.returncode != 0:
         raise RuntimeError(f"{row}: rllm train failed ({out.returncode}):\n{out.stderr[-3000:]}")
@@ -112,8 +135,10 @@ def table_row(row: str, runs: Path, steps: int | None, extra: list[str]) -> tupl
     gain, low, high = paired_bootstrap(before, after)
     mean_before, mean_after = (sum(d.values()) / len(d) for d in (before, after))
     verdict = "yes" if low > 0 else "no"
-    line = (f"| {row} | {model} | {steps_done} | {seconds / 60:.1f} min | {mean_before:.3f} → {mean_after:.3f} "
-            f"({len(before)} tasks) | {gain:+.3f} [{low:+.3f}, {high:+.3f}] | {verdict} |")  # fmt: skip
+    line = (
+        f"| {row} | {model} | {steps_done} | {seconds / 60:.1f} min | {mean_before:.3f} → {mean_after:.3f} "
+        f"({len(before)} tasks) | {gain:+.3f} [{low:+.3f}, {high:+.3f}] | {verdict} |"
+    )
     return line, low > 0, seconds
 
 

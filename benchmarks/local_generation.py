@@ -224,8 +224,9 @@ def ops_line(model, tokenizer, prompts, rows=(8, 64, 128)) -> str:
     counts = []
     for count in rows:
         batch = (prompts * (1 + count // len(prompts)))[:count]
-        local = LocalModel(model, tokenizer, max_batch_size=count, eos_token_ids=(), prefix_cache_tokens=0,
-                           cuda_graphs=False)  # fmt: skip
+        local = LocalModel(
+            model, tokenizer, max_batch_size=count, eos_token_ids=(), prefix_cache_tokens=0, cuda_graphs=False
+        )
         steps = decode_step_ops(local, batch, new_tokens=4)
         local.close()
         counts.append(f"rows {count} {max(steps) if steps else 'n/a'}")
@@ -364,8 +365,10 @@ def main(argv=None) -> None:
             f"this machine's measured {local.model.dtype} matmul peak {peak:.1f} GFLOP/s"
         )
     else:
-        print(f"LocalModel ran {achieved:.1f} GFLOP/s of matmul work (median run); peak GPU memory "
-              f"{torch.cuda.max_memory_allocated(model.device) / 2**30:.1f} GiB")  # fmt: skip
+        print(
+            f"LocalModel ran {achieved:.1f} GFLOP/s of matmul work (median run); peak GPU memory "
+            f"{torch.cuda.max_memory_allocated(model.device) / 2**30:.1f} GiB"
+        )
     if args.profile:
         print(profile_line(local, prompts, new_tokens=max(8, args.new_tokens // 4)))
     local.close()

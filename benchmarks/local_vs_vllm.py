@@ -53,12 +53,14 @@ def main(argv=None) -> None:
 
     tokenizer = load_tokenizer(args.model)
     prompts = build_prompts(tokenizer, args.num_prompts)
-    local = LocalModel(load_causal_lm(args.model, dtype="float32"), tokenizer, max_batch_size=args.num_prompts,
-                       eos_token_ids=())  # fmt: skip
+    local = LocalModel(
+        load_causal_lm(args.model, dtype="float32"), tokenizer, max_batch_size=args.num_prompts, eos_token_ids=()
+    )
     workdir = Path(tempfile.mkdtemp(prefix="rllm-bench-vllm-"))
     started = time.perf_counter()
-    server = VLLMServer.launch(resolve_model_path(args.model), dtype="float32", max_model_len=2048,
-                               log_path=workdir / "server.log")  # fmt: skip
+    server = VLLMServer.launch(
+        resolve_model_path(args.model), dtype="float32", max_model_len=2048, log_path=workdir / "server.log"
+    )
     print(f"vLLM server up in {time.perf_counter() - started:.0f} s (log: {workdir / 'server.log'})")
     vllm = VLLMRolloutClient(server, tokenizer, workdir=workdir, extra_body={"ignore_eos": True})
     lengths = [len(p) for p in prompts]
@@ -79,8 +81,10 @@ def main(argv=None) -> None:
                     tokens, seconds = await _timed(client, prompts, sampling)
                     rates[name].append(tokens / seconds)
             ours, theirs = statistics.median(rates["local"]), statistics.median(rates["vllm"])
-            print(f"{mode:8s} LocalModel {ours:7.1f} tok/s   vLLM server {theirs:7.1f} tok/s   "
-                  f"vLLM / LocalModel = {theirs / ours:.2f}x")  # fmt: skip
+            print(
+                f"{mode:8s} LocalModel {ours:7.1f} tok/s   vLLM server {theirs:7.1f} tok/s   "
+                f"vLLM / LocalModel = {theirs / ours:.2f}x"
+            )
         await vllm.aclose()
 
     try:

@@ -49,11 +49,19 @@ MODEL = "smollm2-135m-instruct"
 def conversations(n: int) -> list[dict]:
     """Chats whose answers grow with the index, so the rows' lengths spread (about 60 to 200 tokens)."""
     sentence = "We carry the tens, check the units and write the digits down in order. "
-    return [{"messages": [
-        {"role": "system", "content": "You are a careful tutor. Explain each step briefly."},
-        {"role": "user", "content": f"What is {37 * (i + 3)} times {i % 9 + 2}? Show the steps."},
-        {"role": "assistant", "content": sentence * (1 + i % 8) + f"So the answer is {37 * (i + 3) * (i % 9 + 2)}."},
-    ]} for i in range(n)]  # fmt: skip
+    return [
+        {
+            "messages": [
+                {"role": "system", "content": "You are a careful tutor. Explain each step briefly."},
+                {"role": "user", "content": f"What is {37 * (i + 3)} times {i % 9 + 2}? Show the steps."},
+                {
+                    "role": "assistant",
+                    "content": sentence * (1 + i % 8) + f"So the answer is {37 * (i + 3) * (i % 9 + 2)}.",
+                },
+            ]
+        }
+        for i in range(n)
+    ]
 
 
 def preferences(n: int) -> list[dict]:
@@ -104,14 +112,21 @@ def main() -> None:
         rows, _ = rows_from_messages(conversations(args.rows), tokenizer, max_length=1024)
     lengths = sorted(len(row) for row in rows)
     tuning = "LoRA r=16" if lora else "full fine-tuning"
-    print(f"{args.method}: model {model_name}, {args.rows} rows of {lengths[0]}-{lengths[-1]} tokens "
-          f"({sum(r.num_loss_tokens for r in rows)} trained), micro-batch {args.micro_batch} rows, {tuning}, "
-          f"float32, torch threads {torch.get_num_threads()}")  # fmt: skip
+    print(
+        f"{args.method}: model {model_name}, {args.rows} rows of {lengths[0]}-{lengths[-1]} tokens "
+        f"({sum(r.num_loss_tokens for r in rows)} trained), micro-batch {args.micro_batch} rows, {tuning}, "
+        f"float32, torch threads {torch.get_num_threads()}"
+    )
 
     lora_config = LoraConfig(enabled=lora)
-    ours = TorchBackend(ModelConfig(name=model_name, lora=lora_config), AlgorithmConfig(),
-                        OptimConfig(lr=1e-5, micro_batch_size=args.micro_batch, grad_clip=1.0),
-                        total_steps=args.steps + 1, model=copy.deepcopy(base), tokenizer=tokenizer)  # fmt: skip
+    ours = TorchBackend(
+        ModelConfig(name=model_name, lora=lora_config),
+        AlgorithmConfig(),
+        OptimConfig(lr=1e-5, micro_batch_size=args.micro_batch, grad_clip=1.0),
+        total_steps=args.steps + 1,
+        model=copy.deepcopy(base),
+        tokenizer=tokenizer,
+    )
     ours_times: dict[int, float] = {}
 
     def our_step(index: int) -> None:
@@ -138,26 +153,62 @@ def main() -> None:
 
     peft_config = None
     if lora:
-        peft_config = peft.LoraConfig(r=lora_config.rank, lora_alpha=lora_config.alpha, lora_dropout=0.0,
-                                      target_modules=lora_config.target_modules, task_type="CAUSAL_LM")  # fmt: skip
+        peft_config = peft.LoraConfig(
+            r=lora_config.rank,
+            lora_alpha=lora_config.alpha,
+            lora_dropout=0.0,
+            target_modules=lora_config.target_modules,
+            task_type="CAUSAL_LM",
+        )
     with tempfile.TemporaryDirectory() as tmp:
-        common = dict(output_dir=tmp, max_steps=args.steps + 1, learning_rate=1e-5, lr_scheduler_type="constant",
-                      warmup_steps=0, max_grad_norm=1.0, optim="adamw_torch", bf16=False, fp16=False, use_cpu=True,
-                      gradient_checkpointing=False, max_length=None, report_to=[], save_strategy="no",
-                      eval_strategy="no", logging_steps=1, seed=0, disable_tqdm=True)  # fmt: skip
+        common = dict(
+            output_dir=tmp,
+            max_steps=args.steps + 1,
+            learning_rate=1e-5,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            max_grad_norm=1.0,
+            optim="adamw_torch",
+            bf16=False,
+            fp16=False,
+            use_cpu=True,
+            gradient_checkpointing=False,
+            max_length=None,
+            report_to=[],
+            save_strategy="no",
+            eval_strategy="no",
+            logging_steps=1,
+            seed=0,
+            disable_tqdm=True,
+        )
         if dpo:
-            config = trl.DPOConfig(per_device_train_batch_size=args.micro_batch // 2, beta=0.1, loss_type=["sigmoid"],
-                                   gradient_accumulation_steps=args.rows // args.micro_batch, **common)  # fmt: skip
+            config = trl.DPOConfig(
+                per_device_train_batch_size=args.micro_batch // 2,
+                beta=0.1,
+                loss_type=["sigmoid"],
+                gradient_accumulation_steps=args.rows // args.micro_batch,
+                **common,
+            )
             dataset = datasets.Dataset.from_list(preferences(args.rows // 2))
             make = trl.DPOTrainer
         else:
             export_trl(rows, Path(tmp) / "rows.jsonl")
             dataset = datasets.Dataset.from_json(str(Path(tmp) / "rows.jsonl"))
-            config = trl.SFTConfig(per_device_train_batch_size=args.micro_batch, completion_only_loss=True,
-                                   gradient_accumulation_steps=args.rows // args.micro_batch, **common)  # fmt: skip
+            config = trl.SFTConfig(
+                per_device_train_batch_size=args.micro_batch,
+                completion_only_loss=True,
+                gradient_accumulation_steps=args.rows // args.micro_batch,
+                **common,
+            )
             make = trl.SFTTrainer
-        trainer = make(model=copy.deepcopy(base), args=config, train_dataset=dataset, processing_class=tokenizer,
-                       peft_config=peft_config, callbacks=[Pairing()])  # fmt: skip
+        trainer = make(
+            model=copy.deepcopy(base),
+            args=config,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=[Pairing()],
+        )
         trainer.train()
 
     steps = range(2, args.steps + 2)  # step 1 is warm-up on both sides
@@ -166,8 +217,10 @@ def main() -> None:
     print(f"{'warm':>6}{ours_times[1]:>10.2f}{trl_times[1]:>10.2f}{ours_times[1] / trl_times[1]:>8.2f}")
     for s, r in zip(steps, ratios, strict=True):
         print(f"{s:>6}{ours_times[s]:>10.2f}{trl_times[s]:>10.2f}{r:>8.2f}")
-    print(f"median s/step: ours {statistics.median(ours_times[s] for s in steps):.2f}, "
-          f"TRL {statistics.median(trl_times[s] for s in steps):.2f}")  # fmt: skip
+    print(
+        f"median s/step: ours {statistics.median(ours_times[s] for s in steps):.2f}, "
+        f"TRL {statistics.median(trl_times[s] for s in steps):.2f}"
+    )
     print(f"ratio {statistics.median(ratios):.3f}  ({args.method}: median of paired steps, ours / TRL; target <= 0.8)")
 
 

@@ -38,10 +38,16 @@ def check(task: dict) -> dict:
     run = run_tests(full, list(task["FAIL_TO_PASS"]), test_options=options, test_env=env)
     unchanged_s = time.monotonic() - started
     still_pass = [t for t in task["FAIL_TO_PASS"] if run.outcomes.get(t) not in ("failed", "error")]
-    return {"id": task["instance_id"], "repo": task["repo"], "oracle": result.reward == 1.0,
-            "oracle_reason": f"{result.reason}: {result.detail}"[:300], "unchanged_fails": not still_pass,
-            "unchanged_reason": f"not failing: {still_pass[:3]} {run.killed_reason or ''}", "oracle_s": oracle_s,
-            "unchanged_s": unchanged_s}  # fmt: skip
+    return {
+        "id": task["instance_id"],
+        "repo": task["repo"],
+        "oracle": result.reward == 1.0,
+        "oracle_reason": f"{result.reason}: {result.detail}"[:300],
+        "unchanged_fails": not still_pass,
+        "unchanged_reason": f"not failing: {still_pass[:3]} {run.killed_reason or ''}",
+        "oracle_s": oracle_s,
+        "unchanged_s": unchanged_s,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,10 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     ok_oracle, ok_unchanged = sum(r["oracle"] for r in results), sum(r["unchanged_fails"] for r in results)
     print(f"{'total':<16} {len(results):>5} {ok_oracle:>9} {ok_unchanged:>16}")
     if results:
-        print(f"seconds per check (median / max): oracle {statistics.median(r['oracle_s'] for r in results):.2f} / "
-              f"{max(r['oracle_s'] for r in results):.2f}, unchanged "
-              f"{statistics.median(r['unchanged_s'] for r in results):.2f} / "
-              f"{max(r['unchanged_s'] for r in results):.2f}; wall {time.monotonic() - started:.0f} s")  # fmt: skip
+        print(
+            f"seconds per check (median / max): oracle {statistics.median(r['oracle_s'] for r in results):.2f} / "
+            f"{max(r['oracle_s'] for r in results):.2f}, unchanged "
+            f"{statistics.median(r['unchanged_s'] for r in results):.2f} / "
+            f"{max(r['unchanged_s'] for r in results):.2f}; wall {time.monotonic() - started:.0f} s"
+        )
     for r in results:
         if not r["oracle"]:
             print(f"ORACLE FAILED {r['id']}: {r['oracle_reason']}")

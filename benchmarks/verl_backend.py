@@ -30,11 +30,18 @@ def synthetic_rows(n: int, length: int, vocab: int, seed: int = 0) -> list[Train
     for i in range(n):
         prompt = length // 2
         mask = [0] * prompt + [1] * (length - prompt)
-        rows.append(TrainingRow(
-            input_ids=[rng.randrange(100, vocab) for _ in mask], prompt_length=prompt, loss_mask=mask,
-            old_logprobs=[0.0] * length, advantages=[(1.0 if i % 2 else -1.0) * m for m in mask],
-            group_key="g", episode_id=str(i), trajectory_name="t",
-        ))  # fmt: skip
+        rows.append(
+            TrainingRow(
+                input_ids=[rng.randrange(100, vocab) for _ in mask],
+                prompt_length=prompt,
+                loss_mask=mask,
+                old_logprobs=[0.0] * length,
+                advantages=[(1.0 if i % 2 else -1.0) * m for m in mask],
+                group_key="g",
+                episode_id=str(i),
+                trajectory_name="t",
+            )
+        )
     return rows
 
 
@@ -68,11 +75,13 @@ def main() -> None:
 
     results = {}
     for label, backend_name, workers in (("torch", "torch", 1), ("verl x1", "verl", 1), ("verl x2", "verl", 2)):
-        config = TrainConfig.model_validate({
-            "model": {"name": args.model, "lora": {"enabled": not args.full}},
-            "optim": {"micro_batch_size": args.micro, "lr": 1e-5},
-            "trainer": {"backend": backend_name, "workers_per_node": workers, "total_steps": 10},
-        })  # fmt: skip
+        config = TrainConfig.model_validate(
+            {
+                "model": {"name": args.model, "lora": {"enabled": not args.full}},
+                "optim": {"micro_batch_size": args.micro, "lr": 1e-5},
+                "trainer": {"backend": backend_name, "workers_per_node": workers, "total_steps": 10},
+            }
+        )
         with tempfile.TemporaryDirectory() as run_dir:
             started = time.perf_counter()
             backend = make_backend(config, Path(run_dir))
@@ -85,12 +94,16 @@ def main() -> None:
         print(f"{label:8} " + "  ".join(f"{k} {v:7.2f}" for k, v in results[label].items()), flush=True)
 
     base = results["torch"]
-    print(f"\n{args.model}, {'full fine-tuning' if args.full else 'LoRA r=16'}, {args.rows} rows x {args.length} "
-          f"tokens, micro-batch {args.micro} (CPU numbers: for regressions)")  # fmt: skip
+    print(
+        f"\n{args.model}, {'full fine-tuning' if args.full else 'LoRA r=16'}, {args.rows} rows x {args.length} "
+        f"tokens, micro-batch {args.micro} (CPU numbers: for regressions)"
+    )
     for label in ("verl x1", "verl x2"):
         r = results[label]
-        print(f"{label}: update {r['update_s'] / base['update_s']:.2f}x the torch backend's time, "
-              f"start-up {r['startup_s'] / base['startup_s']:.1f}x, weight push {r['push_s']:.2f} s")  # fmt: skip
+        print(
+            f"{label}: update {r['update_s'] / base['update_s']:.2f}x the torch backend's time, "
+            f"start-up {r['startup_s'] / base['startup_s']:.1f}x, weight push {r['push_s']:.2f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -51,15 +51,25 @@ def write_run(path: Path, episodes: int, seed: int = 0) -> None:
             for turn in range(2):
                 completion = [rng.randrange(150_000) for _ in range(30)]
                 logprobs = [-rng.random() for _ in completion]
-                output = ModelOutput(text=f"reply {turn} of task {i}", prompt_ids=list(prompt),
-                                     completion_ids=completion, logprobs=logprobs)  # fmt: skip
+                output = ModelOutput(
+                    text=f"reply {turn} of task {i}",
+                    prompt_ids=list(prompt),
+                    completion_ids=completion,
+                    logprobs=logprobs,
+                )
                 messages = [{"role": "user", "content": f"task {i} turn {t}: move the piece"} for t in range(turn + 1)]
                 steps.append(Step(chat_completions=messages, model_output=output, reward=float(rng.random() < 0.3)))
                 prompt = prompt + completion + [rng.randrange(150_000) for _ in range(20)]
             reward = steps[-1].reward
             ending = "env_done" if reward else "max_turns"
-            batch.append(Episode(id=f"task-{step % 50}-{i // 4}:{i % 4}", trajectories=[Trajectory(steps=steps)],
-                                 is_correct=reward > 0, termination_reason=ending))  # fmt: skip
+            batch.append(
+                Episode(
+                    id=f"task-{step % 50}-{i // 4}:{i % 4}",
+                    trajectories=[Trajectory(steps=steps)],
+                    is_correct=reward > 0,
+                    termination_reason=ending,
+                )
+            )
         log.log_episodes(step + 1, batch, "train")
         log.log(step + 1, {"reward_mean": sum(e.is_correct for e in batch) / per_step})
 
@@ -93,8 +103,10 @@ def main() -> None:
         started = time.perf_counter()
         write_run(run, args.episodes)
         size = (run / "episodes.jsonl").stat().st_size
-        print(f"run: {args.episodes} episodes, {size / 1e6:.0f} MB episodes.jsonl, written in "
-              f"{time.perf_counter() - started:.1f} s")  # fmt: skip
+        print(
+            f"run: {args.episodes} episodes, {size / 1e6:.0f} MB episodes.jsonl, written in "
+            f"{time.perf_counter() - started:.1f} s"
+        )
 
         cold, page, process, _ = open_viewer(run, cache, "page=1")
         process.kill()

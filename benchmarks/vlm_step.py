@@ -49,8 +49,9 @@ def backend(name: str) -> TorchBackend:
 
 def rollout(model, prompts, group: int, new_tokens: int) -> tuple[list, float]:
     async def go():
-        calls = [model.generate(p, SamplingParams(max_tokens=new_tokens, seed=i)) for p in prompts
-                 for i in range(group)]  # fmt: skip
+        calls = [
+            model.generate(p, SamplingParams(max_tokens=new_tokens, seed=i)) for p in prompts for i in range(group)
+        ]
         return await asyncio.gather(*calls)
 
     started = time.perf_counter()
@@ -63,16 +64,29 @@ def rows_of(outputs) -> list[TrainingRow]:
     for i, out in enumerate(outputs):
         ids = out.prompt_ids + out.completion_ids
         mask = [0] * out.prompt_length + [1] * out.completion_length
-        rows.append(TrainingRow(input_ids=ids, prompt_length=out.prompt_length, loss_mask=mask,
-                                old_logprobs=[0.0] * out.prompt_length + out.logprobs,
-                                advantages=[(-1.0) ** i * m for m in mask], group_key=str(i // 4), episode_id=str(i),
-                                trajectory_name="agent", images=list(out.prompt_images or [])))  # fmt: skip
+        rows.append(
+            TrainingRow(
+                input_ids=ids,
+                prompt_length=out.prompt_length,
+                loss_mask=mask,
+                old_logprobs=[0.0] * out.prompt_length + out.logprobs,
+                advantages=[(-1.0) ** i * m for m in mask],
+                group_key=str(i // 4),
+                episode_id=str(i),
+                trajectory_name="agent",
+                images=list(out.prompt_images or []),
+            )
+        )
     return rows
 
 
 def _largest_difference(rows: list[TrainingRow], scored: list[list[float]]) -> float:
-    return max(abs(a - b) for row, lps in zip(rows, scored, strict=True)
-               for a, b, m in zip(lps, row.old_logprobs, row.loss_mask, strict=True) if m)  # fmt: skip
+    return max(
+        abs(a - b)
+        for row, lps in zip(rows, scored, strict=True)
+        for a, b, m in zip(lps, row.old_logprobs, row.loss_mask, strict=True)
+        if m
+    )
 
 
 def main() -> None:
@@ -90,8 +104,10 @@ def main() -> None:
     else:
         registry.fetch_model(VLM, log=None)
         vlm, text = VLM, TEXT
-    sides = {"text": (backend(text), conversations(args.pictures, images=False)),
-             "vlm": (backend(vlm), conversations(args.pictures, images=True))}  # fmt: skip
+    sides = {
+        "text": (backend(text), conversations(args.pictures, images=False)),
+        "vlm": (backend(vlm), conversations(args.pictures, images=True)),
+    }
     times: dict[str, dict[str, list[float]]] = {side: {"rollout": [], "update": []} for side in sides}
     exact = []
     for _ in range(args.repeats):
@@ -109,8 +125,10 @@ def main() -> None:
             trainer.update(rows, temperature=1.0)
             times[side]["update"].append(time.perf_counter() - started)
             prompt_tokens = statistics.mean(o.prompt_length for o in outputs)
-            print(f"{side}: rollout {seconds:.2f} s, update {times[side]['update'][-1]:.2f} s, "
-                  f"{len(rows)} rows, prompt {prompt_tokens:.0f} tokens")  # fmt: skip
+            print(
+                f"{side}: rollout {seconds:.2f} s, update {times[side]['update'][-1]:.2f} s, "
+                f"{len(rows)} rows, prompt {prompt_tokens:.0f} tokens"
+            )
     for phase in ("rollout", "update"):
         text, vlm = statistics.median(times["text"][phase]), statistics.median(times["vlm"][phase])
         print(f"ratio {phase}: VLM {vlm:.2f} s / text {text:.2f} s = {vlm / text:.2f}x")

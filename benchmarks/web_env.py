@@ -83,8 +83,10 @@ def memory(count: int = 16) -> None:
     many = pss_mib(descendant_pids())
     for env in envs:
         env.close()
-    print(f"memory: {one:.0f} MiB PSS with 1 episode open (driver + browser + renderer), {many:.0f} MiB with {count}: "
-          f"{(many - one) / (count - 1):.1f} MiB per extra episode")  # fmt: skip
+    print(
+        f"memory: {one:.0f} MiB PSS with 1 episode open (driver + browser + renderer), {many:.0f} MiB with {count}: "
+        f"{(many - one) / (count - 1):.1f} MiB per extra episode"
+    )
 
 
 def throughput(episodes: list[tuple[str, int]], workers: int) -> float:

@@ -33,48 +33,123 @@ OUT = REPO / "benchmarks" / "RESULTS.md"
 PY = sys.executable
 
 _GPU_GENERATION = [
-    "benchmarks/local_generation.py", "--device", "cuda", "--random-init", "--model", "qwen2.5-coder-0.5b-instruct",
-    "--num-prompts", "64", "--new-tokens", "256", "--max-batch-size", "64", "--modes", "sampled", "--repeats", "2",
-]  # fmt: skip
+    "benchmarks/local_generation.py",
+    "--device",
+    "cuda",
+    "--random-init",
+    "--model",
+    "qwen2.5-coder-0.5b-instruct",
+    "--num-prompts",
+    "64",
+    "--new-tokens",
+    "256",
+    "--max-batch-size",
+    "64",
+    "--modes",
+    "sampled",
+    "--repeats",
+    "2",
+]
 # (key, title, arguments after the python executable, what the headline is: a regex over the output's lines)
 RUNS = [
-    ("generation-fp32", "LocalModel vs transformers `generate`, SmolLM2-135M, float32, 32 prompts x 64 tokens",
-     ["benchmarks/local_generation.py"], r"^(sampled|greedy) |^roofline|^ops per decode step"),
-    ("generation-bf16", "LocalModel vs transformers `generate`, SmolLM2-135M, bfloat16, 8 prompts x 16 tokens",
-     ["benchmarks/local_generation.py", "--dtype", "bfloat16", "--num-prompts", "8", "--new-tokens", "16",
-      "--repeats", "1"], r"^(sampled|greedy) |^roofline"),
-    ("grpo-smollm2", "GRPO step vs TRL GRPOTrainer, SmolLM2-135M",
-     ["benchmarks/grpo_vs_trl.py"], r"^ratio"),
-    ("grpo-qwen", "GRPO step vs TRL GRPOTrainer, Qwen2.5-Coder-0.5B",
-     ["benchmarks/grpo_vs_trl.py", "--model", "qwen2.5-coder-0.5b-instruct", "--steps", "2"], r"^ratio"),
-    ("sft-vs-trl", "SFT step vs TRL SFTTrainer, SmolLM2-135M, LoRA, 16 rows",
-     ["benchmarks/sft_vs_trl.py"], r"^ratio|^median"),
-    ("dpo-vs-trl", "DPO step vs TRL DPOTrainer, SmolLM2-135M, LoRA, 8 pairs",
-     ["benchmarks/sft_vs_trl.py", "--method", "dpo"], r"^ratio|^median"),
-    ("engine", "Rollout engine concurrency (512 episodes x 5 turns, 50 ms per call)",
-     ["benchmarks/engine_concurrency.py"], r"^\s+\d+ |^framework"),
-    ("vlm", "The embedded VLM vs its text model (SmolLM2-135M): rollout and update time, exactness",
-     ["benchmarks/vlm_step.py"], r"^ratio|^exactness"),
-    ("busy-machine", "Generation + a GRPO update of SmolLM2-135M, idle and beside 2 busy processes: the default "
-     "thread count vs fixed ones", ["benchmarks/busy_machine.py"], r"^(idle|loaded): |^verdict"),
-    ("gpu-generation-bf16", "LocalModel vs transformers `generate` on a GPU, Qwen2.5-0.5B shape (random init), "
-     "bfloat16, 64 prompts x 256 tokens", [*_GPU_GENERATION, "--dtype", "bfloat16", "--profile"],
-     r"^sampled |^ops per decode step|^LocalModel ran|^profile:"),
-    ("gpu-generation-fp32", "LocalModel vs transformers `generate` on a GPU, Qwen2.5-0.5B shape (random init), "
-     "float32, 64 prompts x 256 tokens", [*_GPU_GENERATION, "--dtype", "float32", "--no-ops"], r"^sampled "),
-    ("gpu-step", "GPU-sized GRPO step of `rllm train` (Qwen2.5-0.5B shape, 16 tasks x 8 samples x 256 tokens), "
-     "fp32 and bf16 rollouts", ["benchmarks/gpu_step.py", "--budget-s", "250"], r"^summary "),
-    ("gpu-sizes", "The largest Qwen2.5 shape that trains with LoRA on one 80 GB GPU (one small step each)",
-     ["benchmarks/gpu_step.py", "--sizes", "--budget-s", "160"], r"^size |^largest"),
-]  # fmt: skip
+    (
+        "generation-fp32",
+        "LocalModel vs transformers `generate`, SmolLM2-135M, float32, 32 prompts x 64 tokens",
+        ["benchmarks/local_generation.py"],
+        r"^(sampled|greedy) |^roofline|^ops per decode step",
+    ),
+    (
+        "generation-bf16",
+        "LocalModel vs transformers `generate`, SmolLM2-135M, bfloat16, 8 prompts x 16 tokens",
+        [
+            "benchmarks/local_generation.py",
+            "--dtype",
+            "bfloat16",
+            "--num-prompts",
+            "8",
+            "--new-tokens",
+            "16",
+            "--repeats",
+            "1",
+        ],
+        r"^(sampled|greedy) |^roofline",
+    ),
+    ("grpo-smollm2", "GRPO step vs TRL GRPOTrainer, SmolLM2-135M", ["benchmarks/grpo_vs_trl.py"], r"^ratio"),
+    (
+        "grpo-qwen",
+        "GRPO step vs TRL GRPOTrainer, Qwen2.5-Coder-0.5B",
+        ["benchmarks/grpo_vs_trl.py", "--model", "qwen2.5-coder-0.5b-instruct", "--steps", "2"],
+        r"^ratio",
+    ),
+    (
+        "sft-vs-trl",
+        "SFT step vs TRL SFTTrainer, SmolLM2-135M, LoRA, 16 rows",
+        ["benchmarks/sft_vs_trl.py"],
+        r"^ratio|^median",
+    ),
+    (
+        "dpo-vs-trl",
+        "DPO step vs TRL DPOTrainer, SmolLM2-135M, LoRA, 8 pairs",
+        ["benchmarks/sft_vs_trl.py", "--method", "dpo"],
+        r"^ratio|^median",
+    ),
+    (
+        "engine",
+        "Rollout engine concurrency (512 episodes x 5 turns, 50 ms per call)",
+        ["benchmarks/engine_concurrency.py"],
+        r"^\s+\d+ |^framework",
+    ),
+    (
+        "vlm",
+        "The embedded VLM vs its text model (SmolLM2-135M): rollout and update time, exactness",
+        ["benchmarks/vlm_step.py"],
+        r"^ratio|^exactness",
+    ),
+    (
+        "busy-machine",
+        "Generation + a GRPO update of SmolLM2-135M, idle and beside 2 busy processes: the default "
+        "thread count vs fixed ones",
+        ["benchmarks/busy_machine.py"],
+        r"^(idle|loaded): |^verdict",
+    ),
+    (
+        "gpu-generation-bf16",
+        "LocalModel vs transformers `generate` on a GPU, Qwen2.5-0.5B shape (random init), "
+        "bfloat16, 64 prompts x 256 tokens",
+        [*_GPU_GENERATION, "--dtype", "bfloat16", "--profile"],
+        r"^sampled |^ops per decode step|^LocalModel ran|^profile:",
+    ),
+    (
+        "gpu-generation-fp32",
+        "LocalModel vs transformers `generate` on a GPU, Qwen2.5-0.5B shape (random init), "
+        "float32, 64 prompts x 256 tokens",
+        [*_GPU_GENERATION, "--dtype", "float32", "--no-ops"],
+        r"^sampled ",
+    ),
+    (
+        "gpu-step",
+        "GPU-sized GRPO step of `rllm train` (Qwen2.5-0.5B shape, 16 tasks x 8 samples x 256 tokens), "
+        "fp32 and bf16 rollouts",
+        ["benchmarks/gpu_step.py", "--budget-s", "250"],
+        r"^summary ",
+    ),
+    (
+        "gpu-sizes",
+        "The largest Qwen2.5 shape that trains with LoRA on one 80 GB GPU (one small step each)",
+        ["benchmarks/gpu_step.py", "--sizes", "--budget-s", "160"],
+        r"^size |^largest",
+    ),
+]
 NEEDS_GPU = {"gpu-generation-bf16", "gpu-generation-fp32", "gpu-step", "gpu-sizes"}
 
 
 def machine() -> str:
     import torch
 
-    return (f"{cpu_model()}, {torch.get_num_threads()} torch threads, Python {platform.python_version()}, "
-            f"torch {torch.__version__}, {platform.system()} {platform.release()}")  # fmt: skip
+    return (
+        f"{cpu_model()}, {torch.get_num_threads()} torch threads, Python {platform.python_version()}, "
+        f"torch {torch.__version__}, {platform.system()} {platform.release()}"
+    )
 
 
 def has_gpu() -> bool:
@@ -105,8 +180,12 @@ def _tail(text: str, lines: int = 30) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="+", choices=[key for key, *_ in RUNS],
-                        help="run these only; the other sections keep their last results")  # fmt: skip
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=[key for key, *_ in RUNS],
+        help="run these only; the other sections keep their last results",
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--merge", type=Path, help="add the results of another RESULTS.json and rewrite; run nothing")
     args = parser.parse_args(argv)
@@ -123,8 +202,14 @@ def main(argv: list[str] | None = None) -> int:
         code, output, seconds = run(command)
         print(output, flush=True)
         failed += code != 0
-        results[key] = {"code": code, "output": output.strip(), "seconds": seconds, "device": device_of(key, output),
-                        "date": datetime.date.today().isoformat(), "machine": machine()}  # fmt: skip
+        results[key] = {
+            "code": code,
+            "output": output.strip(),
+            "seconds": seconds,
+            "device": device_of(key, output),
+            "date": datetime.date.today().isoformat(),
+            "machine": machine(),
+        }
     if args.merge:
         results.update(json.loads(args.merge.read_text()))
     store.write_text(json.dumps(results, indent=1))
@@ -148,15 +233,25 @@ def render(results: dict) -> str:
         device = r.get("device") or r["machine"].split(",")[0]  # results written before the device was stored
         summary.append(f"| {title} | {device} | {cell} |")
         host = f"{device}, host: " if device != r["machine"].split(",")[0] else ""
-        sections.append(f"## {title}\n\n`python {' '.join(command)}`: {r['seconds'] / 60:.1f} min on {r['date']}, "
-                        f"{host}{r['machine']}\n\n```\n{r['output']}\n```\n")  # fmt: skip
-    return "\n".join([
-        "# Benchmark results", "",
-        "Written by `benchmarks/write_results.py` (`make bench`; raw results in `RESULTS.json`). Ratios are what to "
-        "read: absolute numbers move with the load of a shared machine. Each benchmark's docstring says what it "
-        "measures and how the two sides are aligned.", "",
-        "| benchmark | device | headline |", "|---|---|---|", *summary, "", *sections,
-    ])  # fmt: skip
+        sections.append(
+            f"## {title}\n\n`python {' '.join(command)}`: {r['seconds'] / 60:.1f} min on {r['date']}, "
+            f"{host}{r['machine']}\n\n```\n{r['output']}\n```\n"
+        )
+    return "\n".join(
+        [
+            "# Benchmark results",
+            "",
+            "Written by `benchmarks/write_results.py` (`make bench`; raw results in `RESULTS.json`). Ratios are what "
+            "to read: absolute numbers move with the load of a shared machine. Each benchmark's docstring says what it "
+            "measures and how the two sides are aligned.",
+            "",
+            "| benchmark | device | headline |",
+            "|---|---|---|",
+            *summary,
+            "",
+            *sections,
+        ]
+    )
 
 
 if __name__ == "__main__":

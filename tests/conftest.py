@@ -124,5 +124,11 @@ def sharpen(model, seed: int = 0):
 
 def run_rllm(*args: str, cwd=None, timeout: float = 600) -> subprocess.CompletedProcess:
     """The `rllm` command line in a subprocess, as a user types it; the caller checks `returncode`."""
-    return subprocess.run([sys.executable, "-m", "rllm.cli.main", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "rllm.cli.main", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

@@ -58,8 +58,9 @@ print(json.dumps(out))
 @pytest.fixture(scope="module")
 def ours() -> list[dict]:
     jobs = [(task, miniwob_page_seed(seed)) for task, seed in CASES]
-    done = subprocess.run([MAIN_PYTHON, "-c", OURS, json.dumps(jobs)], capture_output=True, text=True, timeout=300,
-                          check=False)  # fmt: skip
+    done = subprocess.run(
+        [MAIN_PYTHON, "-c", OURS, json.dumps(jobs)], capture_output=True, text=True, timeout=300, check=False
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 

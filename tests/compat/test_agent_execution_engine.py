@@ -110,8 +110,14 @@ class CounterAgent(BaseAgent):
         self.messages.append({"role": "assistant", "content": response})
         numbers = re.findall(r"\d+", response)
         action = numbers[-1] if numbers else "0"
-        self._trajectory.steps.append(Step(chat_completions=copy.deepcopy(self.messages), action=action,
-                                           model_response=response, observation=self.current_observation))  # fmt: skip
+        self._trajectory.steps.append(
+            Step(
+                chat_completions=copy.deepcopy(self.messages),
+                action=action,
+                model_response=response,
+                observation=self.current_observation,
+            )
+        )
         return Action(action)
 
     @property
@@ -159,16 +165,23 @@ def engine_for(server, tokenizer, **kwargs):
     )
 
 
-MATH_TASKS = [{"question": f"What is {a} + {b}?", "ground_truth": a + b, "data_source": "math"} for a, b in
-              [(2, 3), (10, 7), (1, 1)]]  # fmt: skip
+MATH_TASKS = [
+    {"question": f"What is {a} + {b}?", "ground_truth": a + b, "data_source": "math"}
+    for a, b in [(2, 3), (10, 7), (1, 1)]
+]
 
 
 # ---- tests ------------------------------------------------------------------------------------------------------
 
 
 def test_single_turn_math_agent_returns_trajectories_in_task_order_with_exact_tokens(server, qwen_tokenizer):
-    engine = engine_for(server, qwen_tokenizer, agent_class=MathAgent, env_class=SingleTurnEnvironment,
-                        env_args={"reward_fn": exact_match_reward})  # fmt: skip
+    engine = engine_for(
+        server,
+        qwen_tokenizer,
+        agent_class=MathAgent,
+        env_class=SingleTurnEnvironment,
+        env_args={"reward_fn": exact_match_reward},
+    )
     results = asyncio.run(engine.execute_tasks(MATH_TASKS))
     assert [r.task for r in results] == MATH_TASKS
     for trajectory, task in zip(results, MATH_TASKS, strict=True):
@@ -177,8 +190,9 @@ def test_single_turn_math_agent_returns_trajectories_in_task_order_with_exact_to
         assert trajectory.reward == step.reward == 1.0 and step.done and step.mc_return == 1.0
         assert step.action.action == str(task["ground_truth"]) and step.thought.endswith("</think>")
         # the exact ids: the prompt the chat template rendered, the completion the server sampled
-        expected_prompt = qwen_tokenizer.apply_chat_template([{"role": "user", "content": task["question"]}],
-                                                             add_generation_prompt=True, tokenize=False)  # fmt: skip
+        expected_prompt = qwen_tokenizer.apply_chat_template(
+            [{"role": "user", "content": task["question"]}], add_generation_prompt=True, tokenize=False
+        )
         assert qwen_tokenizer.decode(step.prompt_ids) == expected_prompt
         assert step.response_ids == qwen_tokenizer.encode(step.model_response, add_special_tokens=False) + [151645]
         assert step.logprobs == [-0.25] * len(step.response_ids)
@@ -188,8 +202,15 @@ def test_single_turn_math_agent_returns_trajectories_in_task_order_with_exact_to
 
 def test_multi_turn_agent_with_staticmethod_from_dict_and_env_args_that_win(server, qwen_tokenizer):
     """rLLM builds each env from {**task, **env_args}: env_args override a row's values."""
-    engine = engine_for(server, qwen_tokenizer, agent_class=CounterAgent, env_class=CounterEnv,
-                        env_args={"target": 2}, max_steps=5, gamma=0.5)  # fmt: skip
+    engine = engine_for(
+        server,
+        qwen_tokenizer,
+        agent_class=CounterAgent,
+        env_class=CounterEnv,
+        env_args={"target": 2},
+        max_steps=5,
+        gamma=0.5,
+    )
     tasks = [{"target": 9, "start": 0}, {"target": 9, "start": 1}]
 
     async def main():  # the docs' form: awaited inside the user's own coroutine
@@ -231,8 +252,13 @@ def test_an_agent_that_records_no_step_is_an_error_naming_it(server, qwen_tokeni
         def update_from_model(self, response, **kwargs):
             return Action(response)
 
-    engine = engine_for(server, qwen_tokenizer, agent_class=Forgetful, env_class=SingleTurnEnvironment,
-                        env_args={"reward_fn": exact_match_reward})  # fmt: skip
+    engine = engine_for(
+        server,
+        qwen_tokenizer,
+        agent_class=Forgetful,
+        env_class=SingleTurnEnvironment,
+        env_args={"reward_fn": exact_match_reward},
+    )
     (result,) = asyncio.run(engine.execute_tasks(MATH_TASKS[:1]))
     assert result.info["termination_reason"] == "error"
     (step,) = result.steps  # the engine keeps the sampled reply, as for any reply an agent fails on
@@ -243,8 +269,13 @@ def test_an_agent_that_records_no_step_is_an_error_naming_it(server, qwen_tokeni
 def test_compute_pass_at_k_groups_attempts_by_task(server, qwen_tokenizer, capsys):
     from rllm.utils import compute_pass_at_k
 
-    engine = engine_for(server, qwen_tokenizer, agent_class=MathAgent, env_class=SingleTurnEnvironment,
-                        env_args={"reward_fn": exact_match_reward})  # fmt: skip
+    engine = engine_for(
+        server,
+        qwen_tokenizer,
+        agent_class=MathAgent,
+        env_class=SingleTurnEnvironment,
+        env_args={"reward_fn": exact_match_reward},
+    )
     wrong = {**MATH_TASKS[0], "ground_truth": 6}  # the model answers 5
     results = asyncio.run(engine.execute_tasks([MATH_TASKS[0], MATH_TASKS[0], wrong, wrong, MATH_TASKS[1]]))
     summary = compute_pass_at_k(results)
@@ -257,10 +288,17 @@ def test_rllms_math_agent_with_single_turn_environment_and_math_reward(server, q
     from rllm.agents.math_agent import MathAgent as RllmMathAgent
     from rllm.rewards.reward_fn import math_reward_fn
 
-    engine = engine_for(server, qwen_tokenizer, agent_class=RllmMathAgent, env_class=SingleTurnEnvironment,
-                        env_args={"reward_fn": math_reward_fn})  # fmt: skip
-    boxed = [{**task, "question": task["question"] + " Put it in \\boxed{}.", "ground_truth": str(task["ground_truth"])}
-             for task in MATH_TASKS]  # fmt: skip
+    engine = engine_for(
+        server,
+        qwen_tokenizer,
+        agent_class=RllmMathAgent,
+        env_class=SingleTurnEnvironment,
+        env_args={"reward_fn": math_reward_fn},
+    )
+    boxed = [
+        {**task, "question": task["question"] + " Put it in \\boxed{}.", "ground_truth": str(task["ground_truth"])}
+        for task in MATH_TASKS
+    ]
     bare = [{**task, "ground_truth": str(task["ground_truth"])} for task in MATH_TASKS[:1]]
     results = asyncio.run(engine.execute_tasks(boxed + bare))
     for trajectory in results:

@@ -19,8 +19,11 @@ ROWS = [{"seed": s, "size": 3, "p": 0.8, "index": s, "uid": f"{s}_3_0.8"} for s 
 
 
 def translated(*overrides: str, workflow: bool = False, train_size: int = 8):
-    return translate(compose_config(["data.train_batch_size=2", f"{A}.rollout.n=2", *overrides]),
-                     workflow=workflow, train_size=train_size)  # fmt: skip
+    return translate(
+        compose_config(["data.train_batch_size=2", f"{A}.rollout.n=2", *overrides]),
+        workflow=workflow,
+        train_size=train_size,
+    )
 
 
 def test_every_key_of_the_shipped_yaml_is_in_the_table_or_a_no_op():
@@ -34,8 +37,14 @@ def test_hydra_composes_the_yaml_as_rllm_scripts_do():
     from hydra import compose, initialize_config_module
 
     with initialize_config_module("rllm.trainer.config", version_base=None):
-        cfg = compose("agent_ppo_trainer", overrides=["+rllm.env.env_args.max_steps=8", "data.train_batch_size=4",
-                                                      "rllm.rejection_sample.multiplier=2"])  # fmt: skip
+        cfg = compose(
+            "agent_ppo_trainer",
+            overrides=[
+                "+rllm.env.env_args.max_steps=8",
+                "data.train_batch_size=4",
+                "rllm.rejection_sample.multiplier=2",
+            ],
+        )
         with pytest.raises(
             Exception, match="Could not override 'rllm.rllm.agent.trajectory_timeout'"
         ):  # a typo from upstream's swe script fails as in rLLM
@@ -125,31 +134,58 @@ def test_workflow_keys():
     t = translated("rllm.workflow.n_parallel_tasks=7", "rllm.workflow.retry_limit=1", workflow=True)
     config = t.train_config()
     assert config.rollout.n_parallel == 7 and config.rollout.retry_limit == 0
-    assert t.workflow_args == {"agent_args": {}, "env_args": {}, "timeout": 1e6, "gamma": 0.0,
-                               "reward_bonus_coeff": 0.0}  # fmt: skip
+    assert t.workflow_args == {
+        "agent_args": {},
+        "env_args": {},
+        "timeout": 1e6,
+        "gamma": 0.0,
+        "reward_bonus_coeff": 0.0,
+    }
 
 
 def test_stepwise_per_step_and_kl():
-    config = translated("rllm.stepwise_advantage.enable=True", "rllm.stepwise_advantage.mode=per_step",
-                        f"{A}.actor.use_kl_loss=True", f"{A}.actor.kl_loss_coef=0.05").train_config()  # fmt: skip
+    config = translated(
+        "rllm.stepwise_advantage.enable=True",
+        "rllm.stepwise_advantage.mode=per_step",
+        f"{A}.actor.use_kl_loss=True",
+        f"{A}.actor.kl_loss_coef=0.05",
+    ).train_config()
     assert config.algorithm.stepwise and config.algorithm.kl_coef == 0.05 and config.algorithm.kl_kind == "k3"
 
 
 def test_what_rllm_cannot_honour_is_one_error_naming_every_key_and_the_nearest_option():
-    bad = ["algorithm.adv_estimator=opo", "algorithm.use_kl_in_reward=True", "rllm.stepwise_advantage.enable=True",
-           "rllm.compact_filtering.enable=True", "rllm.disable_thinking=True", "trainer.critic_warmup=2",
-           f"{A}.actor.strategy=megatron", f"{A}.actor.use_kl_loss=True", f"{A}.actor.kl_loss_type=abs",
-           "+rllm.agent.engine_args.chat_parser=x", "+algorithm.clip_advantages=5",
-           "rllm.stepwise_advantage.normalize_by_steps=True", f"{A}.actor.optim.min_lr_ratio=0.1"]  # fmt: skip
+    bad = [
+        "algorithm.adv_estimator=opo",
+        "algorithm.use_kl_in_reward=True",
+        "rllm.stepwise_advantage.enable=True",
+        "rllm.compact_filtering.enable=True",
+        "rllm.disable_thinking=True",
+        "trainer.critic_warmup=2",
+        f"{A}.actor.strategy=megatron",
+        f"{A}.actor.use_kl_loss=True",
+        f"{A}.actor.kl_loss_type=abs",
+        "+rllm.agent.engine_args.chat_parser=x",
+        "+algorithm.clip_advantages=5",
+        "rllm.stepwise_advantage.normalize_by_steps=True",
+        f"{A}.actor.optim.min_lr_ratio=0.1",
+    ]
     with pytest.raises(ConfigError) as info:
         translated(*bad)
     message = str(info.value)
-    for key, nearest in [("algorithm.adv_estimator=opo", "grpo"), ("use_kl_in_reward", "use_kl_loss"),
-                         ("stepwise_advantage.mode=broadcast", "per_step"), ("compact_filtering", "mask_truncated"),
-                         ("disable_thinking", "chat template"), ("critic_warmup", "set it to 0"),
-                         ("strategy=megatron", "fsdp"), ("kl_loss_type=abs", "k1"), ("engine_args.chat_parser",
-                         "n_parallel_agents"), ("algorithm.clip_advantages", "not an rLLM/verl key"),
-                         ("normalize_by_steps", "False"), ("min_lr_ratio", "decays to 0")]:  # fmt: skip
+    for key, nearest in [
+        ("algorithm.adv_estimator=opo", "grpo"),
+        ("use_kl_in_reward", "use_kl_loss"),
+        ("stepwise_advantage.mode=broadcast", "per_step"),
+        ("compact_filtering", "mask_truncated"),
+        ("disable_thinking", "chat template"),
+        ("critic_warmup", "set it to 0"),
+        ("strategy=megatron", "fsdp"),
+        ("kl_loss_type=abs", "k1"),
+        ("engine_args.chat_parser", "n_parallel_agents"),
+        ("algorithm.clip_advantages", "not an rLLM/verl key"),
+        ("normalize_by_steps", "False"),
+        ("min_lr_ratio", "decays to 0"),
+    ]:
         line = next((line for line in message.splitlines() if key in line), None)
         assert line is not None and nearest in line, (key, message)
 
@@ -166,17 +202,25 @@ def test_epochs_that_make_no_step_are_an_error():
 
 
 def test_infrastructure_keys_are_accepted_and_listed():
-    t = translated(f"{A}.rollout.gpu_memory_utilization=0.85", f"{A}.actor.use_dynamic_bsz=True",
-                   f"{A}.actor.fsdp_config.param_offload=True", "trainer.n_gpus_per_node=4",
-                   f"+{A}.rollout.engine_kwargs.vllm.enable_auto_tool_choice=True",
-                   "+ray_init._temp_dir=/tmp")  # fmt: skip
+    t = translated(
+        f"{A}.rollout.gpu_memory_utilization=0.85",
+        f"{A}.actor.use_dynamic_bsz=True",
+        f"{A}.actor.fsdp_config.param_offload=True",
+        "trainer.n_gpus_per_node=4",
+        f"+{A}.rollout.engine_kwargs.vllm.enable_auto_tool_choice=True",
+        "+ray_init._temp_dir=/tmp",
+    )
     config = t.train_config()
     assert config.trainer.backend == "torch" and config.trainer.workers_per_node == 1 and not config.verl.param_offload
     assert any(i.startswith(f"{A}.rollout.gpu_memory_utilization=0.85") for i in t.ignored)
     assert any(i.startswith(f"{A}.rollout.engine_kwargs.vllm.enable_auto_tool_choice") for i in t.ignored)
-    verl = translated("trainer.backend=verl", "algorithm.adv_estimator=grpo", "trainer.n_gpus_per_node=2",
-                      f"{A}.actor.fsdp_config.param_offload=True",
-                      f"{A}.actor.strategy=fsdp2").train_config()  # fmt: skip
+    verl = translated(
+        "trainer.backend=verl",
+        "algorithm.adv_estimator=grpo",
+        "trainer.n_gpus_per_node=2",
+        f"{A}.actor.fsdp_config.param_offload=True",
+        f"{A}.actor.strategy=fsdp2",
+    ).train_config()
     assert verl.verl.param_offload and verl.trainer.workers_per_node == 2 and verl.verl.strategy == "fsdp2"
 
 
@@ -184,8 +228,9 @@ def test_wandb_is_accepted_with_one_warning_and_validation_differences_warn():
     t = translated("trainer.logger=['console','wandb']")
     assert len(t.warnings) == 1 and "wandb" in t.warnings[0] and "metrics.jsonl" in t.warnings[0]
     assert translated("trainer.logger=['console','tensorboard']").train_config().trainer.tensorboard
-    t = translated(f"{A}.rollout.val_kwargs.temperature=0.7", f"{A}.rollout.val_kwargs.top_k=20",
-                   "trainer.val_before_train=False")  # fmt: skip
+    t = translated(
+        f"{A}.rollout.val_kwargs.temperature=0.7", f"{A}.rollout.val_kwargs.top_k=20", "trainer.val_before_train=False"
+    )
     assert len(t.warnings) == 2 and "top_k" in t.warnings[0] and "val_before_train" in t.warnings[1]
     assert not translated(f"{A}.rollout.val_kwargs.top_k=20").warnings  # greedy validation: top_k is moot
 
@@ -196,8 +241,9 @@ def test_an_invalid_translated_value_names_the_rllm_key():
 
 
 def test_config_as_dict_or_list_and_typos_fail_like_hydra():
-    as_dict = compose_config({"data": {"train_batch_size": 3}, "rllm.env.env_args": {"size": 2},
-                              "rllm.agent.agent_args.max_steps": 4})  # fmt: skip
+    as_dict = compose_config(
+        {"data": {"train_batch_size": 3}, "rllm.env.env_args": {"size": 2}, "rllm.agent.agent_args.max_steps": 4}
+    )
     assert as_dict["data"]["train_batch_size"] == 3 and as_dict["rllm"]["env"]["env_args"] == {"size": 2}
     assert as_dict["rllm"]["agent"]["agent_args"] == {"max_steps": 4}
     as_list = compose_config(["+rllm.env.env_args.size=2", "trainer.logger=['console']"])
@@ -211,17 +257,29 @@ def test_constructor_rllm_semantics(tmp_path):
     from rllm.data.dataset import Dataset
     from rllm.environments.frozenlake.frozenlake import FrozenLakeEnv
 
-    overrides = ["data.train_batch_size=2", f"{A}.rollout.n=2", "+rllm.env.env_args.size=2",
-                 "+rllm.agent.agent_args.max_steps=3", f"trainer.default_local_dir={tmp_path}/run"]  # fmt: skip
-    trainer = AgentTrainer(agent_class=FrozenLakeAgent, env_class=FrozenLakeEnv, env_args={"size": 5, "p": 0.9},
-                           agent_args={"max_steps": 9}, config=overrides, train_dataset=Dataset(ROWS))  # fmt: skip
+    overrides = [
+        "data.train_batch_size=2",
+        f"{A}.rollout.n=2",
+        "+rllm.env.env_args.size=2",
+        "+rllm.agent.agent_args.max_steps=3",
+        f"trainer.default_local_dir={tmp_path}/run",
+    ]
+    trainer = AgentTrainer(
+        agent_class=FrozenLakeAgent,
+        env_class=FrozenLakeEnv,
+        env_args={"size": 5, "p": 0.9},
+        agent_args={"max_steps": 9},
+        config=overrides,
+        train_dataset=Dataset(ROWS),
+    )
     args = trainer.trainer.workflow_args
     assert args["env_args"] == {"size": 2, "p": 0.9} and args["env_args_win"]  # config over args; args over rows
     assert trainer.trainer.train_dataset == ROWS  # the rows stay as they are (env args may hold functions)
     assert args["agent_args"] == {"max_steps": 3}
     assert trainer.trainer.val_dataset == [] and trainer.config.trainer.total_steps == 30 * 4
-    by_name = AgentTrainer(config=[*overrides, "rllm.agent.name=frozenlakeagent", "rllm.env.name=frozenlake"],
-                           train_dataset=ROWS)  # fmt: skip
+    by_name = AgentTrainer(
+        config=[*overrides, "rllm.agent.name=frozenlakeagent", "rllm.env.name=frozenlake"], train_dataset=ROWS
+    )
     assert by_name.trainer.workflow_args["env_class"] is FrozenLakeEnv
     with pytest.raises(ValueError, match="rllm.env.name='webarena'"):
         AgentTrainer(
@@ -238,15 +296,27 @@ def test_workflow_constructor_merges_config_args_and_refuses_agent_args_with_use
         async def run(self, task, uid, **kwargs):
             raise NotImplementedError
 
-    overrides = ["data.train_batch_size=2", f"{A}.rollout.n=2", "+rllm.workflow.workflow_args.n_solutions=3",
-                 "rllm.workflow.workflow_args.gamma=0.5"]  # fmt: skip
-    trainer = AgentTrainer(workflow_class=Flow, workflow_args={"n_solutions": 1, "agent_args": {"a": 1}},
-                           config=overrides, train_dataset=ROWS)  # fmt: skip
+    overrides = [
+        "data.train_batch_size=2",
+        f"{A}.rollout.n=2",
+        "+rllm.workflow.workflow_args.n_solutions=3",
+        "rllm.workflow.workflow_args.gamma=0.5",
+    ]
+    trainer = AgentTrainer(
+        workflow_class=Flow,
+        workflow_args={"n_solutions": 1, "agent_args": {"a": 1}},
+        config=overrides,
+        train_dataset=ROWS,
+    )
     args = trainer.trainer.workflow_args
     assert args["n_solutions"] == 3 and args["gamma"] == 0.5 and args["agent_args"] == {"a": 1}
     with pytest.raises(ValueError, match="agent_args is not supported when using workflow"):
-        AgentTrainer(workflow_class=Flow, agent_args={"a": 1}, config=[*overrides, "rllm.workflow.use_workflow=True"],
-                     train_dataset=ROWS)  # fmt: skip
+        AgentTrainer(
+            workflow_class=Flow,
+            agent_args={"a": 1},
+            config=[*overrides, "rllm.workflow.use_workflow=True"],
+            train_dataset=ROWS,
+        )
 
 
 @pytest.mark.parametrize("kwargs", [{"backend": "tinker"}, {"backend": "fireworks"}, {"agent_run_func": print}])

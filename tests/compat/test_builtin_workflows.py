@@ -24,19 +24,38 @@ TASKS = [{"seed": seed, "size": 4, "p": 0.8} for seed in range(4)]
 
 
 def run_workflow(workflow_cls, server, tokenizer, **workflow_args):
-    rollout_engine = OpenAIEngine(model=tokenizer.name_or_path, tokenizer=tokenizer, max_prompt_length=4096,
-                                  max_response_length=2048, base_url=server.base_url, api_key="None",
-                                  sampling_params={"temperature": 0.6, "top_p": 0.95})  # fmt: skip
-    engine = AgentWorkflowEngine(workflow_cls=workflow_cls, workflow_args=workflow_args, rollout_engine=rollout_engine,
-                                 config=None, n_parallel_tasks=4, retry_limit=1)  # fmt: skip
+    rollout_engine = OpenAIEngine(
+        model=tokenizer.name_or_path,
+        tokenizer=tokenizer,
+        max_prompt_length=4096,
+        max_response_length=2048,
+        base_url=server.base_url,
+        api_key="None",
+        sampling_params={"temperature": 0.6, "top_p": 0.95},
+    )
+    engine = AgentWorkflowEngine(
+        workflow_cls=workflow_cls,
+        workflow_args=workflow_args,
+        rollout_engine=rollout_engine,
+        config=None,
+        n_parallel_tasks=4,
+        retry_limit=1,
+    )
     return asyncio.run(engine.execute_tasks(TASKS))
 
 
 @pytest.mark.parametrize("workflow_cls", [MultiTurnWorkflow, CumulativeWorkflow])
 def test_multi_turn_frozenlake_steps_carry_the_sampled_ids(workflow_cls, frozenlake_server, qwen_tokenizer):  # noqa: F811
-    episodes = run_workflow(workflow_cls, frozenlake_server, qwen_tokenizer, agent_cls="frozenlakeagent",
-                            env_cls=FrozenLakeEnv, agent_args={"max_steps": 6},
-                            env_args={"max_steps": 8, "is_slippery": False}, max_steps=6)  # fmt: skip
+    episodes = run_workflow(
+        workflow_cls,
+        frozenlake_server,
+        qwen_tokenizer,
+        agent_cls="frozenlakeagent",
+        env_cls=FrozenLakeEnv,
+        agent_args={"max_steps": 6},
+        env_args={"max_steps": 8, "is_slippery": False},
+        max_steps=6,
+    )
     assert {e.termination_reason for e in episodes} <= {TerminationReason.ENV_DONE, TerminationReason.MAX_TURNS}
     assert any(e.is_correct for e in episodes)
     for episode in episodes:
@@ -66,8 +85,12 @@ def test_simple_workflow_scores_the_reply_and_resets_its_agent():
         return RewardOutput(reward=float(action.action == "4"), is_correct=action.action == "4")
 
     model = FakeModel(["4", "5"], tokenizer=FakeTokenizer())
-    engine = AgentWorkflowEngine(workflow_cls=SimpleWorkflow, workflow_args={"reward_function": reward_function},
-                                 rollout_engine=ClientRolloutEngine(model), n_parallel_tasks=1)  # fmt: skip
+    engine = AgentWorkflowEngine(
+        workflow_cls=SimpleWorkflow,
+        workflow_args={"reward_function": reward_function},
+        rollout_engine=ClientRolloutEngine(model),
+        n_parallel_tasks=1,
+    )
     episodes = asyncio.run(engine.execute_tasks([{"question": "2 + 2?"}, {"prompt": "3 + 2?"}]))
     assert seen == ["4", "5"] and [e.is_correct for e in episodes] == [True, False]
     for episode in episodes:

@@ -64,8 +64,12 @@ def test_steps_move_score_and_end_at_the_goal_as_rllm():
     env = FrozenLakeEnv.from_dict({"seed": 1234, "size": 6, "p": 0.7})
     observation, _ = env.reset()
     assert observation == grid("___O_O", "O_____", "___P__", "O__GOO", "_O_O__", "______")
-    assert env.step("1") == (grid("___O_O", "O_____", "__P___", "O__GOO", "_O_O__", "______"), 0.0, False,
-                             {"action_is_effective": True})  # fmt: skip
+    assert env.step("1") == (
+        grid("___O_O", "O_____", "__P___", "O__GOO", "_O_O__", "______"),
+        0.0,
+        False,
+        {"action_is_effective": True},
+    )
     assert env.step(Action("2"))[1:] == (0.0, False, {"action_is_effective": True})
     on_goal = grid("___O_O", "O_____", "______", "O__VOO", "_O_O__", "______")
     assert env.step(3) == (on_goal, 1.0, True, {"action_is_effective": True})
@@ -151,9 +155,12 @@ def test_the_agent_messages_are_rllms():
     assert agent.chat_completions == [{"role": "system", "content": FrozenLakeAgent.SYSTEM_PROMPT}]
     first = grid("P_", "_G")
     agent.update_from_env(observation=first, reward=0.0, done=False, info={"max_steps": 5})
-    assert agent.messages[-1] == {"role": "user", "content": f"Current Observation (0): \n{first}\nYou have not "
+    assert agent.messages[-1] == {
+        "role": "user",
+        "content": f"Current Observation (0): \n{first}\nYou have not "
         "achieved the goal, P has not reached G yet. Please give the next action.\nThe maximum number of steps "
-        "remaining is 2."}  # fmt: skip
+        "remaining is 2.",
+    }
     agent.update_from_model("Hmm.")  # invalid: the env does not move the player
     info = {"action_is_effective": False}
     agent.update_from_env(first, 0.0, False, info)
@@ -170,8 +177,11 @@ def test_the_agent_messages_are_rllms():
     agent.update_from_model("```Down```")
     agent.update_from_env(grid("__", "_V"), 1.0, True, {"action_is_effective": True})
     assert agent.messages[-1]["role"] == "user"  # rLLM appends the observation even when done
-    assert [(s.action, s.reward, s.done) for s in agent.trajectory.steps] == [("0", 0.0, False), ("3", 0.0, False),
-                                                                              ("2", 1.0, True)]  # fmt: skip
+    assert [(s.action, s.reward, s.done) for s in agent.trajectory.steps] == [
+        ("0", 0.0, False),
+        ("3", 0.0, False),
+        ("2", 1.0, True),
+    ]
     agent.reset()
     assert agent.step == 0 and agent.trajectory.steps == [] and len(agent.messages) == 1
 

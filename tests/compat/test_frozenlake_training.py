@@ -91,8 +91,15 @@ def test_rllm_s_frozenlake_train_script_trains_two_steps(tmp_path, tiny_model_di
     prepare = "from prepare_frozenlake_data import prepare_frozenlake_data; prepare_frozenlake_data(4, 1)"
     subprocess.run([sys.executable, "-c", prepare], cwd=EXAMPLE, env=env, check=True, capture_output=True)
     args = [arg.replace("{model}", str(tiny_model_dir)) for arg in SH_OVERRIDES]
-    out = subprocess.run([sys.executable, str(EXAMPLE / "train_frozenlake_agent.py"), *args], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLE / "train_frozenlake_agent.py"), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-4000:]
     assert "wandb not available in rllm; metrics go to the run directory's metrics.jsonl" in out.stderr
     assert "no separate validation top_k" in out.stderr
@@ -109,9 +116,22 @@ def test_rllm_s_frozenlake_train_script_trains_two_steps(tmp_path, tiny_model_di
         4,
     ]  # 1 task x val_kwargs.n 4, before and after
     config = (run / "config.yaml").read_text()
-    for line in ["name: " + str(tiny_model_dir), "advantage: grpo", "clip_high: 0.28", "loss_agg: seq-mean-token-sum",
-                 "drop_uniform_groups: true", "tasks_per_step: 2", "total_steps: 2", "max_steps: 10", "n: 8",
-                 "val_n: 4", "val_temperature: 0.7", "max_tokens: 32", "lr: 1.0e-06", "enabled: false"]:  # fmt: skip
+    for line in [
+        "name: " + str(tiny_model_dir),
+        "advantage: grpo",
+        "clip_high: 0.28",
+        "loss_agg: seq-mean-token-sum",
+        "drop_uniform_groups: true",
+        "tasks_per_step: 2",
+        "total_steps: 2",
+        "max_steps: 10",
+        "n: 8",
+        "val_n: 4",
+        "val_temperature: 0.7",
+        "max_tokens: 32",
+        "lr: 1.0e-06",
+        "enabled: false",
+    ]:
         assert line in config, line
     episode = json.loads((run / "episodes.jsonl").read_text().splitlines()[0])["episode"]
     assert "is_slippery" not in episode["task"]  # env_args reach each env (rLLM's order), not the logged rows
@@ -150,14 +170,31 @@ if __name__ == "__main__":
 def test_an_rllm_style_training_script_updates_the_weights(tmp_path, tiny_model_dir):
     (tmp_path / "train_parity.py").write_text(PARITY_SCRIPT)
     env = {**os.environ, "RLLM_HOME": str(tmp_path / "home")}
-    args = ["algorithm.adv_estimator=grpo", "data.train_batch_size=2", "data.max_response_length=12",
-            "rllm.workflow.use_workflow=True",
-            f"{A}.model.path={tiny_model_dir}", f"{A}.rollout.n=4", f"{A}.actor.optim.lr=1e-2",
-            f"{A}.actor.ppo_mini_batch_size=2", "trainer.total_training_steps=2", "trainer.val_before_train=False",
-            "trainer.test_freq=-1", "trainer.project_name=p", "trainer.experiment_name=parity",
-            f"trainer.default_local_dir={tmp_path / 'run'}"]  # fmt: skip
-    out = subprocess.run([sys.executable, "train_parity.py", *args], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=300, check=False)  # fmt: skip
+    args = [
+        "algorithm.adv_estimator=grpo",
+        "data.train_batch_size=2",
+        "data.max_response_length=12",
+        "rllm.workflow.use_workflow=True",
+        f"{A}.model.path={tiny_model_dir}",
+        f"{A}.rollout.n=4",
+        f"{A}.actor.optim.lr=1e-2",
+        f"{A}.actor.ppo_mini_batch_size=2",
+        "trainer.total_training_steps=2",
+        "trainer.val_before_train=False",
+        "trainer.test_freq=-1",
+        "trainer.project_name=p",
+        "trainer.experiment_name=parity",
+        f"trainer.default_local_dir={tmp_path / 'run'}",
+    ]
+    out = subprocess.run(
+        [sys.executable, "train_parity.py", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-4000:]
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "reward_mean" in r]

@@ -173,9 +173,11 @@ def test_tool_environment_steps_as_rllms_and_reports_what_rllm_loses():
     task = {"question": "q", "ground_truth": "8", "tool_map": {"twice": double}, "reward_fn": math_reward_fn}
     env = ToolEnvironment.from_dict({**task, "max_steps": 3})
     assert env.reset() == ({"question": "q", "ground_truth": "8"}, {})
-    calls = [{"id": "ok", "function": {"name": "twice", "arguments": '{"x": 4}'}},
-             {"id": "bad", "function": {"name": "twice", "arguments": "{x: 4"}},
-             {"id": "nope", "function": {"name": "google_search", "arguments": "{}"}}]  # fmt: skip
+    calls = [
+        {"id": "ok", "function": {"name": "twice", "arguments": '{"x": 4}'}},
+        {"id": "bad", "function": {"name": "twice", "arguments": "{x: 4"}},
+        {"id": "nope", "function": {"name": "google_search", "arguments": "{}"}},
+    ]
     observation, reward, done, info = env.step(calls)
     outputs = observation["tool_outputs"]
     assert (
@@ -186,8 +188,12 @@ def test_tool_environment_steps_as_rllms_and_reports_what_rllm_loses():
     assert (reward, done, info) == (0.0, False, {"response": calls, "metadata": {}})
     # a finish call the model wrote itself carries its arguments as JSON text
     finish = {"id": "f", "function": {"name": "finish", "arguments": json.dumps({"response": r"\boxed{8}"})}}
-    assert env.step(finish) == ({}, 1.0, True, {"response": [finish], "metadata": {"extracted": "8"},
-                                                 "is_correct": True})  # fmt: skip
+    assert env.step(finish) == (
+        {},
+        1.0,
+        True,
+        {"response": [finish], "metadata": {"extracted": "8"}, "is_correct": True},
+    )
     env.reset()
     env.step([])
     env.step([])

@@ -23,10 +23,19 @@ PROBLEMS = [([2, 3, 4], 14, "2 + 3 * 4", "2 * 3 + 4"), ([5, 6, 7], 37, "5 * 6 + 
 def countdown_rows():
     rows = []
     for nums, target, _, _ in PROBLEMS:
-        question = (f"Using the numbers {', '.join(map(str, nums))}, find a way to reach the target number {target}. "
-                    "Output the final answer within <answer>...</answer>.")  # fmt: skip
-        rows.append({"question": question, "ground_truth": str(target), "data_source": "countdown", "target": target,
-                     "nums": nums})  # fmt: skip
+        question = (
+            f"Using the numbers {', '.join(map(str, nums))}, find a way to reach the target number {target}. "
+            "Output the final answer within <answer>...</answer>."
+        )
+        rows.append(
+            {
+                "question": question,
+                "ground_truth": str(target),
+                "data_source": "countdown",
+                "target": target,
+                "nums": nums,
+            }
+        )
     return rows
 
 
@@ -80,8 +89,9 @@ def test_the_run_script_evaluates_against_a_token_id_server(rllm_home, qwen_toke
         assert solver_rewards == [0.0, 1.0]
         assert episode["metrics"]["solver_acc"] == 0.5 and episode["metrics"]["judge_acc"] == 1
         # the workflow returned its Episode without trajectory rewards: they are the step rewards here
-        assert [t["reward"] for t in episode["trajectories"]] == [t["steps"][0]["reward"] for t in
-                                                                  episode["trajectories"]]  # fmt: skip
+        assert [t["reward"] for t in episode["trajectories"]] == [
+            t["steps"][0]["reward"] for t in episode["trajectories"]
+        ]
         assert episode["metrics"]["token_mismatch"] == 0
         for trajectory in episode["trajectories"]:
             (step,) = trajectory["steps"]
@@ -108,18 +118,33 @@ def test_the_workflow_trains_two_steps_on_the_tiny_model(rllm_home, tiny_model_d
     finally:
         sys.path.remove(str(EXAMPLE))
         sys.modules.pop("solver_judge_flow", None)
-    overrides = [f"model.name={tiny_model_dir}", "trainer.total_steps=2", "rollout.n=2", "rollout.max_tokens=8",
-                 "data.val_size=0", "trainer.tensorboard=false", f"trainer.run_dir={rllm_home}", "trainer.name=sj",
-                 "trainer.tasks_per_step=2", "optim.micro_batch_size=4", "optim.lr=1e-2"]  # fmt: skip
+    overrides = [
+        f"model.name={tiny_model_dir}",
+        "trainer.total_steps=2",
+        "rollout.n=2",
+        "rollout.max_tokens=8",
+        "data.val_size=0",
+        "trainer.tensorboard=false",
+        f"trainer.run_dir={rllm_home}",
+        "trainer.name=sj",
+        "trainer.tasks_per_step=2",
+        "optim.micro_batch_size=4",
+        "optim.lr=1e-2",
+    ]
     config = load_config("configs/countdown_solver_judge.yaml", overrides)
     calls = itertools.count()
 
     def alternating_reward(task, action):  # the random tiny model never solves a puzzle: give the groups variance
         return countdown_reward_fn(task, action) if next(calls) % 2 else RewardOutput(reward=1.0, is_correct=True)
 
-    trainer = AgentTrainer(workflow_class=SolverJudgeWorkflow, config=config, progress=False,
-                           workflow_args={"n_solutions": 2, "reward_function": alternating_reward},
-                           train_dataset=countdown_rows(), val_dataset=[])  # fmt: skip
+    trainer = AgentTrainer(
+        workflow_class=SolverJudgeWorkflow,
+        config=config,
+        progress=False,
+        workflow_args={"n_solutions": 2, "reward_function": alternating_reward},
+        train_dataset=countdown_rows(),
+        val_dataset=[],
+    )
     trainer.train()
     steps = [m for m in load_metrics(rllm_home / "sj") if "reward_mean" in m]
     assert [m["step"] for m in steps] == [1, 2]

@@ -71,8 +71,12 @@ class TwoTurns(Workflow):
 def engine(workflow_cls=TwoTurns, script=("ab", "abc"), **kwargs):
     model = FakeModel(list(script) * 8, tokenizer=FakeTokenizer())
     rollout_engine = ClientRolloutEngine(model, max_prompt_length=512, max_response_length=256)
-    return AgentWorkflowEngine(workflow_cls=workflow_cls, workflow_args=kwargs.pop("workflow_args", {}),
-                               rollout_engine=rollout_engine, **kwargs), model  # fmt: skip
+    return AgentWorkflowEngine(
+        workflow_cls=workflow_cls,
+        workflow_args=kwargs.pop("workflow_args", {}),
+        rollout_engine=rollout_engine,
+        **kwargs,
+    ), model
 
 
 def test_an_rllm_workflow_runs_with_its_agent_collected_and_turns_merged():

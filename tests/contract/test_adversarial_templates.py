@@ -34,8 +34,16 @@ REPLIES = [
     '<tool_call>\n{"name": "calc", "arguments": {"expr": "1+1"}}\n</tool_call>',  # Qwen2.5's tool-call format
     "The answer is 2.",
 ]
-TOOLS = [{"type": "function", "function": {"name": "calc", "description": "Evaluate arithmetic.", "parameters": {
-    "type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]}}}]  # fmt: skip
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calc",
+            "description": "Evaluate arithmetic.",
+            "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]},
+        },
+    }
+]
 
 # A ChatML template with the two adversarial habits, switched on by `{strip}` and `{trim}`.
 _CHATML = (
@@ -201,8 +209,11 @@ def gateway_rollout(task: dict, base_url: str) -> str:
 
 
 def oracle_ids(tokenizer, messages: list[dict], tools) -> list[int]:
-    return list(tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True,
-                                              return_dict=True)["input_ids"])  # fmt: skip
+    return list(
+        tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=True
+        )["input_ids"]
+    )
 
 
 def check_trajectory(tokenizer, episode, trajectory, tools, max_response_length: int) -> int:
@@ -222,8 +233,12 @@ def check_trajectory(tokenizer, episode, trajectory, tools, max_response_length:
         expected_rows[-1]["ids"] = context
     assert episode.metrics["token_mismatch"] == breaks, episode.id
     advantages = [[1.0] * len(trajectory.steps)]
-    rows, stats = build_rows([(episode, trajectory)], step_advantages=advantages, max_prompt_length=8192,
-                             max_response_length=max_response_length)  # fmt: skip
+    rows, stats = build_rows(
+        [(episode, trajectory)],
+        step_advantages=advantages,
+        max_prompt_length=8192,
+        max_response_length=max_response_length,
+    )
     assert stats["rows_split"] == breaks, episode.id
     assert [(row.input_ids, row.loss_mask) for row in rows] == [(r["ids"], r["mask"]) for r in expected_rows]
     # nothing sampled is dropped: the length budget agrees with how the rows are built
@@ -252,8 +267,13 @@ def tasks(**extra) -> list[dict]:
 
 
 def engine_kwargs(budget: int) -> dict:
-    return {"sampling": SamplingParams(max_tokens=64), "max_prompt_length": 8192, "max_response_length": budget,
-            "n_parallel": 3, "retry_backoff": 0.0}  # fmt: skip
+    return {
+        "sampling": SamplingParams(max_tokens=64),
+        "max_prompt_length": 8192,
+        "max_response_length": budget,
+        "n_parallel": 3,
+        "retry_backoff": 0.0,
+    }
 
 
 # ---- the three paths ----------------------------------------------------------------------------------------------
@@ -265,8 +285,13 @@ def test_agent_env_engine(template, tokenizer_name, budget):
     episodes = []
     for task in tasks():
         agent = agent_class(task["behaviour"])
-        engine = AgentExecutionEngine(agent_class=agent, env_class=TurnsEnv, model=scripted_model(tokenizer),
-                                      max_steps=TURNS, **engine_kwargs(budget))  # fmt: skip
+        engine = AgentExecutionEngine(
+            agent_class=agent,
+            env_class=TurnsEnv,
+            model=scripted_model(tokenizer),
+            max_steps=TURNS,
+            **engine_kwargs(budget),
+        )
         episodes += engine.execute_tasks([task])
     check_episodes(tokenizer, name, tokenizer_name, episodes, None, budget)
 
@@ -274,8 +299,9 @@ def test_agent_env_engine(template, tokenizer_name, budget):
 @pytest.mark.parametrize("budget", [GENEROUS, TIGHT, CUT])
 def test_workflow_engine(template, tokenizer_name, budget):
     name, tokenizer = template
-    engine = AgentWorkflowEngine(workflow_class=ScriptedWorkflow, model=scripted_model(tokenizer),
-                                 **engine_kwargs(budget))  # fmt: skip
+    engine = AgentWorkflowEngine(
+        workflow_class=ScriptedWorkflow, model=scripted_model(tokenizer), **engine_kwargs(budget)
+    )
     check_episodes(tokenizer, name, tokenizer_name, engine.execute_tasks(tasks()), None, budget)
 
 

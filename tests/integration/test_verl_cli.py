@@ -18,11 +18,22 @@ VERL_PYTHON = Path(".venv-verl/bin/python")
 @pytest.mark.skipif(not VERL_PYTHON.exists(), reason="the verl environment is not built (make verl)")
 def test_the_issue_command_runs_on_two_verl_workers_from_the_main_environment(tmp_path, tiny_model_dir):
     out = run_rllm(
-        "train", "configs/arithmetic_grpo.yaml", "trainer.backend=verl", "trainer.workers_per_node=2",
-        "trainer.total_steps=2", "rollout.n=2", "rollout.max_tokens=6", "trainer.tasks_per_step=2",
-        "data.train_size=6", "data.val_size=2", "optim.micro_batch_size=2", f"model.name={tiny_model_dir}",
-        f"trainer.run_dir={tmp_path}", "trainer.name=v", "--no-progress",
-    )  # fmt: skip
+        "train",
+        "configs/arithmetic_grpo.yaml",
+        "trainer.backend=verl",
+        "trainer.workers_per_node=2",
+        "trainer.total_steps=2",
+        "rollout.n=2",
+        "rollout.max_tokens=6",
+        "trainer.tasks_per_step=2",
+        "data.train_size=6",
+        "data.val_size=2",
+        "optim.micro_batch_size=2",
+        f"model.name={tiny_model_dir}",
+        f"trainer.run_dir={tmp_path}",
+        "trainer.name=v",
+        "--no-progress",
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "val success rate" in out.stdout
     steps = [m for m in load_metrics(tmp_path / "v") if "reward_mean" in m]

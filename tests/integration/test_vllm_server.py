@@ -45,14 +45,21 @@ def _tiny(tokenizer, seed: int):
 def backend(smollm2_tokenizer):
     lora = ModelConfig(name="tiny").lora.model_copy(update={"rank": 8, "target_modules": ["q_proj", "v_proj"]})
     config = ModelConfig(name="tiny", lora=lora)
-    return TorchBackend(config, AlgorithmConfig(), OptimConfig(), total_steps=1, model=_tiny(smollm2_tokenizer, 0),
-                        tokenizer=smollm2_tokenizer)  # fmt: skip
+    return TorchBackend(
+        config,
+        AlgorithmConfig(),
+        OptimConfig(),
+        total_steps=1,
+        model=_tiny(smollm2_tokenizer, 0),
+        tokenizer=smollm2_tokenizer,
+    )
 
 
 def _launch(backend, folder, **kwargs):
     TorchWeightSource(backend).save_model(folder, merge_lora=False)
-    return VLLMServer.launch(folder, dtype="float32", max_model_len=512, log_path=folder.parent / "server.log",
-                             **kwargs)  # fmt: skip
+    return VLLMServer.launch(
+        folder, dtype="float32", max_model_len=512, log_path=folder.parent / "server.log", **kwargs
+    )
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +74,9 @@ def lora_server(backend, tmp_path_factory):
     """A second server: with LoRA enabled, vLLM 0.32's in-place reload leaves a tied output layer stale (the
     post-sync logprob check catches it), so the trainer enables LoRA only for sync=lora, and so do these tests."""
     _require_vllm()
-    with _launch(backend, tmp_path_factory.mktemp("served-lora") / "model", enable_lora=True,
-                 max_lora_rank=8) as running:  # fmt: skip
+    with _launch(
+        backend, tmp_path_factory.mktemp("served-lora") / "model", enable_lora=True, max_lora_rank=8
+    ) as running:
         yield running
 
 
@@ -138,13 +146,24 @@ def test_agent_trainer_with_vllm_rollouts(smollm2_tokenizer, tmp_path):
     from rllm.runs import load_metrics
     from rllm.training.trainer import AgentTrainer
 
-    overrides = ["rollout.n=2", "rollout.max_tokens=6", "rollout.max_steps=2", "trainer.tasks_per_step=2",
-                 "data.train_size=4", "data.val_size=2", "optim.micro_batch_size=2", "optim.lr=1e-2",
-                 "trainer.total_steps=2", f"trainer.run_dir={tmp_path}", "trainer.name=vllm",
-                 "rollout.vllm.max_model_len=1024"]  # fmt: skip
+    overrides = [
+        "rollout.n=2",
+        "rollout.max_tokens=6",
+        "rollout.max_steps=2",
+        "trainer.tasks_per_step=2",
+        "data.train_size=4",
+        "data.val_size=2",
+        "optim.micro_batch_size=2",
+        "optim.lr=1e-2",
+        "trainer.total_steps=2",
+        f"trainer.run_dir={tmp_path}",
+        "trainer.name=vllm",
+        "rollout.vllm.max_model_len=1024",
+    ]
     config = load_config("configs/frozenlake_grpo.yaml", overrides)
-    trainer = AgentTrainer(config=config, model=_tiny(smollm2_tokenizer, 0), tokenizer=smollm2_tokenizer,
-                           rollout="vllm", progress=False)  # fmt: skip
+    trainer = AgentTrainer(
+        config=config, model=_tiny(smollm2_tokenizer, 0), tokenizer=smollm2_tokenizer, rollout="vllm", progress=False
+    )
     trainer.train()
     steps = [m for m in load_metrics(tmp_path / "vllm") if "reward_mean" in m]
     assert [m["weight_version"] for m in steps] == [1, 2]
@@ -164,22 +183,39 @@ def test_openai_sdk_agent_trains_through_the_gateway_on_vllm(server, smollm2_tok
     from rllm.types import Episode
 
     monkeypatch.chdir(Path(__file__).resolve().parents[2])  # the config names the agent by a relative path
-    overrides = ["rollout.n=2", "rollout.max_tokens=6", "trainer.tasks_per_step=2", "trainer.total_steps=2",
-                 "data.train_size=4", "data.val_size=0", "optim.micro_batch_size=4", "rollout.n_parallel=4",
-                 "model.lora.rank=4", f"trainer.run_dir={tmp_path}", "trainer.name=gw",
-                 f"rollout.vllm.base_url={server.base_url}", "rollout.server=vllm"]  # fmt: skip
+    overrides = [
+        "rollout.n=2",
+        "rollout.max_tokens=6",
+        "trainer.tasks_per_step=2",
+        "trainer.total_steps=2",
+        "data.train_size=4",
+        "data.val_size=0",
+        "optim.micro_batch_size=4",
+        "rollout.n_parallel=4",
+        "model.lora.rank=4",
+        f"trainer.run_dir={tmp_path}",
+        "trainer.name=gw",
+        f"rollout.vllm.base_url={server.base_url}",
+        "rollout.server=vllm",
+    ]
     config = load_config("configs/openai_agent_grpo.yaml", overrides)
     parity = {"reward_fn": lambda task, answer: float(len(answer) % 2)}  # a reward the random model earns
     # Seed 0: the embedding the server started with (vLLM's reload does not refresh a tied output layer).
-    AgentTrainer(config=config, model=_tiny(smollm2_tokenizer, 0), tokenizer=smollm2_tokenizer, progress=False,
-                 workflow_args=parity).train()  # fmt: skip
+    AgentTrainer(
+        config=config,
+        model=_tiny(smollm2_tokenizer, 0),
+        tokenizer=smollm2_tokenizer,
+        progress=False,
+        workflow_args=parity,
+    ).train()
     steps = [m for m in load_metrics(tmp_path / "gw") if "reward_mean" in m]
     assert [m["weight_version"] for m in steps] == [1, 2] and server.weight_version() == "2"
     assert all(m["token_mismatch"] == 0 and m["turns_mean"] == 2 for m in steps)
     lines = [json.loads(line) for line in (tmp_path / "gw" / "episodes.jsonl").read_text().splitlines()]
     pairs = episode_trajectories([Episode.model_validate(line["episode"]) for line in lines])
-    rows, stats = build_rows(pairs, step_advantages=[[1.0, 1.0]] * len(pairs), max_prompt_length=2048,
-                             max_response_length=2048)  # fmt: skip
+    rows, stats = build_rows(
+        pairs, step_advantages=[[1.0, 1.0]] * len(pairs), max_prompt_length=2048, max_response_length=2048
+    )
     assert stats["rows_split"] == 0 and len(rows) == len(pairs) == 8
     for row, (_, trajectory) in zip(rows, pairs, strict=True):
         first, last = (step.model_output for step in trajectory.steps)
@@ -195,11 +231,21 @@ def test_eval_samples_from_an_attached_vllm_server(server, smollm2_tokenizer, tm
     from rllm.runs import read_episodes
 
     smollm2_tokenizer.save_pretrained(tmp_path / "tokenizer")  # model.name: what renders the prompts
-    config = load_config(None, [
-        "data.task=arithmetic", "data.val_size=3", "rollout.val_n=2", "rollout.max_tokens=6", "rollout.max_steps=1",
-        "rollout.server=vllm", f"rollout.vllm.base_url={server.base_url}", f"model.name={tmp_path / 'tokenizer'}",
-        f"trainer.run_dir={tmp_path}", "trainer.name=eval",
-    ])  # fmt: skip
+    config = load_config(
+        None,
+        [
+            "data.task=arithmetic",
+            "data.val_size=3",
+            "rollout.val_n=2",
+            "rollout.max_tokens=6",
+            "rollout.max_steps=1",
+            "rollout.server=vllm",
+            f"rollout.vllm.base_url={server.base_url}",
+            f"model.name={tmp_path / 'tokenizer'}",
+            f"trainer.run_dir={tmp_path}",
+            "trainer.name=eval",
+        ],
+    )
     summary, run_dir = evaluate(config)
     assert summary["episodes"] == 6 and summary["token_mismatch"] == 0
     outputs = [step.model_output for ep in read_episodes(run_dir, split="eval") for step in ep.trajectories[0].steps]
@@ -216,10 +262,16 @@ def test_a_served_teacher_scores_the_tokens_it_sampled(server, smollm2_tokenizer
     client = VLLMRolloutClient(server, smollm2_tokenizer, workdir=tmp_path, owns_server=False)
     output = _generate(client, MESSAGES, temperature=1.0, max_tokens=8, seed=5)
     ids = output.prompt_ids + output.completion_ids
-    row = TrainingRow(input_ids=ids, prompt_length=len(output.prompt_ids),
-                      loss_mask=[0] * len(output.prompt_ids) + [1] * len(output.completion_ids),
-                      old_logprobs=[0.0] * len(ids), advantages=[0.0] * len(ids), group_key="t:agent",
-                      episode_id="t:0", trajectory_name="agent")  # fmt: skip
+    row = TrainingRow(
+        input_ids=ids,
+        prompt_length=len(output.prompt_ids),
+        loss_mask=[0] * len(output.prompt_ids) + [1] * len(output.completion_ids),
+        old_logprobs=[0.0] * len(ids),
+        advantages=[0.0] * len(ids),
+        group_key="t:agent",
+        episode_id="t:0",
+        trajectory_name="agent",
+    )
     (scores,) = EndpointTeacher(server.base_url, server.models()[0]).score([row])
     assert len(scores) == len(ids) and scores[0] == 0.0
     completion = scores[len(output.prompt_ids) :]
@@ -239,10 +291,22 @@ def test_a_vision_agent_trains_on_vllm_rollouts_one_row_per_episode(smollm2_toke
     model, processor = build_tiny_vlm(smollm2_tokenizer, seed=0, hidden_size=256, image_size=64, patch_size=16)
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
-    overrides = [f"model.name={folder}", "rollout.n=2", "rollout.max_tokens=6", "rollout.max_steps=3",
-                 "rollout.val_n=1", "trainer.tasks_per_step=2", "data.train_size=4", "data.val_size=2",
-                 "optim.lr=1e-2", "trainer.total_steps=2", f"trainer.run_dir={tmp_path}", "trainer.name=lake",
-                 "rollout.server=vllm", "rollout.vllm.max_model_len=2048"]  # fmt: skip
+    overrides = [
+        f"model.name={folder}",
+        "rollout.n=2",
+        "rollout.max_tokens=6",
+        "rollout.max_steps=3",
+        "rollout.val_n=1",
+        "trainer.tasks_per_step=2",
+        "data.train_size=4",
+        "data.val_size=2",
+        "optim.lr=1e-2",
+        "trainer.total_steps=2",
+        f"trainer.run_dir={tmp_path}",
+        "trainer.name=lake",
+        "rollout.server=vllm",
+        "rollout.vllm.max_model_len=2048",
+    ]
     config = load_config("configs/frozenlake_image_grpo.yaml", overrides)
     trainer = AgentTrainer(config=config, progress=False)
     with warnings.catch_warnings(record=True) as caught:
@@ -255,6 +319,7 @@ def test_a_vision_agent_trains_on_vllm_rollouts_one_row_per_episode(smollm2_toke
         assert m["batch/rows_split"] == 0 and m["batch/rows"] == 4 and m["turns_mean"] > 1
         assert m["mismatch/tokens"] > 0 and m["mismatch/abs_diff_max"] < 1e-3  # sampler (vLLM) == trainer
         assert m["weight_sync_logprob_max_diff"] < 1e-3
-    outputs = [s.model_output for e in read_episodes(tmp_path / "lake", split="train") for t in e.trajectories
-               for s in t.steps]  # fmt: skip
+    outputs = [
+        s.model_output for e in read_episodes(tmp_path / "lake", split="train") for t in e.trajectories for s in t.steps
+    ]
     assert all(o.prompt_images and o.logprobs and len(o.logprobs) == len(o.completion_ids) for o in outputs)

@@ -276,8 +276,15 @@ def run_plan(plan: dict[str, Any]) -> dict[str, Any]:
         exit_ = "killed" if signalled else f"exit {os.waitstatus_to_exitcode(status)}"
         if signalled and events.get("how") != "killed":
             exit_ = "killed from outside (timed out, or out of memory)"
-        results[run["name"]].append({"exit": exit_, "ops": events.get("ops", []), "calls": events.get("calls", 0),
-                                     "out": str(out), "seconds": round(time.monotonic() - started, 2)})  # fmt: skip
+        results[run["name"]].append(
+            {
+                "exit": exit_,
+                "ops": events.get("ops", []),
+                "calls": events.get("calls", 0),
+                "out": str(out),
+                "seconds": round(time.monotonic() - started, 2),
+            }
+        )
         # the next process resumes what the kill left; a process that ended otherwise ends its run (the test says
         # what it expected)
         if index < len(run["kills"]) and exit_ == "killed":

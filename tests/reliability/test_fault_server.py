@@ -52,10 +52,24 @@ def test_no_trajectory_is_lost_to_429s_503s_and_hangs():
     with run_fake_server(TimedFaultServer()) as server:
         faults = fault_mix(400)
         server.inject(*faults)
-        client = OpenAIClient(server.base_url, server.model, timeout=1.0, max_retries=2, backoff_base=0.05,
-                              backoff_max=0.2, allow_missing_token_ids=True)  # fmt: skip
-        engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=CounterEnv, model=client, max_steps=2,
-                                      n_parallel=16, retry_limit=8, retry_backoff=0.05)  # fmt: skip
+        client = OpenAIClient(
+            server.base_url,
+            server.model,
+            timeout=1.0,
+            max_retries=2,
+            backoff_base=0.05,
+            backoff_max=0.2,
+            allow_missing_token_ids=True,
+        )
+        engine = AgentExecutionEngine(
+            agent_class=BaseAgent,
+            env_class=CounterEnv,
+            model=client,
+            max_steps=2,
+            n_parallel=16,
+            retry_limit=8,
+            retry_backoff=0.05,
+        )
         tasks = [{"id": f"t{i}", "k": 2, "log": Counter()} for i in range(64)]
         episodes = engine.execute_tasks(tasks)
     served = Counter(kind for _, kind in server.log)

@@ -32,10 +32,19 @@ pytestmark = pytest.mark.reliability
 HARNESS = Path(__file__).with_name("kill_harness.py")
 REPO = Path(__file__).resolve().parents[2]
 OVERRIDES = [
-    "rollout.n=2", "rollout.max_tokens=6", "trainer.tasks_per_step=2", "data.train_size=6", "data.val_size=2",
-    "optim.micro_batch_size=2", "optim.lr=1e-2", "trainer.total_steps=2", "trainer.save_every=1",
-    "rollout.n_parallel=1", "trainer.tensorboard=false", f"workflow={HARNESS}:TwoTurnParity",
-]  # fmt: skip
+    "rollout.n=2",
+    "rollout.max_tokens=6",
+    "trainer.tasks_per_step=2",
+    "data.train_size=6",
+    "data.val_size=2",
+    "optim.micro_batch_size=2",
+    "optim.lr=1e-2",
+    "trainer.total_steps=2",
+    "trainer.save_every=1",
+    "rollout.n_parallel=1",
+    "trainer.tensorboard=false",
+    f"workflow={HARNESS}:TwoTurnParity",
+]
 RANDOM_KILLS = 6
 
 
@@ -48,13 +57,19 @@ class Harness:
         self.root, self.model_dir = root, model_dir
         self.argv = argv or ["train", "configs/arithmetic_grpo.yaml", *OVERRIDES]
         env = {**os.environ, "PYTHONHASHSEED": str(hash_seed)}
-        self.process = subprocess.Popen([sys.executable, str(HARNESS)], cwd=REPO, env=env, stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True)  # fmt: skip
+        self.process = subprocess.Popen(
+            [sys.executable, str(HARNESS)], cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
 
     def run(self, runs: list[dict]) -> dict[str, list[dict]]:
-        plan = {"argv": [*self.argv, f"model.name={self.model_dir}"],
-                "runs_root": str(self.root / "runs"), "logs": str(self.root / "logs"), "jobs": 2, "threads": 1,
-                "runs": runs}  # fmt: skip
+        plan = {
+            "argv": [*self.argv, f"model.name={self.model_dir}"],
+            "runs_root": str(self.root / "runs"),
+            "logs": str(self.root / "logs"),
+            "jobs": 2,
+            "threads": 1,
+            "runs": runs,
+        }
         self.process.stdin.write(json.dumps(plan) + "\n")
         self.process.stdin.flush()
         line = self.process.stdout.readline()
@@ -138,9 +153,16 @@ def test_a_resume_killed_at_its_own_write_points_resumes_bitwise(harness, refere
     assert "replace checkpoints/step_000002" in replaced  # the folder set aside: item 8's two renames, each killed
 
 
-OFFLINE_OVERRIDES = ["data.task=arithmetic", "data.val_size=2", "rollout.max_tokens=6", "rollout.n_parallel=1",
-                     "trainer.save_every=1", "trainer.tensorboard=false", "optim.micro_batch_size=2",
-                     "optim.lr=1e-2"]  # fmt: skip
+OFFLINE_OVERRIDES = [
+    "data.task=arithmetic",
+    "data.val_size=2",
+    "rollout.max_tokens=6",
+    "rollout.n_parallel=1",
+    "trainer.save_every=1",
+    "trainer.tensorboard=false",
+    "optim.micro_batch_size=2",
+    "optim.lr=1e-2",
+]
 
 
 @pytest.mark.parametrize("command", ["sft", "dpo"])
@@ -148,15 +170,28 @@ def test_an_sft_or_dpo_run_killed_resumes_bitwise(tmp_path, tiny_model_dir, comm
     """`rllm sft` / `rllm dpo` (3 steps, each saved, validation before and after) killed at seeded write points and
     module calls, then resumed: the same files as a run never killed."""
     chat = [{"role": "user", "content": "2+2?"}]
-    records = [{"prompt": chat, "chosen": [{"role": "assistant", "content": f"{4 + i}"}],
-                "rejected": [{"role": "assistant", "content": "five" * (i + 1)}]} for i in range(3)]  # fmt: skip
+    records = [
+        {
+            "prompt": chat,
+            "chosen": [{"role": "assistant", "content": f"{4 + i}"}],
+            "rejected": [{"role": "assistant", "content": "five" * (i + 1)}],
+        }
+        for i in range(3)
+    ]
     if command == "sft":
         records = [{"prompt": r["prompt"], "completion": r["chosen"]} for r in records]
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in records))
     key = "messages" if command == "sft" else "preferences"
-    argv = [command, f"configs/arithmetic_{command}.yaml", f"{command}.episodes=null", f"{command}.{key}={data}",
-            f"{command}.batch_size=1", f"{command}.epochs=1", *OFFLINE_OVERRIDES]  # fmt: skip
+    argv = [
+        command,
+        f"configs/arithmetic_{command}.yaml",
+        f"{command}.episodes=null",
+        f"{command}.{key}={data}",
+        f"{command}.batch_size=1",
+        f"{command}.epochs=1",
+        *OFFLINE_OVERRIDES,
+    ]
     reference_harness = Harness(tmp_path / "h", tiny_model_dir, hash_seed=1, argv=argv)
     try:
         (reference,) = reference_harness.run([{"name": "reference", "kills": []}])["reference"]
@@ -254,8 +289,9 @@ def _state_difference(expected: Path, actual: Path) -> str:
                 return f"{where}: keys {sorted(map(str, a.keys() ^ b.keys()))}"
             return next((d for k in a if (d := first(a[k], b[k], f"{where}.{k}"))), None)
         if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
-            return next((d for i, (x, y) in enumerate(zip(a, b, strict=True)) if (d := first(x, y, f"{where}[{i}]"))),
-                        None)  # fmt: skip
+            return next(
+                (d for i, (x, y) in enumerate(zip(a, b, strict=True)) if (d := first(x, y, f"{where}[{i}]"))), None
+            )
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
             return None if a.shape == b.shape and torch.equal(a, b) else where
         try:
@@ -276,8 +312,10 @@ def _tail(process: dict) -> str:
 
 def _describe(failures: dict[str, str], points: dict[str, str]) -> str:
     """The failures, each with the write point its kill came before (`points`: run name -> it)."""
-    lines = [f"{name} [before {points[name]}]: {failure}" if name in points else f"{name}: {failure}"
-             for name, failure in failures.items()]  # fmt: skip
+    lines = [
+        f"{name} [before {points[name]}]: {failure}" if name in points else f"{name}: {failure}"
+        for name, failure in failures.items()
+    ]
     return f"{len(failures)} resumed runs differ:\n" + "\n".join(lines)
 
 

@@ -27,12 +27,26 @@ def alive(pid: int) -> bool:
 
 
 def test_killing_the_trainer_leaves_no_browser(tmp_path, tiny_model_dir, chromium):
-    args = ["configs/web_grpo.yaml", f"model.name={tiny_model_dir}", "data.train_size=8", "data.val_size=8",
-            "rollout.n=2", "rollout.max_tokens=6", "rollout.max_steps=3", "trainer.tasks_per_step=4",
-            "trainer.total_steps=3", "optim.micro_batch_size=2", f"trainer.run_dir={tmp_path}",
-            "--no-progress"]  # fmt: skip
-    trainer = subprocess.Popen([sys.executable, "-m", "rllm.cli.main", "train", *args], cwd=REPO,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    args = [
+        "configs/web_grpo.yaml",
+        f"model.name={tiny_model_dir}",
+        "data.train_size=8",
+        "data.val_size=8",
+        "rollout.n=2",
+        "rollout.max_tokens=6",
+        "rollout.max_steps=3",
+        "trainer.tasks_per_step=4",
+        "trainer.total_steps=3",
+        "optim.micro_batch_size=2",
+        f"trainer.run_dir={tmp_path}",
+        "--no-progress",
+    ]
+    trainer = subprocess.Popen(
+        [sys.executable, "-m", "rllm.cli.main", "train", *args],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 120
         while not chromium_pids(trainer.pid):

@@ -17,11 +17,26 @@ TASKS = [{"id": f"t{i}", "letter": letter} for i, letter in enumerate("eatoinsr"
 
 
 def _run(tmp_path, tiny_model_dir, name, extra=(), steps=5):
-    overrides = [*TINY, f"model.name={tiny_model_dir}", f"trainer.total_steps={steps}", "rollout.n_parallel=1",
-                 "rollout.n=4", "data.val_size=0", "trainer.tensorboard=false", f"trainer.run_dir={tmp_path}",
-                 f"trainer.name={name}", *extra]  # fmt: skip
-    trainer = AgentTrainer(agent_class=BaseAgent, env_class=LetterEnv, train_dataset=TASKS, val_dataset=[],
-                           config=load_config("configs/frozenlake_grpo.yaml", overrides), progress=False)  # fmt: skip
+    overrides = [
+        *TINY,
+        f"model.name={tiny_model_dir}",
+        f"trainer.total_steps={steps}",
+        "rollout.n_parallel=1",
+        "rollout.n=4",
+        "data.val_size=0",
+        "trainer.tensorboard=false",
+        f"trainer.run_dir={tmp_path}",
+        f"trainer.name={name}",
+        *extra,
+    ]
+    trainer = AgentTrainer(
+        agent_class=BaseAgent,
+        env_class=LetterEnv,
+        train_dataset=TASKS,
+        val_dataset=[],
+        config=load_config("configs/frozenlake_grpo.yaml", overrides),
+        progress=False,
+    )
     trainer.train()
     return [m for m in load_metrics(tmp_path / name) if "reward_mean" in m]
 
@@ -129,9 +144,14 @@ def test_partial_rollouts_keep_the_bound_and_lose_no_episode_across_a_resume(tmp
 def test_decoupled_truncated_correction_trains_a_stale_run_end_to_end(tmp_path, tiny_model_dir):
     """mode decoupled through the trainer: the proximal log-probs are recomputed for every row, the mismatch is
     measured on all of them, and the stale steps' importance weights are truncated into [is_low, is_high]."""
-    extra = ["rollout.max_staleness=1", "algorithm.off_policy.mode=decoupled", "algorithm.off_policy.is_level=token",
-             "algorithm.off_policy.is_high=1.05", "algorithm.off_policy.is_low=0.95",
-             "algorithm.off_policy.mismatch_threshold=0.01"]  # fmt: skip
+    extra = [
+        "rollout.max_staleness=1",
+        "algorithm.off_policy.mode=decoupled",
+        "algorithm.off_policy.is_level=token",
+        "algorithm.off_policy.is_high=1.05",
+        "algorithm.off_policy.is_low=0.95",
+        "algorithm.off_policy.mismatch_threshold=0.01",
+    ]
     steps = _run(tmp_path, tiny_model_dir, "decoupled", extra, steps=3)
     for m in steps:
         assert m["mismatch/tokens"] == m["batch/loss_tokens"]  # every row's tokens, not one mini-batch's

@@ -29,9 +29,17 @@ def _endpoint(server, *more: str) -> list[str]:
 
 
 def test_eval_on_a_local_model_folder_writes_a_run_directory(tmp_path, tiny_model_dir):
-    out = _rllm("eval", "frozenlake", "data.val_size=3", "rollout.val_n=2", f"model.name={tiny_model_dir}",
-                "rollout.max_tokens=6", "rollout.max_steps=2", f"trainer.run_dir={tmp_path / 'runs'}",
-                cwd=tmp_path)  # fmt: skip
+    out = _rllm(
+        "eval",
+        "frozenlake",
+        "data.val_size=3",
+        "rollout.val_n=2",
+        f"model.name={tiny_model_dir}",
+        "rollout.max_tokens=6",
+        "rollout.max_steps=2",
+        f"trainer.run_dir={tmp_path / 'runs'}",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     assert "success rate" in out.stdout and "tokens/s" in out.stdout
     (run_dir,) = (tmp_path / "runs").iterdir()
@@ -47,8 +55,15 @@ def test_eval_on_a_local_model_folder_writes_a_run_directory(tmp_path, tiny_mode
 
 def test_eval_of_a_training_config_uses_its_validation_split_and_sampling(tmp_path, tiny_model_dir):
     config = load_config("configs/arithmetic_grpo.yaml", ["data.val_size=4"])
-    out = _rllm("eval", str(ROOT / "configs/arithmetic_grpo.yaml"), "data.val_size=4", f"model.name={tiny_model_dir}",
-                f"trainer.run_dir={tmp_path / 'runs'}", "--no-progress", cwd=tmp_path)  # fmt: skip
+    out = _rllm(
+        "eval",
+        str(ROOT / "configs/arithmetic_grpo.yaml"),
+        "data.val_size=4",
+        f"model.name={tiny_model_dir}",
+        f"trainer.run_dir={tmp_path / 'runs'}",
+        "--no-progress",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     episodes = read_episodes(run_dir)
@@ -59,8 +74,15 @@ def test_eval_of_a_training_config_uses_its_validation_split_and_sampling(tmp_pa
 def test_eval_against_an_openai_compatible_endpoint_in_chat_mode(tmp_path):
     with run_fake_server() as server:
         server.queue_replies(*[FakeReply("Action: down")] * 6)
-        out = _rllm("eval", "frozenlake", "data.val_size=2", "rollout.max_steps=3",
-                    f"trainer.run_dir={tmp_path / 'runs'}", *_endpoint(server), cwd=tmp_path)  # fmt: skip
+        out = _rllm(
+            "eval",
+            "frozenlake",
+            "data.val_size=2",
+            "rollout.max_steps=3",
+            f"trainer.run_dir={tmp_path / 'runs'}",
+            *_endpoint(server),
+            cwd=tmp_path,
+        )
     assert out.returncode == 0, out.stderr
     assert "episodes" in out.stdout
     (run_dir,) = (tmp_path / "runs").iterdir()
@@ -72,9 +94,17 @@ def test_eval_token_in_token_out_against_an_endpoint_with_a_key_from_the_named_v
 ):
     monkeypatch.setenv("MY_ENDPOINT_KEY", "secret-123")
     with run_fake_server() as server:
-        out = _rllm("eval", "arithmetic", "data.val_size=2", "rollout.max_tokens=4",
-                    f"rollout.openai.tokenizer={tiny_model_dir}", "rollout.openai.api_key_env=MY_ENDPOINT_KEY",
-                    f"trainer.run_dir={tmp_path / 'runs'}", *_endpoint(server), cwd=tmp_path)  # fmt: skip
+        out = _rllm(
+            "eval",
+            "arithmetic",
+            "data.val_size=2",
+            "rollout.max_tokens=4",
+            f"rollout.openai.tokenizer={tiny_model_dir}",
+            "rollout.openai.api_key_env=MY_ENDPOINT_KEY",
+            f"trainer.run_dir={tmp_path / 'runs'}",
+            *_endpoint(server),
+            cwd=tmp_path,
+        )
         paths, keys = [path for path, _ in server.requests], list(server.authorizations)
     assert out.returncode == 0, out.stderr
     assert paths == ["/v1/completions"] * 2 and keys == ["Bearer secret-123"] * 2  # token ids in, the named key
@@ -86,8 +116,21 @@ def test_eval_token_in_token_out_against_an_endpoint_with_a_key_from_the_named_v
 def test_the_first_releases_eval_flags_still_work_and_say_what_replaces_them(tmp_path):
     with run_fake_server() as server:
         server.queue_replies(*[FakeReply("Action: down")] * 6)
-        out = _rllm("eval", "frozenlake", "--n", "2", "--base-url", server.base_url, "--model", server.model,
-                    "--max-steps", "3", "--out", str(tmp_path / "runs"), cwd=tmp_path)  # fmt: skip
+        out = _rllm(
+            "eval",
+            "frozenlake",
+            "--n",
+            "2",
+            "--base-url",
+            server.base_url,
+            "--model",
+            server.model,
+            "--max-steps",
+            "3",
+            "--out",
+            str(tmp_path / "runs"),
+            cwd=tmp_path,
+        )
     assert out.returncode == 0, out.stderr
     assert "DeprecationWarning: rllm eval --n is deprecated" in out.stderr and "use data.val_size=2" in out.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
@@ -109,15 +152,29 @@ def test_eval_countdown_with_the_solver_judge_workflow_against_an_endpoint(tmp_p
     solution = make_countdown_tasks(1, seed=1)[0]["solution"]  # the task `data.val_size=1` makes (data.val_seed 1)
     with run_fake_server() as server:
         # one episode: two solver calls (a right and a wrong answer), then the judge, who picks candidate 2
-        server.queue_replies(FakeReply(f"<answer>{solution}</answer>"), FakeReply("<answer>1 + 1</answer>"),
-                             FakeReply("<answer>2</answer>"))  # fmt: skip
-        out = _rllm("eval", "countdown", "workflow=solver_judge", "data.val_size=1", "rollout.n_parallel=1",
-                    f"trainer.run_dir={tmp_path / 'runs'}", *_endpoint(server), cwd=tmp_path)  # fmt: skip
+        server.queue_replies(
+            FakeReply(f"<answer>{solution}</answer>"),
+            FakeReply("<answer>1 + 1</answer>"),
+            FakeReply("<answer>2</answer>"),
+        )
+        out = _rllm(
+            "eval",
+            "countdown",
+            "workflow=solver_judge",
+            "data.val_size=1",
+            "rollout.n_parallel=1",
+            f"trainer.run_dir={tmp_path / 'runs'}",
+            *_endpoint(server),
+            cwd=tmp_path,
+        )
     assert out.returncode == 0, out.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["role/solver/count"], summary["role/solver/reward_mean"], summary["role/solver/success_rate"]) == (
-        2, 0.5, 0.5)  # fmt: skip
+        2,
+        0.5,
+        0.5,
+    )
     # The two solvers run concurrently, so which one got the right answer depends on arrival order; the judge's
     # pick of candidate 2 is right exactly when the second solver trajectory holds the right answer.
     (episode,) = read_episodes(run_dir / "episodes.jsonl")
@@ -132,10 +189,19 @@ def test_eval_math_against_an_endpoint_scores_by_verified_equivalence(tmp_path):
     first, second = make_math_tasks(2, seed=1)  # what `data.val_size=2` generates (data.val_seed 1)
     with run_fake_server() as server:
         # a right answer written differently (a sum that sympy evaluates), and a wrong one
-        server.queue_replies(FakeReply(f"So the answer is \\boxed{{({first['answer']}) + 0}}."),
-                             FakeReply(f"\\boxed{{{second['answer']} + 1}}"))  # fmt: skip
-        out = _rllm("eval", "math", "data.val_size=2", "rollout.n_parallel=1", f"trainer.run_dir={tmp_path / 'runs'}",
-                    *_endpoint(server), cwd=tmp_path)  # fmt: skip
+        server.queue_replies(
+            FakeReply(f"So the answer is \\boxed{{({first['answer']}) + 0}}."),
+            FakeReply(f"\\boxed{{{second['answer']} + 1}}"),
+        )
+        out = _rllm(
+            "eval",
+            "math",
+            "data.val_size=2",
+            "rollout.n_parallel=1",
+            f"trainer.run_dir={tmp_path / 'runs'}",
+            *_endpoint(server),
+            cwd=tmp_path,
+        )
     assert out.returncode == 0, out.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     episodes = read_episodes(run_dir / "episodes.jsonl")
@@ -151,8 +217,15 @@ def test_eval_humaneval_against_an_endpoint_runs_the_tests_in_the_sandbox(tmp_pa
     wrong = f"```python\n{second['prompt']}    return None\n```"
     with run_fake_server() as server:
         server.queue_replies(FakeReply(right), FakeReply(wrong))
-        out = _rllm("eval", "humaneval", "data.val_size=2", "rollout.n_parallel=1",
-                    f"trainer.run_dir={tmp_path / 'runs'}", *_endpoint(server), cwd=tmp_path)  # fmt: skip
+        out = _rllm(
+            "eval",
+            "humaneval",
+            "data.val_size=2",
+            "rollout.n_parallel=1",
+            f"trainer.run_dir={tmp_path / 'runs'}",
+            *_endpoint(server),
+            cwd=tmp_path,
+        )
     assert out.returncode == 0, out.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     episodes = read_episodes(run_dir / "episodes.jsonl")
@@ -169,11 +242,19 @@ def test_eval_mcp_kb_against_an_endpoint_that_parses_tool_calls_itself(tmp_path)
     planet = next(name for name in PLANETS if name in task["question"])
     with run_fake_server() as server:
         # a chat-mode server parses calls itself: the first reply is a lookup call, the second the answer
-        server.queue_replies(FakeReply("", tool_calls=[{"name": "lookup", "arguments": {"entity": planet,
-                                                                                      "attribute": "moons"}}]),
-                             FakeReply(f"<answer>{task['answer']}</answer>"))  # fmt: skip
-        out = _rllm("eval", "mcp_kb", "data.val_size=1", "rollout.max_steps=3", f"trainer.run_dir={tmp_path / 'runs'}",
-                    *_endpoint(server), cwd=tmp_path)  # fmt: skip
+        server.queue_replies(
+            FakeReply("", tool_calls=[{"name": "lookup", "arguments": {"entity": planet, "attribute": "moons"}}]),
+            FakeReply(f"<answer>{task['answer']}</answer>"),
+        )
+        out = _rllm(
+            "eval",
+            "mcp_kb",
+            "data.val_size=1",
+            "rollout.max_steps=3",
+            f"trainer.run_dir={tmp_path / 'runs'}",
+            *_endpoint(server),
+            cwd=tmp_path,
+        )
         bodies = [body for path, body in server.requests if path.endswith("/chat/completions")]
     assert out.returncode == 0, out.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()

@@ -23,26 +23,50 @@ def _returns_error(trainer: AgentTrainer, values_of) -> float:
     cfg = trainer.config
     model = trainer.backend.make_rollout_model(seed=1)
     try:
-        engine = AgentWorkflowEngine(workflow_class=trainer.workflow_class, workflow_args=trainer.workflow_args,
-                                     model=model, sampling=cfg.rollout.to_sampling(seed=1))  # fmt: skip
+        engine = AgentWorkflowEngine(
+            workflow_class=trainer.workflow_class,
+            workflow_args=trainer.workflow_args,
+            model=model,
+            sampling=cfg.rollout.to_sampling(seed=1),
+        )
         episodes = engine.execute_tasks(trainer.val_dataset, n_rollouts=2)
     finally:
         model.close()
     batch = score_episodes(episodes, cfg.algorithm)
-    rows, _ = build_rows(batch.trajectories, step_advantages=batch.step_advantages, step_rewards=batch.step_rewards,
-                         max_prompt_length=512, max_response_length=512)  # fmt: skip
+    rows, _ = build_rows(
+        batch.trajectories,
+        step_advantages=batch.step_advantages,
+        step_rewards=batch.step_rewards,
+        max_prompt_length=512,
+        max_response_length=512,
+    )
     apply_gae(rows, values_of(rows), cfg.algorithm)
-    errors = [abs(row.returns[t] - batch.rewards[row.trajectory_index])
-              for row in rows for t, mask in enumerate(row.loss_mask) if mask]  # fmt: skip
+    errors = [
+        abs(row.returns[t] - batch.rewards[row.trajectory_index])
+        for row in rows
+        for t, mask in enumerate(row.loss_mask)
+        if mask
+    ]
     return sum(errors) / len(errors)
 
 
 def test_the_critic_learns_on_arithmetic_with_the_embedded_model(tmp_path):
-    config = load_config("configs/arithmetic_grpo.yaml", [
-        "algorithm.advantage=gae", "algorithm.lam=0.95", "rollout.n=2", "trainer.tasks_per_step=4",
-        f"trainer.total_steps={STEPS}", "data.task_args.digits=[2,1]", "data.val_size=8", "trainer.val_every=0",
-        "trainer.tensorboard=false", f"trainer.run_dir={tmp_path}", "trainer.name=gae",
-    ])  # fmt: skip
+    config = load_config(
+        "configs/arithmetic_grpo.yaml",
+        [
+            "algorithm.advantage=gae",
+            "algorithm.lam=0.95",
+            "rollout.n=2",
+            "trainer.tasks_per_step=4",
+            f"trainer.total_steps={STEPS}",
+            "data.task_args.digits=[2,1]",
+            "data.val_size=8",
+            "trainer.val_every=0",
+            "trainer.tensorboard=false",
+            f"trainer.run_dir={tmp_path}",
+            "trainer.name=gae",
+        ],
+    )
     trainer = AgentTrainer(config=config, progress=False)
     trainer.train()
     steps = [m for m in load_metrics(tmp_path / "gae") if "value_loss" in m]

@@ -26,9 +26,15 @@ from tests.conftest import sharp_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
-    "rollout.n=2", "rollout.max_tokens=6", "trainer.tasks_per_step=2", "trainer.total_steps=2",
-    "data.train_size=4", "data.val_size=2", "optim.micro_batch_size=4", "rollout.n_parallel=4",
-]  # fmt: skip
+    "rollout.n=2",
+    "rollout.max_tokens=6",
+    "trainer.tasks_per_step=2",
+    "trainer.total_steps=2",
+    "data.train_size=4",
+    "data.val_size=2",
+    "optim.micro_batch_size=4",
+    "rollout.n_parallel=4",
+]
 
 
 def _parity_reward(task: dict, answer: str) -> float:
@@ -59,9 +65,12 @@ def test_openai_sdk_agent_trains_token_exactly_through_the_gateway(tmp_path, tin
     episodes = [Episode.model_validate(line["episode"]) for line in lines if line["split"] == "train"]
     assert len(episodes) == 8 and all(e.termination_reason.value == "env_done" for e in episodes)
     pairs = episode_trajectories(episodes)
-    rows, stats = build_rows(pairs, step_advantages=[[1.0] * len(t.steps) for _, t in pairs],
-                             max_prompt_length=config.rollout.max_prompt_length,
-                             max_response_length=config.rollout.max_response_length)  # fmt: skip
+    rows, stats = build_rows(
+        pairs,
+        step_advantages=[[1.0] * len(t.steps) for _, t in pairs],
+        max_prompt_length=config.rollout.max_prompt_length,
+        max_response_length=config.rollout.max_response_length,
+    )
     assert stats["rows_split"] == 0 and len(rows) == len(pairs)
     for row, (_, trajectory) in zip(rows, pairs, strict=True):
         first, last = (step.model_output for step in (trajectory.steps[0], trajectory.steps[-1]))
@@ -76,8 +85,21 @@ def test_openai_sdk_agent_trains_token_exactly_through_the_gateway(tmp_path, tin
 def test_rllm_serve_gateway_in_front_of_an_upstream(tmp_path, tiny_model_dir):
     with run_fake_server() as upstream:
         upstream.queue_replies(FakeReply("First."), FakeReply("Second."))
-        command = [sys.executable, "-m", "rllm.cli.main", "serve", "gateway", "--upstream", upstream.base_url,
-                   "--model", upstream.model, "--tokenizer", str(tiny_model_dir), "--port", "0"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "rllm.cli.main",
+            "serve",
+            "gateway",
+            "--upstream",
+            upstream.base_url,
+            "--model",
+            upstream.model,
+            "--tokenizer",
+            str(tiny_model_dir),
+            "--port",
+            "0",
+        ]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
         try:
             base_url = read_first_line(process, 120.0)
@@ -105,9 +127,23 @@ def test_rllm_eval_runs_the_openai_sdk_agent_against_an_endpoint(tmp_path):
         return FakeReply(f"{a * b}")
 
     with run_fake_server(reply_fn=right_answer) as server:
-        command = [sys.executable, "-m", "rllm.cli.main", "eval", "arithmetic", "--workflow",
-                   "examples/openai_agent.py:solve", "--n", "3", "--base-url", server.base_url, "--model",
-                   server.model, "--out", str(tmp_path)]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "rllm.cli.main",
+            "eval",
+            "arithmetic",
+            "--workflow",
+            "examples/openai_agent.py:solve",
+            "--n",
+            "3",
+            "--base-url",
+            server.base_url,
+            "--model",
+            server.model,
+            "--out",
+            str(tmp_path),
+        ]
         out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
         chat_requests = [path for path, _ in server.requests if path.endswith("/chat/completions")]
     assert out.returncode == 0, out.stderr[-2000:]

@@ -17,15 +17,29 @@ from rllm.training.trainer import AgentTrainer, TaskSampler, is_time_metric
 from tests.conftest import run_rllm
 
 TINY = [
-    "rollout.n=2", "rollout.max_tokens=6", "rollout.max_steps=2", "trainer.tasks_per_step=2",
-    "data.train_size=6", "data.val_size=2", "optim.micro_batch_size=2", "optim.lr=1e-2",
-    "rollout.val_n=1", "rollout.val_temperature=0",  # greedy validation, one episode a task (the config samples 4)
-]  # fmt: skip
+    "rollout.n=2",
+    "rollout.max_tokens=6",
+    "rollout.max_steps=2",
+    "trainer.tasks_per_step=2",
+    "data.train_size=6",
+    "data.val_size=2",
+    "optim.micro_batch_size=2",
+    "optim.lr=1e-2",
+    "rollout.val_n=1",
+    "rollout.val_temperature=0",  # greedy validation, one episode a task (the config samples 4)
+]
 
 
 def test_rllm_train_cli_runs_two_steps(tmp_path, tiny_model_dir):
-    args = ["configs/frozenlake_grpo.yaml", *TINY, f"model.name={tiny_model_dir}", "trainer.total_steps=2",
-            f"trainer.run_dir={tmp_path}", "trainer.name=cli", "--no-progress"]  # fmt: skip
+    args = [
+        "configs/frozenlake_grpo.yaml",
+        *TINY,
+        f"model.name={tiny_model_dir}",
+        "trainer.total_steps=2",
+        f"trainer.run_dir={tmp_path}",
+        "trainer.name=cli",
+        "--no-progress",
+    ]
     out = run_rllm("train", *args)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "val success rate" in out.stdout
@@ -35,8 +49,18 @@ def test_rllm_train_cli_runs_two_steps(tmp_path, tiny_model_dir):
     train_steps = [m["step"] for m in metrics if "reward_mean" in m]
     assert train_steps == [1, 2]
     step = next(m for m in metrics if m["step"] == 2 and "reward_mean" in m)
-    for key in ("clip_fraction", "approx_kl", "grad_norm", "token_mismatch", "time_rollout_s", "time_update_s",
-                "time_push_s", "tokens_per_s", "response_length_mean", "success_rate"):  # fmt: skip
+    for key in (
+        "clip_fraction",
+        "approx_kl",
+        "grad_norm",
+        "token_mismatch",
+        "time_rollout_s",
+        "time_update_s",
+        "time_push_s",
+        "tokens_per_s",
+        "response_length_mean",
+        "success_rate",
+    ):
         assert key in step, key
     assert 0 <= step["time_push_s"] <= step["time_update_s"]  # the push is part of the update's time
     assert "gpu_peak_memory_gib" not in step  # a CPU run has no GPU memory to report
@@ -65,10 +89,20 @@ class Parity(Workflow):
 @pytest.mark.parametrize("advantage", typing.get_args(AdvantageName))
 def test_every_advantage_estimator_trains_a_step_through_the_cli(tmp_path, tiny_model_dir, advantage):
     (tmp_path / "parity.py").write_text(PARITY_WORKFLOW)
-    args = ["configs/arithmetic_grpo.yaml", *TINY, "rollout.n=4", f"model.name={tiny_model_dir}",
-            "trainer.total_steps=1", "data.val_size=0", "trainer.tensorboard=false", f"trainer.run_dir={tmp_path}",
-            "trainer.name=run", f"workflow={tmp_path / 'parity.py'}:Parity", f"algorithm.advantage={advantage}",
-            "--no-progress"]  # fmt: skip
+    args = [
+        "configs/arithmetic_grpo.yaml",
+        *TINY,
+        "rollout.n=4",
+        f"model.name={tiny_model_dir}",
+        "trainer.total_steps=1",
+        "data.val_size=0",
+        "trainer.tensorboard=false",
+        f"trainer.run_dir={tmp_path}",
+        "trainer.name=run",
+        f"workflow={tmp_path / 'parity.py'}:Parity",
+        f"algorithm.advantage={advantage}",
+        "--no-progress",
+    ]
     out = run_rllm("train", *args)
     assert out.returncode == 0, out.stderr[-3000:]
     (step,) = [m for m in load_metrics(tmp_path / "run") if "reward_mean" in m]
@@ -81,15 +115,28 @@ def test_every_advantage_estimator_trains_a_step_through_the_cli(tmp_path, tiny_
 
 @pytest.mark.parametrize(
     ("loss", "extra"),
-    [("gspo", ["algorithm.clip_low=3e-4", "algorithm.clip_high=4e-4", "algorithm.loss_agg=seq-mean-token-mean"]),
-     ("cispo", ["algorithm.clip_low=0.99", "algorithm.clip_high=0.28", "algorithm.overlong_buffer=2"])],
-)  # fmt: skip
+    [
+        ("gspo", ["algorithm.clip_low=3e-4", "algorithm.clip_high=4e-4", "algorithm.loss_agg=seq-mean-token-mean"]),
+        ("cispo", ["algorithm.clip_low=0.99", "algorithm.clip_high=0.28", "algorithm.overlong_buffer=2"]),
+    ],
+)
 def test_gspo_and_cispo_train_a_step_through_the_cli(tmp_path, tiny_model_dir, loss, extra):
     (tmp_path / "parity.py").write_text(PARITY_WORKFLOW)
-    args = ["configs/arithmetic_grpo.yaml", *TINY, "rollout.n=4", f"model.name={tiny_model_dir}",
-            "trainer.total_steps=1", "data.val_size=0", "trainer.tensorboard=false", f"trainer.run_dir={tmp_path}",
-            "trainer.name=run", f"workflow={tmp_path / 'parity.py'}:Parity", f"algorithm.policy_loss={loss}", *extra,
-            "--no-progress"]  # fmt: skip
+    args = [
+        "configs/arithmetic_grpo.yaml",
+        *TINY,
+        "rollout.n=4",
+        f"model.name={tiny_model_dir}",
+        "trainer.total_steps=1",
+        "data.val_size=0",
+        "trainer.tensorboard=false",
+        f"trainer.run_dir={tmp_path}",
+        "trainer.name=run",
+        f"workflow={tmp_path / 'parity.py'}:Parity",
+        f"algorithm.policy_loss={loss}",
+        *extra,
+        "--no-progress",
+    ]
     out = run_rllm("train", *args)
     assert out.returncode == 0, out.stderr[-3000:]
     (step,) = [m for m in load_metrics(tmp_path / "run") if "reward_mean" in m]
@@ -137,13 +184,29 @@ class DeadOrLiveEnv(BaseEnv):
 
 def test_dynamic_sampling_refills_uniform_groups_until_the_step_has_its_tasks(tmp_path, tiny_model_dir):
     tasks = [{"id": f"dead{i}", "live": False} for i in range(6)] + [{"id": f"live{i}", "live": True} for i in range(2)]
-    overrides = [*TINY, f"model.name={tiny_model_dir}", "trainer.total_steps=2", "rollout.n=8", "rollout.max_steps=1",
-                 "data.val_size=0", f"trainer.run_dir={tmp_path}", "trainer.name=dapo", "trainer.tensorboard=false",
-                 "algorithm.drop_uniform_groups=true", "algorithm.max_sampling_rounds=8"]  # fmt: skip
+    overrides = [
+        *TINY,
+        f"model.name={tiny_model_dir}",
+        "trainer.total_steps=2",
+        "rollout.n=8",
+        "rollout.max_steps=1",
+        "data.val_size=0",
+        f"trainer.run_dir={tmp_path}",
+        "trainer.name=dapo",
+        "trainer.tensorboard=false",
+        "algorithm.drop_uniform_groups=true",
+        "algorithm.max_sampling_rounds=8",
+    ]
     config = load_config("configs/frozenlake_grpo.yaml", overrides)
     assert any(not t["live"] for t in TaskSampler(tasks, config.trainer.seed).take(2))  # step 1 must refill
-    trainer = AgentTrainer(agent_class=BaseAgent, env_class=DeadOrLiveEnv, train_dataset=tasks, val_dataset=[],
-                           config=config, progress=False)  # fmt: skip
+    trainer = AgentTrainer(
+        agent_class=BaseAgent,
+        env_class=DeadOrLiveEnv,
+        train_dataset=tasks,
+        val_dataset=[],
+        config=config,
+        progress=False,
+    )
     trainer.train()
     for step in (m for m in load_metrics(tmp_path / "dapo") if "reward_mean" in m):
         assert step["batch/tasks"] > 2  # refilled past the 2 tasks a step asks for
@@ -152,11 +215,25 @@ def test_dynamic_sampling_refills_uniform_groups_until_the_step_has_its_tasks(tm
 
 
 def _run(tmp_path, tiny_model_dir, name, extra=()):
-    overrides = [*TINY, f"model.name={tiny_model_dir}", "trainer.total_steps=4", "rollout.n_parallel=1",
-                 "rollout.n=4", f"trainer.run_dir={tmp_path}", f"trainer.name={name}", *extra]  # fmt: skip
+    overrides = [
+        *TINY,
+        f"model.name={tiny_model_dir}",
+        "trainer.total_steps=4",
+        "rollout.n_parallel=1",
+        "rollout.n=4",
+        f"trainer.run_dir={tmp_path}",
+        f"trainer.name={name}",
+        *extra,
+    ]
     tasks = [{"id": f"t{i}", "letter": letter} for i, letter in enumerate("eatoin")]
-    trainer = AgentTrainer(agent_class=BaseAgent, env_class=LetterEnv, train_dataset=tasks, val_dataset=tasks[:2],
-                           config=load_config("configs/frozenlake_grpo.yaml", overrides), progress=False)  # fmt: skip
+    trainer = AgentTrainer(
+        agent_class=BaseAgent,
+        env_class=LetterEnv,
+        train_dataset=tasks,
+        val_dataset=tasks[:2],
+        config=load_config("configs/frozenlake_grpo.yaml", overrides),
+        progress=False,
+    )
     return trainer.train()
 
 
@@ -203,9 +280,18 @@ def test_solver_judge_workflow_trains_both_roles_with_their_own_estimators(tmp_p
     from rllm.training import losses
     from rllm.workflows.solver_judge import SolverJudgeWorkflow
 
-    overrides = [*TINY, f"model.name={tiny_model_dir}", "trainer.total_steps=2", "rollout.n=2", "rollout.n_parallel=4",
-                 "rollout.max_prompt_length=256", f"trainer.run_dir={tmp_path}", "trainer.name=sj",
-                 "algorithm.roles.judge.policy_loss=cispo", "algorithm.roles.judge.clip_low=0.99"]  # fmt: skip
+    overrides = [
+        *TINY,
+        f"model.name={tiny_model_dir}",
+        "trainer.total_steps=2",
+        "rollout.n=2",
+        "rollout.n_parallel=4",
+        "rollout.max_prompt_length=256",
+        f"trainer.run_dir={tmp_path}",
+        "trainer.name=sj",
+        "algorithm.roles.judge.policy_loss=cispo",
+        "algorithm.roles.judge.clip_low=0.99",
+    ]
     config = load_config("configs/countdown_solver_judge.yaml", overrides)
     assert config.algorithm.for_role("judge").advantage == "reinforce"
     assert config.algorithm.for_role("solver").advantage == "grpo"
@@ -218,8 +304,12 @@ def test_solver_judge_workflow_trains_both_roles_with_their_own_estimators(tmp_p
             return _loss(*args, **kwargs)
 
         monkeypatch.setitem(losses.POLICY_LOSSES, kind, spy)
-    trainer = AgentTrainer(workflow_class=SolverJudgeWorkflow, config=config, progress=False,
-                           workflow_args={"prompt_fn": countdown_prompt, "reward_fn": _parity_reward})  # fmt: skip
+    trainer = AgentTrainer(
+        workflow_class=SolverJudgeWorkflow,
+        config=config,
+        progress=False,
+        workflow_args={"prompt_fn": countdown_prompt, "reward_fn": _parity_reward},
+    )
     result = trainer.train()
     steps = [m for m in load_metrics(tmp_path / "sj") if "reward_mean" in m]
     assert [m["step"] for m in steps] == [1, 2]
@@ -244,8 +334,11 @@ def test_each_step_is_saved_once_and_a_resumed_run_stamps_its_weight_version(tmp
 
     saved = []
     original = trainer_module.save_checkpoint
-    monkeypatch.setattr(trainer_module, "save_checkpoint", lambda run_dir, step, *a, **k: (
-        saved.append(step), original(run_dir, step, *a, **k))[1])  # fmt: skip
+    monkeypatch.setattr(
+        trainer_module,
+        "save_checkpoint",
+        lambda run_dir, step, *a, **k: (saved.append(step), original(run_dir, step, *a, **k))[1],
+    )
     _run(tmp_path, tiny_model_dir, "once", ["trainer.save_every=1", "trainer.stop_after=2"])
     assert saved == [1, 2]
     done = _run(tmp_path, tiny_model_dir, "ignored", ["trainer.save_every=1", f"trainer.resume={tmp_path / 'once'}"])
@@ -288,8 +381,9 @@ def test_a_kill_between_the_final_validation_and_the_last_save_leaves_logs_as_an
         return [{k: v for k, v in m.items() if not is_time_metric(k)} for m in load_metrics(tmp_path / run)]
 
     assert comparable("killed") == comparable("straight")
-    episodes = {run: [(r["step"], r["split"]) for r in read_episode_records(tmp_path / run)]
-                for run in ("straight", "killed")}  # fmt: skip
+    episodes = {
+        run: [(r["step"], r["split"]) for r in read_episode_records(tmp_path / run)] for run in ("straight", "killed")
+    }
     assert episodes["killed"] == episodes["straight"]
 
 
@@ -305,12 +399,27 @@ class HugeRewardEnv(LetterEnv):
 def test_non_finite_updates_are_skipped_and_the_run_stops_with_its_weights_intact(tmp_path, tiny_model_dir):
     from rllm.training.trainer import TrainingDivergedError
 
-    overrides = [*TINY, f"model.name={tiny_model_dir}", "trainer.total_steps=4", "rollout.n=4",
-                 f"trainer.run_dir={tmp_path}", "trainer.name=huge", "trainer.max_nonfinite_updates=2",
-                 "model.lora.enabled=false", "data.val_size=0", "algorithm.advantage=reinforce"]  # fmt: skip
+    overrides = [
+        *TINY,
+        f"model.name={tiny_model_dir}",
+        "trainer.total_steps=4",
+        "rollout.n=4",
+        f"trainer.run_dir={tmp_path}",
+        "trainer.name=huge",
+        "trainer.max_nonfinite_updates=2",
+        "model.lora.enabled=false",
+        "data.val_size=0",
+        "algorithm.advantage=reinforce",
+    ]
     tasks = [{"id": f"t{i}", "letter": letter} for i, letter in enumerate("eatoin")]
-    trainer = AgentTrainer(agent_class=BaseAgent, env_class=HugeRewardEnv, train_dataset=tasks, val_dataset=[],
-                           config=load_config("configs/frozenlake_grpo.yaml", overrides), progress=False)  # fmt: skip
+    trainer = AgentTrainer(
+        agent_class=BaseAgent,
+        env_class=HugeRewardEnv,
+        train_dataset=tasks,
+        val_dataset=[],
+        config=load_config("configs/frozenlake_grpo.yaml", overrides),
+        progress=False,
+    )
     from rllm.models.registry import load_causal_lm
 
     initial = load_causal_lm(tiny_model_dir).state_dict()

@@ -22,8 +22,15 @@ from rllm.viewer import start_server
 from tests.conftest import run_rllm
 
 ARTIFACTS = Path(os.environ.get("RLLM_TEST_ARTIFACTS", "test-artifacts")) / "viewer"
-TRAIN = ["rollout.n=4", "rollout.max_tokens=6", "trainer.tasks_per_step=2", "data.train_size=6", "data.val_size=2",
-         "optim.micro_batch_size=4", "trainer.total_steps=2"]  # fmt: skip
+TRAIN = [
+    "rollout.n=4",
+    "rollout.max_tokens=6",
+    "trainer.tasks_per_step=2",
+    "data.train_size=6",
+    "data.val_size=2",
+    "optim.micro_batch_size=4",
+    "trainer.total_steps=2",
+]
 TWO_TURN_PARITY = """
 from rllm import Step, Trajectory, Workflow
 
@@ -50,9 +57,16 @@ def viewer(tmp_path_factory, tiny_model_dir, chromium):
     root = tmp_path_factory.mktemp("runs")
     workflow = tmp_path_factory.mktemp("workflow") / "parity.py"
     workflow.write_text(TWO_TURN_PARITY)
-    out = run_rllm("train", "configs/arithmetic_grpo.yaml", *TRAIN, f"model.name={tiny_model_dir}",
-                   f"workflow={workflow}:TwoTurnParity", f"trainer.run_dir={root}", "trainer.name=lake",
-                   "--no-progress")  # fmt: skip
+    out = run_rllm(
+        "train",
+        "configs/arithmetic_grpo.yaml",
+        *TRAIN,
+        f"model.name={tiny_model_dir}",
+        f"workflow={workflow}:TwoTurnParity",
+        f"trainer.run_dir={root}",
+        "trainer.name=lake",
+        "--no-progress",
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"rllm view {root / 'lake'}" in out.stderr and f"rllm view {root / 'lake'}" in out.stdout
     _uniform_group_copy(root)
@@ -238,9 +252,12 @@ def test_an_episode_shows_its_conversation_and_exactly_its_trained_tokens(viewer
     rollout = yaml.safe_load((root / "lake" / "config.yaml").read_text())["rollout"]
     episode = record["episode"]
     pairs = [(episode, t) for t in episode.trajectories]
-    rows, stats = build_rows(pairs, step_advantages=[[0.0] * len(t.steps) for t in episode.trajectories],
-                             max_prompt_length=rollout["max_prompt_length"],
-                             max_response_length=rollout["max_response_length"])  # fmt: skip
+    rows, stats = build_rows(
+        pairs,
+        step_advantages=[[0.0] * len(t.steps) for t in episode.trajectories],
+        max_prompt_length=rollout["max_prompt_length"],
+        max_response_length=rollout["max_response_length"],
+    )
     page, errors = _open(browser, f"{url}#/run/lake/episode/{line}")
     conversation = page.get_by_test_id("conversation").inner_text()
     assert episode.task["question"] in conversation and "Again, an odd length." in conversation
@@ -355,8 +372,9 @@ def test_advantages_of_a_run_written_before_they_were_recorded_are_recomputed_ex
     old = root / "lake-old"
     shutil.copytree(root / "lake", old, ignore=shutil.ignore_patterns("checkpoints", "tensorboard"))
     records = [json.loads(line) for line in (old / "episodes.jsonl").read_text().splitlines()]
-    (old / "episodes.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "trained"}) + "\n"
-                                                for r in records))  # fmt: skip
+    (old / "episodes.jsonl").write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "trained"}) + "\n" for r in records)
+    )
     advantages = set()
     for line, record in enumerate(records, start=1):
         if record["split"] != "train":

@@ -11,8 +11,15 @@ import torch
 from rllm.runs import load_metrics, read_episodes
 from tests.conftest import run_rllm
 
-SMALL = ["rollout.n=2", "trainer.tasks_per_step=2", "data.train_size=4", "data.val_size=2", "optim.micro_batch_size=4",
-         "optim.lr=1e-2", "rollout.max_tokens=4"]  # fmt: skip
+SMALL = [
+    "rollout.n=2",
+    "trainer.tasks_per_step=2",
+    "data.train_size=4",
+    "data.val_size=2",
+    "optim.micro_batch_size=4",
+    "optim.lr=1e-2",
+    "rollout.max_tokens=4",
+]
 
 
 def test_sft_then_grpo_on_pictures_with_a_trainable_tower(tmp_path, tiny_vlm_dir):
@@ -20,13 +27,29 @@ def test_sft_then_grpo_on_pictures_with_a_trainable_tower(tmp_path, tiny_vlm_dir
 
     messages = tmp_path / "shapes.jsonl"
     messages.write_text("".join(json.dumps(r) + "\n" for r in sft_records(make_shapes_tasks(8, seed=5))))
-    sft = run_rllm("sft", "configs/shapes_sft.yaml", f"model.name={tiny_vlm_dir}", f"sft.messages={messages}",
-                   "sft.batch_size=4", f"trainer.run_dir={tmp_path}", "trainer.name=sft", *SMALL,
-                   "--no-progress")  # fmt: skip
+    sft = run_rllm(
+        "sft",
+        "configs/shapes_sft.yaml",
+        f"model.name={tiny_vlm_dir}",
+        f"sft.messages={messages}",
+        "sft.batch_size=4",
+        f"trainer.run_dir={tmp_path}",
+        "trainer.name=sft",
+        *SMALL,
+        "--no-progress",
+    )
     assert sft.returncode == 0, sft.stderr[-3000:]
-    grpo = run_rllm("train", "configs/shapes_grpo.yaml", f"model.name={tiny_vlm_dir}", "trainer.total_steps=1",
-                    f"model.init_from={tmp_path / 'sft'}", f"trainer.run_dir={tmp_path}", "trainer.name=grpo",
-                    *SMALL, "--no-progress")  # fmt: skip
+    grpo = run_rllm(
+        "train",
+        "configs/shapes_grpo.yaml",
+        f"model.name={tiny_vlm_dir}",
+        "trainer.total_steps=1",
+        f"model.init_from={tmp_path / 'sft'}",
+        f"trainer.run_dir={tmp_path}",
+        "trainer.name=grpo",
+        *SMALL,
+        "--no-progress",
+    )
     assert grpo.returncode == 0, grpo.stderr[-3000:]
     (step,) = [m for m in load_metrics(tmp_path / "grpo") if "reward_mean" in m]
     assert step["mismatch/tokens"] > 0 and step["mismatch/abs_diff_max"] < 1e-4  # trainer == sampler
@@ -40,8 +63,12 @@ def test_sft_then_grpo_on_pictures_with_a_trainable_tower(tmp_path, tiny_vlm_dir
 
 
 def _val_images(run):
-    return {s.model_output.prompt_images[0] for e in read_episodes(run, split="val") for t in e.trajectories
-            for s in t.steps}  # fmt: skip
+    return {
+        s.model_output.prompt_images[0]
+        for e in read_episodes(run, split="val")
+        for t in e.trajectories
+        for s in t.steps
+    }
 
 
 def test_init_from_carries_the_trained_tower(tmp_path, tiny_vlm_dir):
@@ -52,9 +79,18 @@ def test_init_from_carries_the_trained_tower(tmp_path, tiny_vlm_dir):
 
     messages = tmp_path / "shapes.jsonl"
     messages.write_text("".join(json.dumps(r) + "\n" for r in sft_records(make_shapes_tasks(4, seed=6))))
-    sft = run_rllm("sft", "configs/shapes_sft.yaml", *SMALL, f"model.name={tiny_vlm_dir}",
-                   f"sft.messages={messages}", "sft.batch_size=4", "data.val_size=0", f"trainer.run_dir={tmp_path}",
-                   "trainer.name=sft", "--no-progress")  # fmt: skip
+    sft = run_rllm(
+        "sft",
+        "configs/shapes_sft.yaml",
+        *SMALL,
+        f"model.name={tiny_vlm_dir}",
+        f"sft.messages={messages}",
+        "sft.batch_size=4",
+        "data.val_size=0",
+        f"trainer.run_dir={tmp_path}",
+        "trainer.name=sft",
+        "--no-progress",
+    )
     assert sft.returncode == 0, sft.stderr[-3000:]
     model = load_causal_lm(tiny_vlm_dir)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -66,9 +102,18 @@ def test_init_from_carries_the_trained_tower(tmp_path, tiny_vlm_dir):
 
 def test_frozenlake_with_pictures_of_the_board_trains_one_row_per_episode(tmp_path, tiny_vlm_dir):
     """configs/frozenlake_image_grpo.yaml: multi-turn, one picture per observation, trained exactly as sampled."""
-    grpo = run_rllm("train", "configs/frozenlake_image_grpo.yaml", f"model.name={tiny_vlm_dir}",
-                    "trainer.total_steps=1", "rollout.max_steps=3", "rollout.val_n=1", f"trainer.run_dir={tmp_path}",
-                    "trainer.name=lake", *SMALL, "--no-progress")  # fmt: skip
+    grpo = run_rllm(
+        "train",
+        "configs/frozenlake_image_grpo.yaml",
+        f"model.name={tiny_vlm_dir}",
+        "trainer.total_steps=1",
+        "rollout.max_steps=3",
+        "rollout.val_n=1",
+        f"trainer.run_dir={tmp_path}",
+        "trainer.name=lake",
+        *SMALL,
+        "--no-progress",
+    )
     assert grpo.returncode == 0, grpo.stderr[-3000:]
     (step,) = [m for m in load_metrics(tmp_path / "lake") if "reward_mean" in m]
     assert step["mismatch/tokens"] > 0 and step["mismatch/abs_diff_max"] < 1e-4

@@ -17,10 +17,21 @@ def _chromium(chromium):
 
 
 def test_rllm_train_runs_the_web_config(tmp_path, tiny_model_dir):
-    args = ["configs/web_grpo.yaml", f"model.name={tiny_model_dir}", "data.train_size=2", "data.val_size=2",
-            "rollout.n=2", "rollout.max_tokens=6", "rollout.max_steps=2", "trainer.tasks_per_step=2",
-            "trainer.total_steps=1", "optim.micro_batch_size=2", f"trainer.run_dir={tmp_path / 'runs'}",
-            "trainer.name=web", "--no-progress"]  # fmt: skip
+    args = [
+        "configs/web_grpo.yaml",
+        f"model.name={tiny_model_dir}",
+        "data.train_size=2",
+        "data.val_size=2",
+        "rollout.n=2",
+        "rollout.max_tokens=6",
+        "rollout.max_steps=2",
+        "trainer.tasks_per_step=2",
+        "trainer.total_steps=1",
+        "optim.micro_batch_size=2",
+        f"trainer.run_dir={tmp_path / 'runs'}",
+        "trainer.name=web",
+        "--no-progress",
+    ]
     out = run_rllm("train", *args)
     assert out.returncode == 0, out.stderr[-3000:]
     episodes = read_episodes(tmp_path / "runs" / "web", split="train")
@@ -34,9 +45,17 @@ def test_rllm_train_runs_the_web_config(tmp_path, tiny_model_dir):
 
 
 def test_rllm_eval_runs_the_web_config_on_the_validation_tasks(tmp_path, tiny_model_dir):
-    args = ["configs/web_grpo.yaml", f"model.name={tiny_model_dir}", "data.task_args={}", "data.val_size=3",
-            "rollout.max_tokens=4", "rollout.max_steps=1", f"trainer.run_dir={tmp_path / 'runs'}",
-            "trainer.name=web-eval", "--no-progress"]  # fmt: skip
+    args = [
+        "configs/web_grpo.yaml",
+        f"model.name={tiny_model_dir}",
+        "data.task_args={}",
+        "data.val_size=3",
+        "rollout.max_tokens=4",
+        "rollout.max_steps=1",
+        f"trainer.run_dir={tmp_path / 'runs'}",
+        "trainer.name=web-eval",
+        "--no-progress",
+    ]
     out = run_rllm("eval", *args)
     assert out.returncode == 0, out.stderr[-3000:]
     from rllm.tasks.web.miniwob import split_tasks
@@ -50,11 +69,23 @@ def test_rllm_eval_runs_the_web_config_on_the_validation_tasks(tmp_path, tiny_mo
 def test_a_vision_model_sees_screenshots_of_the_pages(tmp_path, tiny_vlm_dir):
     """`env_args.screenshot=true` with a VLM: each turn shows the page's text and its screenshot; the turns of an
     episode extend each other (one row each) and train exactly as sampled."""
-    args = ["configs/web_grpo.yaml", f"model.name={tiny_vlm_dir}", "env_args.screenshot=true",
-            "env_args.viewport=[160,210]", "data.train_size=2", "data.val_size=0", "rollout.n=2",
-            "rollout.max_tokens=6", "rollout.max_steps=2", "trainer.tasks_per_step=2", "trainer.total_steps=1",
-            "optim.micro_batch_size=2", f"trainer.run_dir={tmp_path / 'runs'}", "trainer.name=web-vlm",
-            "--no-progress"]  # fmt: skip
+    args = [
+        "configs/web_grpo.yaml",
+        f"model.name={tiny_vlm_dir}",
+        "env_args.screenshot=true",
+        "env_args.viewport=[160,210]",
+        "data.train_size=2",
+        "data.val_size=0",
+        "rollout.n=2",
+        "rollout.max_tokens=6",
+        "rollout.max_steps=2",
+        "trainer.tasks_per_step=2",
+        "trainer.total_steps=1",
+        "optim.micro_batch_size=2",
+        f"trainer.run_dir={tmp_path / 'runs'}",
+        "trainer.name=web-vlm",
+        "--no-progress",
+    ]
     out = run_rllm("train", *args)
     assert out.returncode == 0, out.stderr[-3000:]
     (step,) = [m for m in load_metrics(tmp_path / "runs" / "web-vlm") if "reward_mean" in m]

@@ -5,9 +5,16 @@ from rllm.tasks import get_task
 from rllm.tasks.arithmetic import ArithmeticAgent, ArithmeticEnv, make_arithmetic_tasks, parse_last_integer
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("2082", 2082), ("347 * 6 = 2,082", 2082), ("The answer is -12.", -12), ("no number", None), (None, None),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("2082", 2082),
+        ("347 * 6 = 2,082", 2082),
+        ("The answer is -12.", -12),
+        ("no number", None),
+        (None, None),
+    ],
+)
 def test_parse_last_integer(text, expected):
     assert parse_last_integer(text) == expected
 

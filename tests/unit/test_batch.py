@@ -321,8 +321,10 @@ def test_micro_batches_keep_the_samples_of_one_prompt_together():
     micro-batch), the task with the longest row first, longest first within a task."""
     lengths = {("a", 0): 6, ("b", 0): 9, ("a", 1): 8, ("b", 1): 5, ("a", 2): 7, ("b", 2): 7}
     prompts = {"a": [1, 2, 3], "b": [4, 5, 6]}
-    rows = [_row(prompts[t] + list(range(n - 3)), 3, [0.0] * (n - 3), 1.0, episode_id=f"{t}:{k}")
-            for (t, k), n in lengths.items()]  # fmt: skip
+    rows = [
+        _row(prompts[t] + list(range(n - 3)), 3, [0.0] * (n - 3), 1.0, episode_id=f"{t}:{k}")
+        for (t, k), n in lengths.items()
+    ]
     micro = split_micro_batches(rows, 3)
     assert [[r.episode_id for r in m] for m in micro] == [["b:0", "b:2", "b:1"], ["a:1", "a:2", "a:0"]]
 

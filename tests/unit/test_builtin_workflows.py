@@ -267,9 +267,14 @@ def test_three_solvers_rewards_and_role_metrics():
 def test_each_call_gets_its_own_reproducible_seed():
     runs = []
     for _ in range(2):
-        _, model, episodes = run_judge(Scripted([RIGHT, WRONG, RIGHT], pick_right), n_solutions=3,
-                                       sampling=SamplingParams(seed=3), n_rollouts=2, n_parallel=1,
-                                       delay=0.002)  # fmt: skip
+        _, model, episodes = run_judge(
+            Scripted([RIGHT, WRONG, RIGHT], pick_right),
+            n_solutions=3,
+            sampling=SamplingParams(seed=3),
+            n_rollouts=2,
+            n_parallel=1,
+            delay=0.002,
+        )
         assert len(model.calls) == 8 and [e.id for e in episodes] == ["cd:0", "cd:1"]
         runs.append([call.sampling.seed for call in model.calls])
     first, second = runs
@@ -344,8 +349,14 @@ def test_resolve_frozenlake_default_is_agent_env():
 
     cls, args = resolve_workflow(get_task("frozenlake"), max_steps=7, step_timeout=3.0, env_args={"a": 1})
     assert cls is AgentEnvWorkflow
-    assert args == {"agent_class": FrozenLakeAgent, "env_class": FrozenLakeEnv, "agent_args": {},
-                    "env_args": {"a": 1}, "max_steps": 7, "step_timeout": 3.0}  # fmt: skip
+    assert args == {
+        "agent_class": FrozenLakeAgent,
+        "env_class": FrozenLakeEnv,
+        "agent_args": {},
+        "env_args": {"a": 1},
+        "max_steps": 7,
+        "step_timeout": 3.0,
+    }
 
 
 def test_resolve_custom_workflow_gets_only_declared_inputs():

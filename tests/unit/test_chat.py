@@ -97,8 +97,10 @@ def test_a_template_that_reprints_earlier_replies_differently_is_counted():
     class StrippingTokenizer(FakeTokenizer):
         def apply_chat_template(self, messages, tools=None, add_generation_prompt=True, tokenize=False):
             last = len(messages) - 1
-            shown = [{**m, "content": m["content"].split("</think>")[-1]}
-                     if m["role"] == "assistant" and i < last - 1 else m for i, m in enumerate(messages)]  # fmt: skip
+            shown = [
+                {**m, "content": m["content"].split("</think>")[-1]} if m["role"] == "assistant" and i < last - 1 else m
+                for i, m in enumerate(messages)
+            ]
             return super().apply_chat_template(shown, tools, add_generation_prompt, tokenize)
 
     for tokenizer, expected in ((FakeTokenizer(), 0), (StrippingTokenizer(), 1)):
@@ -153,8 +155,10 @@ def test_render_text_equals_apply_chat_template(shipped_tokenizer, tools, add_ge
             with pytest.raises(type(exc)):
                 render_text(shipped_tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt)
             continue
-        assert render_text(shipped_tokenizer, messages, tools=tools,
-                           add_generation_prompt=add_generation_prompt) == expected  # fmt: skip
+        assert (
+            render_text(shipped_tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt)
+            == expected
+        )
     import transformers.utils.chat_template_utils as chat_utils
 
     from rllm.models.chat import _fast_template
@@ -172,8 +176,11 @@ def test_an_image_for_a_text_only_model_is_refused_naming_the_model(shipped_toke
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
     messages = [{"role": "system", "content": "Look."}, {"role": "user", "content": [image]}]
     name = re.escape(shipped_tokenizer.name_or_path)
-    with pytest.raises(ImageError, match=rf"messages\[1\] holds an image, but the model '{name}' is a text-only model"
-                                         ".*images need a vision-language model"):  # fmt: skip
+    with pytest.raises(
+        ImageError,
+        match=rf"messages\[1\] holds an image, but the model '{name}' is a text-only model"
+        ".*images need a vision-language model",
+    ):
         render_text(shipped_tokenizer, messages)
     with pytest.raises(ImageError, match="text-only"):
         ChatRenderer(shipped_tokenizer).render([{"role": "user", "content": [{"type": "image", "path": "x.png"}]}])

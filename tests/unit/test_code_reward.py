@@ -61,11 +61,14 @@ def test_every_humaneval_canonical_solution_passes(sandbox, humaneval):
     print(f"HumanEval: {len(rows) - len(failed)}/{len(rows)} canonical solutions pass in {elapsed:.1f} s")
 
 
-@pytest.mark.parametrize("task_id, body", [
-    ("HumanEval/0", "    return True\n"),
-    ("HumanEval/2", "    return round(number)\n"),
-    ("HumanEval/4", "    return 0.0\n"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "task_id, body",
+    [
+        ("HumanEval/0", "    return True\n"),
+        ("HumanEval/2", "    return round(number)\n"),
+        ("HumanEval/4", "    return 0.0\n"),
+    ],
+)
 def test_wrong_humaneval_solutions_fail_with_the_failed_assert(sandbox, humaneval, task_id, body):
     result = _run(sandbox, body, humaneval[task_id]["tests"])
     assert not result.passed and result.passed_tests == 0 and result.total_tests == 1
@@ -121,8 +124,13 @@ def test_per_test_timeout_kills_an_infinite_loop_promptly(sandbox):
 def test_total_timeout_stops_the_run(sandbox):
     cases = [{"input": f"{i}\n", "output": f"{i}\n"} for i in range(20)]
     start = time.monotonic()
-    result = _run(sandbox, "import time\ntime.sleep(0.4)\nprint(input())\n", {"format": "stdio", "cases": cases},
-                  per_test_timeout_s=2.0, total_timeout_s=1.5)  # fmt: skip
+    result = _run(
+        sandbox,
+        "import time\ntime.sleep(0.4)\nprint(input())\n",
+        {"format": "stdio", "cases": cases},
+        per_test_timeout_s=2.0,
+        total_timeout_s=1.5,
+    )
     elapsed = time.monotonic() - start
     assert not result.passed and 2 <= result.passed_tests <= 4 and result.total_tests == 20
     assert "total time limit" in result.first_failure and elapsed < 1.5 + 3.0, elapsed
@@ -153,9 +161,11 @@ def test_call_format_pass_and_fail(sandbox):
 
 
 def test_call_format_accepts_leetcode_solution_class_and_apps_wrapped_outputs(sandbox):
-    code = "class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n" \
-           "        seen = {}\n        for i, x in enumerate(nums):\n            if target - x in seen:\n" \
-           "                return [seen[target - x], i]\n            seen[x] = i\n"  # fmt: skip
+    code = (
+        "class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n"
+        "        seen = {}\n        for i, x in enumerate(nums):\n            if target - x in seen:\n"
+        "                return [seen[target - x], i]\n            seen[x] = i\n"
+    )
     tests = {"fn_name": "twoSum", "inputs": [[[2, 7, 11, 15], 9], [[3, 2, 4], 6]], "outputs": [[[0, 1]], [[1, 2]]]}
     assert _run(sandbox, code, tests).passed  # the APPS shorthand: outputs wrapped in a one-element list
     missing = _run(sandbox, "def other():\n    pass\n", DOUBLE)
@@ -163,8 +173,10 @@ def test_call_format_accepts_leetcode_solution_class_and_apps_wrapped_outputs(sa
 
 
 def test_solution_module_is_a_real_module(sandbox):
-    dataclass_code = "from __future__ import annotations\nfrom dataclasses import dataclass\n@dataclass\nclass P:\n" \
-                     "    x: int\ndef double(x):\n    return P(2 * x).x\n"  # fmt: skip
+    dataclass_code = (
+        "from __future__ import annotations\nfrom dataclasses import dataclass\n@dataclass\nclass P:\n"
+        "    x: int\ndef double(x):\n    return P(2 * x).x\n"
+    )
     assert _run(sandbox, dataclass_code, DOUBLE).passed  # dataclasses look the class's module up in sys.modules
 
 
@@ -195,8 +207,9 @@ def test_always_equal_object_fails_in_call_format(sandbox):
 
 def test_always_equal_object_fails_in_humaneval_format(sandbox, humaneval):
     row = humaneval["HumanEval/0"]
-    result = _run(sandbox, ALWAYS_EQUAL + "def has_close_elements(numbers, threshold):\n    return Anything()\n",
-                  row["tests"])  # fmt: skip
+    result = _run(
+        sandbox, ALWAYS_EQUAL + "def has_close_elements(numbers, threshold):\n    return Anything()\n", row["tests"]
+    )
     assert not result.passed and result.details[0]["status"] == "unserializable"
     subclass = "class B(float):\n    __eq__ = lambda s, o: True\ndef truncate_number(n):\n    return B(7)\n"
     assert not _run(sandbox, subclass, humaneval["HumanEval/2"]["tests"]).passed
@@ -212,8 +225,10 @@ def test_exiting_at_import_fails(sandbox, humaneval, fmt):
 
 def test_printing_a_success_verdict_earns_nothing(sandbox, humaneval):
     fake = json.dumps({"runner": "rllm-code-runner/1", "passed": True, "tests": [{"passed": True}] * 3})
-    code = (f"import sys\nprint({fake!r})\nprint('ALL TESTS PASSED')\nprint({fake!r}, file=sys.stderr)\n"
-            "print('ALL TESTS PASSED', file=sys.stderr)\nsys.exit(0)\n")  # fmt: skip
+    code = (
+        f"import sys\nprint({fake!r})\nprint('ALL TESTS PASSED')\nprint({fake!r}, file=sys.stderr)\n"
+        "print('ALL TESTS PASSED', file=sys.stderr)\nsys.exit(0)\n"
+    )
     for tests in (ADD, DOUBLE, humaneval["HumanEval/0"]["tests"]):
         assert not _run(sandbox, code, tests).passed
 
@@ -314,14 +329,17 @@ def test_humaneval_check_uses_pristine_builtins(sandbox, humaneval):
 # ----------------------------------------------------------------------------------------------- extract / reward
 
 
-@pytest.mark.parametrize("response, expected", [
-    ("```python\nx = 1\n```", "x = 1\n"),
-    ("```py\na\n```\ntext\n```python\nb\n```\n```\nc\n```", "b\n"),  # the last python block wins
-    ("```\nplain\n```", "plain\n"),  # no python block: the last block of any tag
-    ("```Python3\nz = 2\n```", "z = 2\n"),
-    ("no code at all", None),
-    ("```python\nunterminated = True\n", None),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "response, expected",
+    [
+        ("```python\nx = 1\n```", "x = 1\n"),
+        ("```py\na\n```\ntext\n```python\nb\n```\n```\nc\n```", "b\n"),  # the last python block wins
+        ("```\nplain\n```", "plain\n"),  # no python block: the last block of any tag
+        ("```Python3\nz = 2\n```", "z = 2\n"),
+        ("no code at all", None),
+        ("```python\nunterminated = True\n", None),
+    ],
+)
 def test_extract_code(response, expected):
     assert extract_code(response) == expected
 
@@ -354,25 +372,43 @@ def test_normalise_tests_shorthands_and_errors():
     assert normalise_tests([{"input": "1", "output": "2"}])["format"] == "stdio"
     assert normalise_tests({"inputs": ["1"], "outputs": ["2"]})["cases"] == [{"input": "1", "output": "2"}]
     assert normalise_tests(json.dumps(DOUBLE))["fn_name"] == "double"
-    for bad in ({"format": "stdio", "cases": []}, {"format": "call", "fn_name": "no name", "cases": [{"args": []}]},
-                {"format": "stdio", "cases": [{"input": 1, "output": "2"}]}, {"format": "humaneval", "test": "x"},
-                {"inputs": ["1"], "outputs": []}, {"format": "sql"}):  # fmt: skip
+    for bad in (
+        {"format": "stdio", "cases": []},
+        {"format": "call", "fn_name": "no name", "cases": [{"args": []}]},
+        {"format": "stdio", "cases": [{"input": 1, "output": "2"}]},
+        {"format": "humaneval", "test": "x"},
+        {"inputs": ["1"], "outputs": []},
+        {"format": "sql"},
+    ):
         with pytest.raises(MalformedTestsError):
             normalise_tests(bad)
 
 
 def test_load_code_rows_apps_and_livecodebench():
-    apps = [{"problem_id": 7, "question": "Add.", "input_output": json.dumps({"inputs": [["1 2"]], "outputs": ["3"]})},
-            {"problem_id": 8, "question": "Double.", "starter_code": "def double(x):",
-             "input_output": json.dumps({"fn_name": "double", "inputs": [[2]], "outputs": [[4]]})}]  # fmt: skip
+    apps = [
+        {"problem_id": 7, "question": "Add.", "input_output": json.dumps({"inputs": [["1 2"]], "outputs": ["3"]})},
+        {
+            "problem_id": 8,
+            "question": "Double.",
+            "starter_code": "def double(x):",
+            "input_output": json.dumps({"fn_name": "double", "inputs": [[2]], "outputs": [[4]]}),
+        },
+    ]
     stdio, call = load_code_rows(apps)
     assert stdio["tests"]["cases"] == [{"input": "1 2\n", "output": "3"}] and stdio["id"] == "7"
     assert call["tests"]["format"] == "call" and call["tests"]["unwrap_single"] and "def double" in code_prompt(call)
-    private = base64.b64encode(zlib.compress(pickle.dumps(json.dumps(
-        [{"input": "[1, 2]\n3", "output": "[1, 2, 3]", "testtype": "functional"}])))).decode()  # fmt: skip
-    lcb = {"question_id": "abc", "question_content": "Append.", "metadata": json.dumps({"func_name": "append"}),
-           "public_test_cases": json.dumps([{"input": "[]\n1", "output": "[1]", "testtype": "functional"}]),
-           "private_test_cases": private}  # fmt: skip
+    private = base64.b64encode(
+        zlib.compress(
+            pickle.dumps(json.dumps([{"input": "[1, 2]\n3", "output": "[1, 2, 3]", "testtype": "functional"}]))
+        )
+    ).decode()
+    lcb = {
+        "question_id": "abc",
+        "question_content": "Append.",
+        "metadata": json.dumps({"func_name": "append"}),
+        "public_test_cases": json.dumps([{"input": "[]\n1", "output": "[1]", "testtype": "functional"}]),
+        "private_test_cases": private,
+    }
     (row,) = load_code_rows([lcb])
     assert row["tests"]["cases"] == [{"args": [[], 1], "output": [1]}, {"args": [[1, 2], 3], "output": [1, 2, 3]}]
 

@@ -230,8 +230,16 @@ def test_backend_keys_are_checked_against_each_other():
         load_config(None, ["rollout.server=vllm", "rollout.dtype=bfloat16"])
     with pytest.raises(ConfigError, match="rollout.dtype: the verl backend's rollouts run on a vLLM server"):
         load_config(None, ["trainer.backend=verl", "rollout.dtype=float32"])
-    config = load_config(None, ["trainer.backend=verl", "trainer.nodes=2", "trainer.workers_per_node=4",
-                                "verl.micro_batch_size=1", "verl.overrides=[a.b=1]"])  # fmt: skip
+    config = load_config(
+        None,
+        [
+            "trainer.backend=verl",
+            "trainer.nodes=2",
+            "trainer.workers_per_node=4",
+            "verl.micro_batch_size=1",
+            "verl.overrides=[a.b=1]",
+        ],
+    )
     assert (config.trainer.nodes, config.trainer.workers_per_node, config.verl.micro_batch_size) == (2, 4, 1)
     assert config.verl.overrides == ["a.b=1"] and config.verl.strategy == "fsdp2"
 

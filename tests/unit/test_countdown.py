@@ -39,11 +39,14 @@ def test_hopeless_arguments_fail_instead_of_looping():
         make_countdown_tasks(1, n_numbers=2, max_number=1, max_target=1)
 
 
-@pytest.mark.parametrize("expression, reason", [
-    ("3 * (7 + 9) - 18", "uses [3, 7, 9, 18]"),  # an extra number
-    ("3 * 9 + 3", "uses [3, 3, 9]"),  # a number repeated, another missing
-    ("3 * 9", "uses [3, 9]"),  # a number missing
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "expression, reason",
+    [
+        ("3 * (7 + 9) - 18", "uses [3, 7, 9, 18]"),  # an extra number
+        ("3 * 9 + 3", "uses [3, 3, 9]"),  # a number repeated, another missing
+        ("3 * 9", "uses [3, 9]"),  # a number missing
+    ],
+)
 def test_each_number_is_used_exactly_once(expression, reason):
     ok, why = check_expression(expression, [3, 7, 9], 30)
     assert not ok and why.startswith(reason) and why.endswith("must use each of [3, 7, 9] exactly once")
@@ -62,10 +65,27 @@ def test_division_is_exact_and_division_by_zero_is_refused():
     assert check_expression("5 / (1 - 1)", [5, 1, 1], 5) == (False, "division by zero")
 
 
-@pytest.mark.parametrize("expression", [
-    "__import__('os')", "2**10", "-3 + 7 * 9", "3.5 + 7 * 9", "x + 7 * 9", "abs(3) + 7 * 9", "3 // 7 + 9",
-    "3 % 7 + 9", "True + 7 * 9", "0x3 + 7 * 9", "3 * 7 ; 9", "[3, 7, 9]", "3 × 7 + 9", "", "   ", "= 30",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "__import__('os')",
+        "2**10",
+        "-3 + 7 * 9",
+        "3.5 + 7 * 9",
+        "x + 7 * 9",
+        "abs(3) + 7 * 9",
+        "3 // 7 + 9",
+        "3 % 7 + 9",
+        "True + 7 * 9",
+        "0x3 + 7 * 9",
+        "3 * 7 ; 9",
+        "[3, 7, 9]",
+        "3 × 7 + 9",
+        "",
+        "   ",
+        "= 30",
+    ],
+)
 def test_disallowed_syntax_is_refused_and_scores_zero(expression):
     ok, reason = check_expression(expression, [3, 7, 9], 30)
     assert not ok and reason
@@ -96,12 +116,23 @@ def test_format_reward_only_for_well_formed_wrong_answers():
     assert score_countdown(TASK, "<answer>3 + 7 + 9</answer>") == 0.0  # the default: reward is success
 
 
-@pytest.mark.parametrize("response", [
-    "", "\x00", "<answer>\x00</answer>", "<answer>" * 100_000, "<answer>" + "1 + " * 1_000_000 + "1</answer>",
-    "<answer>" + "(" * 10_000 + "1" + ")" * 10_000 + "</answer>", "<answer>" + "(" * 99 + "3" + ")" * 99 + "</answer>",
-    "<answer>" + "-" * 150 + "3</answer>", "<answer>'\\N{bogus}'</answer>", "<answer>\ud800</answer>",
-    "<answer>1e999999999</answer>", "<answer>" + "9" * 199 + "</answer>",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "response",
+    [
+        "",
+        "\x00",
+        "<answer>\x00</answer>",
+        "<answer>" * 100_000,
+        "<answer>" + "1 + " * 1_000_000 + "1</answer>",
+        "<answer>" + "(" * 10_000 + "1" + ")" * 10_000 + "</answer>",
+        "<answer>" + "(" * 99 + "3" + ")" * 99 + "</answer>",
+        "<answer>" + "-" * 150 + "3</answer>",
+        "<answer>'\\N{bogus}'</answer>",
+        "<answer>\ud800</answer>",
+        "<answer>1e999999999</answer>",
+        "<answer>" + "9" * 199 + "</answer>",
+    ],
+)
 def test_garbage_scores_zero_without_raising(response):
     assert score_countdown(TASK, response, format_reward=0.1) in (0.0, 0.1)
     assert score_countdown(TASK, response) == 0.0
@@ -135,8 +166,7 @@ def test_the_builtin_task_binds_reward_args_from_the_config():
 
     config = load_config("configs/countdown_solver_judge.yaml", ["data.reward_args.format_reward=0.05"])
     assert config.data.reward_args == {"numbers_reward": 0.2, "format_reward": 0.05}
-    _, args = resolve_workflow(get_task("countdown"), workflow=config.workflow,
-                               reward_args=config.data.reward_args)  # fmt: skip
+    _, args = resolve_workflow(get_task("countdown"), workflow=config.workflow, reward_args=config.data.reward_args)
     task = {"numbers": [3, 5, 7], "target": 22}
     assert args["reward_fn"](task, "<answer>3 + 5 + 7</answer>").reward == 0.2
     assert args["reward_fn"](task, "<answer>3 + 5</answer>").reward == 0.05

@@ -44,12 +44,14 @@ def test_renamed_engine_arguments_still_work():
     from rllm.workflows.single_turn import SingleTurnWorkflow
 
     with pytest.warns(DeprecationWarning, match=r"n_parallel_agents=.*use AgentExecutionEngine\(n_parallel="):
-        engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=FrozenLakeEnv, model=FakeModel("up"),
-                                      n_parallel_agents=3)  # fmt: skip
+        engine = AgentExecutionEngine(
+            agent_class=BaseAgent, env_class=FrozenLakeEnv, model=FakeModel("up"), n_parallel_agents=3
+        )
     assert engine.n_parallel == 3
     with pytest.warns(DeprecationWarning, match=r"trajectory_timeout=.*use AgentWorkflowEngine\(episode_timeout="):
-        engine = AgentWorkflowEngine(workflow_class=SingleTurnWorkflow, model=FakeModel("x"), n_parallel=2,
-                                     trajectory_timeout=4.0)  # fmt: skip
+        engine = AgentWorkflowEngine(
+            workflow_class=SingleTurnWorkflow, model=FakeModel("x"), n_parallel=2, trajectory_timeout=4.0
+        )
     assert engine.episode_timeout == 4.0
     with pytest.warns(DeprecationWarning, match="use n_parallel"):
         assert engine.n_parallel_tasks == 2
@@ -85,7 +87,9 @@ def test_renamed_config_keys_still_load_from_yaml_overrides_and_python(tmp_path)
     with pytest.warns(DeprecationWarning) as caught:
         config = load_config(path)
     assert {str(w.message).split(" is deprecated")[0] for w in caught} == {
-        "config key rollout.backend", "config key rollout.trajectory_timeout"}  # fmt: skip
+        "config key rollout.backend",
+        "config key rollout.trajectory_timeout",
+    }
     assert (config.rollout.server, config.rollout.episode_timeout) == ("vllm", 30)
     with pytest.warns(DeprecationWarning, match=r"rollout\.trajectory_timeout.*use rollout\.episode_timeout"):
         assert load_config(None, ["rollout.trajectory_timeout=5"]).rollout.episode_timeout == 5

@@ -137,8 +137,14 @@ def test_training_block_runs_from_the_public_api(tmp_path, tiny_model_dir, monke
     code = _block("AgentTrainer(agent_class=GuessAgent")
     assert "from rllm import AgentTrainer, load_config" in code
     real = rllm.config.load_config
-    shrink = [f"model.name={tiny_model_dir}", "trainer.total_steps=1", "rollout.max_tokens=4", "rollout.max_steps=2",
-              "trainer.tensorboard=false", f"trainer.run_dir={tmp_path}"]  # fmt: skip
+    shrink = [
+        f"model.name={tiny_model_dir}",
+        "trainer.total_steps=1",
+        "rollout.max_tokens=4",
+        "rollout.max_steps=2",
+        "trainer.tensorboard=false",
+        f"trainer.run_dir={tmp_path}",
+    ]
     monkeypatch.setattr(rllm.config, "load_config", lambda path, overrides: real(path, [*overrides, *shrink]))
     namespace: dict = {}
     exec(compile(_example().split("engine =")[0] + code, "docs", "exec"), namespace)
@@ -181,8 +187,9 @@ def test_add_a_task_example_registers_generates_and_runs(tmp_path, monkeypatch):
         return f"{word[::-1]}." if word != rows[-1]["word"] else word  # the last task answered wrong
 
     workflow_class, workflow_args = resolve_workflow(task)
-    engine = rllm.AgentWorkflowEngine(workflow_class=workflow_class, workflow_args=workflow_args,
-                                      model=FakeModel(reverse_the_word))  # fmt: skip
+    engine = rllm.AgentWorkflowEngine(
+        workflow_class=workflow_class, workflow_args=workflow_args, model=FakeModel(reverse_the_word)
+    )
     episodes = engine.execute_tasks(rows)
     expected = [row["word"] != rows[-1]["word"] for row in rows]
     assert [ep.is_correct for ep in episodes] == expected and expected[0]

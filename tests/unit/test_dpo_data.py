@@ -14,8 +14,15 @@ from tests.unit.test_sft_data import _episode, _records
 
 
 def test_pairs_match_successes_with_failures_of_the_same_task_in_file_order():
-    episodes = [_episode("a", 0, 1.0), _episode("a", 1, 0.0), _episode("a", 2, 1.0), _episode("a", 3, 0.0),
-                _episode("a", 4, 0.0), _episode("solved", 0, 1.0), _episode("never", 0, 0.0)]  # fmt: skip
+    episodes = [
+        _episode("a", 0, 1.0),
+        _episode("a", 1, 0.0),
+        _episode("a", 2, 1.0),
+        _episode("a", 3, 0.0),
+        _episode("a", 4, 0.0),
+        _episode("solved", 0, 1.0),
+        _episode("never", 0, 0.0),
+    ]
     pairs, stats = pairs_from_episodes(_records(episodes), max_pairs_per_task=5, max_length=64)
     assert [(p.chosen.episode_id, p.rejected.episode_id) for p in pairs] == [("a:0", "a:1"), ("a:2", "a:3")]
     assert (stats["groups"], stats["groups_all_succeeded"], stats["groups_all_failed"]) == (3, 1, 1)
@@ -58,8 +65,11 @@ def test_a_side_that_splits_into_several_rows_is_counted_not_paired():
 
 def test_long_pairs_error_truncate_or_drop():
     episodes = [_episode("a", 0, 1.0, turns=3), _episode("a", 1, 0.0), _episode("b", 0, 1.0), _episode("b", 1, 0.0)]
-    with pytest.raises(TrainingDataError, match=r"1 of 2 pairs have a side longer than dpo.max_length=8 tokens "
-                                                r"\(longest 13\).*dpo.overlong=truncate"):  # fmt: skip
+    with pytest.raises(
+        TrainingDataError,
+        match=r"1 of 2 pairs have a side longer than dpo.max_length=8 tokens "
+        r"\(longest 13\).*dpo.overlong=truncate",
+    ):
         pairs_from_episodes(episodes, max_length=8)
     pairs, stats = pairs_from_episodes(episodes, max_length=8, overlong="truncate")
     assert len(pairs[0].chosen) == 8 and pairs[0].chosen.truncated and stats["pairs"] == 2
@@ -68,17 +78,21 @@ def test_long_pairs_error_truncate_or_drop():
 
 
 def _record(i: int) -> dict:
-    return {"prompt": [{"role": "user", "content": f"{i}+{i}?"}],
-            "chosen": [{"role": "assistant", "content": f"{2 * i}"}],
-            "rejected": [{"role": "assistant", "content": "no idea"}]}  # fmt: skip
+    return {
+        "prompt": [{"role": "user", "content": f"{i}+{i}?"}],
+        "chosen": [{"role": "assistant", "content": f"{2 * i}"}],
+        "rejected": [{"role": "assistant", "content": "no idea"}],
+    }
 
 
 def test_preference_records_tokenize_each_side_after_the_shared_prompt(smollm2_tokenizer):
     tok = smollm2_tokenizer
     (pair,), stats = pairs_from_preferences([_record(4)], tok, max_length=256)
     assert stats["pairs"] == 1
-    trained = {side: tok.decode([t for t, m in zip(row.input_ids, row.loss_mask, strict=True) if m])
-               for side, row in (("chosen", pair.chosen), ("rejected", pair.rejected))}  # fmt: skip
+    trained = {
+        side: tok.decode([t for t, m in zip(row.input_ids, row.loss_mask, strict=True) if m])
+        for side, row in (("chosen", pair.chosen), ("rejected", pair.rejected))
+    }
     assert trained == {"chosen": "8" + tok.eos_token, "rejected": "no idea" + tok.eos_token}
     start = pair.chosen.loss_mask.index(1)
     assert pair.chosen.input_ids[:start] == pair.rejected.input_ids[:start]
@@ -96,9 +110,13 @@ def test_exported_preferences_tokenize_back_to_our_ids_in_trl(smollm2_tokenizer,
     lines = [json.loads(line) for line in (tmp_path / "prefs.jsonl").read_text().splitlines()]
     assert set(lines[0]) == {"prompt", "chosen", "rejected"} and lines[0]["chosen"].endswith("<|im_end|>")
     args = trl.DPOConfig(output_dir=str(tmp_path / "trl"), report_to=[], use_cpu=True, bf16=False, max_length=None)
-    trainer = trl.DPOTrainer(model=build_tiny_model(smollm2_tokenizer), ref_model=build_tiny_model(smollm2_tokenizer),
-                             args=args, processing_class=smollm2_tokenizer,
-                             train_dataset=datasets.Dataset.from_json(str(tmp_path / "prefs.jsonl")))  # fmt: skip
+    trainer = trl.DPOTrainer(
+        model=build_tiny_model(smollm2_tokenizer),
+        ref_model=build_tiny_model(smollm2_tokenizer),
+        args=args,
+        processing_class=smollm2_tokenizer,
+        train_dataset=datasets.Dataset.from_json(str(tmp_path / "prefs.jsonl")),
+    )
     for example, pair in zip(trainer.train_dataset, pairs, strict=True):
         assert example["prompt_ids"] + example["chosen_ids"] == pair.chosen.input_ids
         assert example["prompt_ids"] + example["rejected_ids"] == pair.rejected.input_ids

@@ -497,7 +497,8 @@ def test_env_class_decides_inline_or_thread_pool():
         blocking = False
 
     for env_class in (ThreadRecordingEnv, FastEnv):
-        engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=env_class, model=FakeModel("yes"),
-                                      env_args={"log": Counter()}, max_steps=1)  # fmt: skip
+        engine = AgentExecutionEngine(
+            agent_class=BaseAgent, env_class=env_class, model=FakeModel("yes"), env_args={"log": Counter()}, max_steps=1
+        )
         engine.execute_tasks([{"id": "a", "k": 1}])
     assert seen == [False, True]  # blocking (default): a worker thread; blocking=False: inline on the loop

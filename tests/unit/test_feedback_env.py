@@ -27,8 +27,9 @@ class GuessEnv(FeedbackEnv):
 
 
 def _run(script, *, max_steps, **env_args):
-    engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=GuessEnv, model=FakeModel(script),
-                                  env_args=env_args, max_steps=max_steps)  # fmt: skip
+    engine = AgentExecutionEngine(
+        agent_class=BaseAgent, env_class=GuessEnv, model=FakeModel(script), env_args=env_args, max_steps=max_steps
+    )
     (episode,) = engine.execute_tasks([{"id": "t", "question": "a number", "answer": "7"}])
     return episode
 
@@ -73,8 +74,9 @@ def test_a_bad_reward_function_result_is_an_error_not_a_zero():
     class Broken(GuessEnv):
         reward_fn = staticmethod(lambda task, attempt: None)
 
-    engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=Broken, model=FakeModel("7"), max_steps=1,
-                                  retry_limit=0)  # fmt: skip
+    engine = AgentExecutionEngine(
+        agent_class=BaseAgent, env_class=Broken, model=FakeModel("7"), max_steps=1, retry_limit=0
+    )
     (episode,) = engine.execute_tasks([{"question": "q", "answer": "7"}])
     assert episode.termination_reason is TerminationReason.INFRA_ERROR  # env code raised: counted, never trained on
     assert "return a float or rllm.rewards.RewardOutput" in episode.info["error"]
@@ -92,8 +94,9 @@ def test_multi_turn_code_agent_repairs_its_code_after_seeing_the_failing_test():
     task = make_code_tasks(1, seed=0)[0]  # dedupe(xs): keep the first occurrence of each number, in order
     wrong = "```python\ndef dedupe(xs):\n    return sorted(set(xs))\n```"
     right = f"```python\n{task['solution']}```"
-    engine = AgentExecutionEngine(agent_class=CodeAgent, env_class=CodeEnv, model=FakeModel([wrong, right]),
-                                  max_steps=3)  # fmt: skip
+    engine = AgentExecutionEngine(
+        agent_class=CodeAgent, env_class=CodeEnv, model=FakeModel([wrong, right]), max_steps=3
+    )
     (episode,) = engine.execute_tasks([task])
     steps = episode.trajectories[0].steps
     assert episode.is_correct and len(steps) == 2 and episode.trajectories[0].reward == 1.0
@@ -105,8 +108,9 @@ def test_multi_turn_math_agent_gets_a_second_try():
     from rllm.tasks.math import MathAgent, MathEnv
 
     task = {"id": "m", "question": "What is 1/2 + 1/4?", "answer": "\\frac{3}{4}"}
-    engine = AgentExecutionEngine(agent_class=MathAgent, env_class=MathEnv, model=FakeModel(["\\boxed{0.5}",
-                                  "So \\boxed{0.75}"]), max_steps=2)  # fmt: skip
+    engine = AgentExecutionEngine(
+        agent_class=MathAgent, env_class=MathEnv, model=FakeModel(["\\boxed{0.5}", "So \\boxed{0.75}"]), max_steps=2
+    )
     (episode,) = engine.execute_tasks([task])
     assert [s.info["attempt_reward"] for s in episode.trajectories[0].steps] == [0.0, 1.0]  # 0.75 = 3/4, verified
     assert episode.is_correct and episode.trajectories[0].steps[0].chat_completions[0]["role"] == "system"

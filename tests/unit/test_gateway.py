@@ -26,9 +26,16 @@ from rllm.models.fake import FakeModel, FakeTokenizer
 from rllm.workflows.runtime import TerminationEvent
 
 LEAKS = ("token_ids", "prompt_logprobs", "kv_transfer_params", "stop_reason", "reasoning")
-TOOLS = [{"type": "function", "function": {"name": "add", "description": "Add two numbers.",
-                                           "parameters": {"type": "object", "properties": {
-                                               "a": {"type": "number"}, "b": {"type": "number"}}}}}]  # fmt: skip
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two numbers.",
+            "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
+        },
+    }
+]
 CALL_TEXT = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
 
 
@@ -115,15 +122,22 @@ def test_logprobs_only_when_asked_and_calls_are_recorded_with_ids():
 def test_async_streaming_matches_the_plain_reply_chunk_by_chunk():
     async def go(gateway):
         async with openai.AsyncOpenAI(base_url=gateway.session_url("s2"), api_key="x", max_retries=0) as sdk:
-            stream = await sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
-                                                       stream=True, stream_options={"include_usage": True},
-                                                       logprobs=True)  # fmt: skip
+            stream = await sdk.chat.completions.create(
+                model="m",
+                messages=[{"role": "user", "content": "hi"}],
+                stream=True,
+                stream_options={"include_usage": True},
+                logprobs=True,
+            )
             return [chunk async for chunk in stream]
 
     with serving(fake("héllo wörld")) as gateway:
         chunks = asyncio.run(go(gateway))
-        with httpx.stream("POST", gateway.session_url("raw") + "/chat/completions",
-                          json={"messages": [{"role": "user", "content": "x"}], "stream": True}) as raw:  # fmt: skip
+        with httpx.stream(
+            "POST",
+            gateway.session_url("raw") + "/chat/completions",
+            json={"messages": [{"role": "user", "content": "x"}], "stream": True},
+        ) as raw:
             assert raw.headers["content-type"].startswith("text/event-stream")
             lines = [line for line in raw.iter_lines() if line]
     for chunk in chunks:
@@ -289,8 +303,9 @@ def test_unknown_session_is_404_when_sessions_are_supplied():
 def test_bad_requests_name_the_fix():
     with pytest.raises(RequestError, match="text-only.*images need a vision-language model"):  # as local rendering
         parse_request({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})
-    with pytest.raises(RequestError, match="'input_audio' is not supported; the gateway serves text-only models, "
-                                           "send text parts$"):  # fmt: skip
+    with pytest.raises(
+        RequestError, match="'input_audio' is not supported; the gateway serves text-only models, send text parts$"
+    ):
         parse_request({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]})
     with pytest.raises(RequestError, match="non-empty list"):
         parse_request({"messages": []})
@@ -306,18 +321,27 @@ def test_messages_are_normalized_to_what_templates_render():
     sent = [
         {"role": "developer", "content": "Be brief."},
         {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
-        {"role": "assistant", "content": None, "refusal": None, "annotations": [], "audio": None,
-         "function_call": None, "tool_calls": [{"id": "c1", "type": "function",
-                                                "function": {"name": "f", "arguments": '{"x": 1}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "refusal": None,
+            "annotations": [],
+            "audio": None,
+            "function_call": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "ok", "name": None},
-    ]  # fmt: skip
+    ]
     assert normalize_messages(sent) == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "a\nb"},
-        {"role": "assistant", "content": "",
-         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}],
+        },
         {"role": "tool", "content": "ok", "tool_call_id": "c1"},
-    ]  # fmt: skip
+    ]
 
 
 # ---- sampling ----------------------------------------------------------------------------------------------------
@@ -326,8 +350,14 @@ def test_messages_are_normalized_to_what_templates_render():
 def test_standalone_honours_request_sampling():
     model = fake("x")
     with serving(model, sampling=SamplingParams(temperature=1.0, max_tokens=64)) as gateway, client(gateway) as sdk:
-        sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], temperature=0.3,
-                                    top_p=0.5, max_completion_tokens=100, seed=7)  # fmt: skip
+        sdk.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "hi"}],
+            temperature=0.3,
+            top_p=0.5,
+            max_completion_tokens=100,
+            seed=7,
+        )
     sampling = model.calls[0].sampling
     assert (sampling.temperature, sampling.top_p, sampling.max_tokens) == (0.3, 0.5, 100)
     assert sampling.seed is not None and sampling.seed != 7  # derived per call, as workflows do
@@ -341,8 +371,13 @@ def test_training_mode_ignores_request_sampling_and_counts_it():
         return await fake("ok").generate(messages, SamplingParams(**overrides))
 
     with serving() as gateway:
-        session = gateway.open_session(handler, sid="t", sampling=SamplingParams(temperature=1.0, max_tokens=50),
-                                       honor_sampling=False, tokenizer=FakeTokenizer())  # fmt: skip
+        session = gateway.open_session(
+            handler,
+            sid="t",
+            sampling=SamplingParams(temperature=1.0, max_tokens=50),
+            honor_sampling=False,
+            tokenizer=FakeTokenizer(),
+        )
         with client(gateway, "t") as sdk:
             for max_tokens in (100, 10):
                 sdk.chat.completions.create(

@@ -118,14 +118,17 @@ def test_normalize_turns_every_image_form_into_data_url_parts(tmp_path):
     path.write_bytes(_encoded(_picture(colour=(1, 2, 3)), "PNG"))
     messages = [
         {"role": "system", "content": "You see images."},
-        {"role": "user", "content": [
-            {"type": "text", "text": "Which is red?"},
-            {"type": "image", "image": _picture()},
-            {"type": "image", "path": str(path)},
-            {"type": "image_url", "image_url": {"url": str(path), "detail": "low"}},
-            {"type": "image_url", "image_url": "https://example.com/x.png"},
-        ]},
-    ]  # fmt: skip
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Which is red?"},
+                {"type": "image", "image": _picture()},
+                {"type": "image", "path": str(path)},
+                {"type": "image_url", "image_url": {"url": str(path), "detail": "low"}},
+                {"type": "image_url", "image_url": "https://example.com/x.png"},
+            ],
+        },
+    ]
     out = normalize_images(messages)
     assert out[0] is messages[0] and messages[1]["content"][1]["type"] == "image"  # the input is not changed
     parts = out[1]["content"]
@@ -138,8 +141,9 @@ def test_normalize_turns_every_image_form_into_data_url_parts(tmp_path):
     local = [messages[0], {**messages[1], "content": messages[1]["content"][:4]}]  # no remote image: decodable
     decoded = message_images(local)
     assert [image.size for image in decoded] == [(5, 4)] * 3
-    assert [_same_pixels(a, b) for a, b in zip(decoded, [_picture(), *[_picture(colour=(1, 2, 3))] * 2],
-                                                strict=True)] == [True] * 3  # fmt: skip
+    assert [
+        _same_pixels(a, b) for a, b in zip(decoded, [_picture(), *[_picture(colour=(1, 2, 3))] * 2], strict=True)
+    ] == [True] * 3
     assert has_images(messages) and has_images(out)
 
 
@@ -173,10 +177,14 @@ def test_pil_images_in_observations_become_parts_and_nothing_else_changes():
 
 
 def _record_with(url: str) -> dict:
-    message = {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image_url",
-                                                                             "image_url": {"url": url}}]}  # fmt: skip
-    return {"step": 1, "episode": {"steps": [{"chat_completions": [message]}, {"chat_completions": [message]}],
-                                   "observation": url}}  # fmt: skip
+    message = {
+        "role": "user",
+        "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": url}}],
+    }
+    return {
+        "step": 1,
+        "episode": {"steps": [{"chat_completions": [message]}, {"chat_completions": [message]}], "observation": url},
+    }
 
 
 @pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
@@ -263,8 +271,7 @@ class PathAgent(BaseAgent):
 
 def test_an_env_that_returns_pil_images_gives_a_json_episode_with_data_url_parts():
     model = FakeModel(script=["left", "right"])  # no tokenizer: the messages are the prompt, as a chat server gets
-    engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=PictureEnv, model=model, max_steps=3,
-                                  env_workers=0)  # fmt: skip
+    engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=PictureEnv, model=model, max_steps=3, env_workers=0)
     (episode,) = engine.execute_tasks([{"id": "pic"}])
     assert episode.termination_reason is TerminationReason.ENV_DONE
     sent = model.calls[1].prompt[:3]  # the agent's own list, which grew after the call
@@ -283,8 +290,9 @@ def picture_run(root):
     `rllm eval` writes it; for the viewer's tests."""
     from rllm.runs import RunLog, write_json
 
-    engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=PictureEnv, model=FakeModel(script=["a", "b"]),
-                                  max_steps=3, env_workers=0)  # fmt: skip
+    engine = AgentExecutionEngine(
+        agent_class=BaseAgent, env_class=PictureEnv, model=FakeModel(script=["a", "b"]), max_steps=3, env_workers=0
+    )
     run = root / "pics"
     run.mkdir()
     write_json(run / "manifest.json", {"kind": "eval", "model": "m"})
@@ -294,8 +302,14 @@ def picture_run(root):
 
 def test_an_unreadable_image_file_fails_the_episode_naming_the_path(tmp_path):
     missing = tmp_path / "shots" / "step1.png"
-    engine = AgentExecutionEngine(agent_class=PathAgent, env_class=PictureEnv, model=FakeModel(script="ok"),
-                                  max_steps=3, env_workers=0, retry_limit=1)  # fmt: skip
+    engine = AgentExecutionEngine(
+        agent_class=PathAgent,
+        env_class=PictureEnv,
+        model=FakeModel(script="ok"),
+        max_steps=3,
+        env_workers=0,
+        retry_limit=1,
+    )
     (episode,) = engine.execute_tasks([{"id": "pic", "path": str(missing)}])
     assert episode.termination_reason is TerminationReason.ERROR
     assert str(missing) in episode.info["error"] and "ImageError" in episode.info["error"]
@@ -328,8 +342,12 @@ def test_a_local_text_only_model_refuses_an_image_naming_the_model(smollm2_token
 def test_an_episode_whose_image_meets_a_text_only_model_ends_as_an_error_saying_why():
     from rllm.models.fake import FakeTokenizer
 
-    engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=PictureEnv,
-                                  model=FakeModel(script="ok", tokenizer=FakeTokenizer()), env_workers=0)  # fmt: skip
+    engine = AgentExecutionEngine(
+        agent_class=BaseAgent,
+        env_class=PictureEnv,
+        model=FakeModel(script="ok", tokenizer=FakeTokenizer()),
+        env_workers=0,
+    )
     (episode,) = engine.execute_tasks([{"id": "pic"}])
     assert episode.termination_reason is TerminationReason.ERROR and episode.info["error_site"] == "render"
     assert "FakeTokenizer" in episode.info["error"] and "images need a vision-language model" in episode.info["error"]

@@ -22,16 +22,29 @@ IDS = torch.tensor([[1, 20, 300, 4000, 42, 7, 9]])
 @pytest.fixture(scope="module")
 def chats(tmp_path_factory):
     path = tmp_path_factory.mktemp("data") / "chats.jsonl"
-    records = [{"messages": [{"role": "user", "content": f"Say {i}."}, {"role": "assistant", "content": f"{i}!"}]}
-               for i in range(6)]  # fmt: skip
+    records = [
+        {"messages": [{"role": "user", "content": f"Say {i}."}, {"role": "assistant", "content": f"{i}!"}]}
+        for i in range(6)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
 
 
 def _trained(tmp_path, chats, tokenizer, model, *more):
-    config = load_config(None, [f"sft.messages={chats}", "sft.batch_size=3", "sft.epochs=2", "data.val_size=0",
-                                "trainer.tensorboard=false", f"trainer.run_dir={tmp_path}", "trainer.name=source",
-                                "optim.lr=1e-2", *more])  # fmt: skip
+    config = load_config(
+        None,
+        [
+            f"sft.messages={chats}",
+            "sft.batch_size=3",
+            "sft.epochs=2",
+            "data.val_size=0",
+            "trainer.tensorboard=false",
+            f"trainer.run_dir={tmp_path}",
+            "trainer.name=source",
+            "optim.lr=1e-2",
+            *more,
+        ],
+    )
     trainer = SFTTrainer(config=config, model=copy.deepcopy(model), tokenizer=tokenizer, progress=False)
     trainer.train()
     return trainer
@@ -40,8 +53,15 @@ def _trained(tmp_path, chats, tokenizer, model, *more):
 @pytest.mark.parametrize("lora", [True, False])
 def test_the_seeded_model_computes_what_the_trained_one_did(tmp_path, chats, smollm2_tokenizer, lora):
     base = build_tiny_model(smollm2_tokenizer, seed=5)
-    source = _trained(tmp_path, chats, smollm2_tokenizer, base, f"model.lora.enabled={str(lora).lower()}",
-                      "model.lora.alpha=48", "model.lora.rank=8")  # fmt: skip
+    source = _trained(
+        tmp_path,
+        chats,
+        smollm2_tokenizer,
+        base,
+        f"model.lora.enabled={str(lora).lower()}",
+        "model.lora.alpha=48",
+        "model.lora.rank=8",
+    )
     with torch.no_grad():
         expected = source.backend.model(IDS).logits
         seeded = copy.deepcopy(base)
@@ -51,8 +71,7 @@ def test_the_seeded_model_computes_what_the_trained_one_did(tmp_path, chats, smo
         torch.testing.assert_close(seeded(IDS).logits, expected, atol=1e-5, rtol=1e-5)
 
 
-def test_a_backend_and_an_eval_model_start_from_the_seeded_weights(tmp_path, chats, smollm2_tokenizer,
-                                                                   tiny_model_dir):  # fmt: skip
+def test_a_backend_and_an_eval_model_start_from_the_seeded_weights(tmp_path, chats, smollm2_tokenizer, tiny_model_dir):
     from rllm.models.registry import load_causal_lm
 
     base = load_causal_lm(tiny_model_dir)

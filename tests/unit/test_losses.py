@@ -218,8 +218,9 @@ def test_gspo_ratio_and_clip_are_per_sequence():
     # row 1: log-ratios [0.5, 0.5] -> s = e^0.5 = 1.6487 > 1 + 0.2: clipped, loss -1.2 per token, gradient 0
     # seq-mean-token-mean: (-1 + -1.2) / 2 = -1.1
     logprobs = _leaf([[math.log(1.1), -math.log(1.1)], [0.5, 0.5]])
-    loss, metrics = gspo_loss(logprobs, torch.zeros(2, 2), torch.ones(2, 2), torch.ones(2, 2), clip_low=0.2,
-                              clip_high=0.2)  # fmt: skip
+    loss, metrics = gspo_loss(
+        logprobs, torch.zeros(2, 2), torch.ones(2, 2), torch.ones(2, 2), clip_low=0.2, clip_high=0.2
+    )
     close(loss, -1.1)
     loss.backward()
     close(logprobs.grad, [[-0.25, -0.25], [0.0, 0.0]])
@@ -244,8 +245,9 @@ def test_cispo_keeps_a_clipped_tokens_gradient_through_a_detached_weight():
     # per-token loss -w * A * logprob = [-1.28 * 2 * 0.5, -0.8 * 2 * -0.5] = [-1.28, 0.8]; token-mean -0.24
     # gradient -w * A / 2 = [-1.28, -0.8]; PPO's would be 0 for token 0 (clipped above with A > 0)
     logprobs = _leaf([[0.5, -0.5]])
-    loss, metrics = cispo_loss(logprobs, torch.zeros(1, 2), torch.full((1, 2), 2.0), torch.ones(1, 2),
-                               clip_low=0.2, clip_high=0.28)  # fmt: skip
+    loss, metrics = cispo_loss(
+        logprobs, torch.zeros(1, 2), torch.full((1, 2), 2.0), torch.ones(1, 2), clip_low=0.2, clip_high=0.28
+    )
     close(loss, -0.24)
     loss.backward()
     close(logprobs.grad, [[-1.28, -0.8]])
@@ -281,8 +283,9 @@ def test_each_role_gets_its_own_policy_loss_within_one_aggregate():
     algorithm = AlgorithmConfig(clip_low=0.2, clip_high=0.2, roles={"judge": {"policy_loss": "gspo"}})
     logprobs = _leaf([[math.log(1.5), 0.0], [math.log(1.1), -math.log(1.1)]])
     mask, advantages = torch.ones(2, 2), torch.ones(2, 2)
-    loss, losses, means = actor_loss(logprobs, torch.zeros(2, 2), torch.zeros(2, 2), advantages, mask, algorithm,
-                                     row_roles=["solver", "judge"])  # fmt: skip
+    loss, losses, means = actor_loss(
+        logprobs, torch.zeros(2, 2), torch.zeros(2, 2), advantages, mask, algorithm, row_roles=["solver", "judge"]
+    )
     close(loss, -1.05)
     loss.backward()
     close(logprobs.grad, [[0.0, -0.25], [-0.25, -0.25]])
@@ -298,13 +301,15 @@ def test_a_roles_clip_range_applies_to_its_rows_only_per_sequence_too():
     algorithm = AlgorithmConfig(clip_high=0.2, loss_agg="seq-mean-token-mean", roles={"judge": {"clip_high": 0.6}})
     logprobs = T([[math.log(1.5), 0.0], [math.log(1.5), 0.0]])
     mask = T([[1, 0], [1, 0]])
-    loss, _, means = actor_loss(logprobs, torch.zeros(2, 2), torch.zeros(2, 2), torch.ones(2, 2), mask, algorithm,
-                                row_roles=["solver", "judge"])  # fmt: skip
+    loss, _, means = actor_loss(
+        logprobs, torch.zeros(2, 2), torch.zeros(2, 2), torch.ones(2, 2), mask, algorithm, row_roles=["solver", "judge"]
+    )
     close(loss, -1.35)
     assert means["clip_fraction"] == pytest.approx(0.5)
     with pytest.raises(ValueError, match="row_roles names 1 rows, the micro-batch has 2"):
-        actor_loss(logprobs, torch.zeros(2, 2), torch.zeros(2, 2), torch.ones(2, 2), mask, algorithm,
-                   row_roles=["judge"])  # fmt: skip
+        actor_loss(
+            logprobs, torch.zeros(2, 2), torch.zeros(2, 2), torch.ones(2, 2), mask, algorithm, row_roles=["judge"]
+        )
 
 
 def test_per_role_policy_losses_are_checked_where_they_cannot_apply():

@@ -64,14 +64,21 @@ def test_parquet_and_datasets_sources(tmp_path):
     assert from_dataset == [{**expected[0], "id": "math-0"}]
 
 
-@pytest.mark.parametrize("rows, message", [
-    ([{"question": "ok", "answer": "1"}, {"question": "no answer here"}],
-     r"row 1 of list has no 'answer' \(the answer\); its keys are \['question'\]"),
-    ([{"problem": "p", "answer": "1"}],
-     r"row 0 of list has no 'question' \(the question\); its keys are \['answer', 'problem'\]"),
-    ([{"question": "q", "answer": "  "}], r"row 0 of list has an empty or non-text 'answer'"),
-    ([{"question": "q", "answer": [1, 2]}], r"non-text 'answer' \(\[1, 2\]\)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        (
+            [{"question": "ok", "answer": "1"}, {"question": "no answer here"}],
+            r"row 1 of list has no 'answer' \(the answer\); its keys are \['question'\]",
+        ),
+        (
+            [{"problem": "p", "answer": "1"}],
+            r"row 0 of list has no 'question' \(the question\); its keys are \['answer', 'problem'\]",
+        ),
+        ([{"question": "q", "answer": "  "}], r"row 0 of list has an empty or non-text 'answer'"),
+        ([{"question": "q", "answer": [1, 2]}], r"non-text 'answer' \(\[1, 2\]\)"),
+    ],
+)
 def test_bad_rows_are_refused_by_index_and_keys(rows, message):
     with pytest.raises(ValueError, match=message):
         load_math_rows(rows)
@@ -141,8 +148,12 @@ def test_math_tasks_kinds():
     assert make_math_tasks(10, seed=5, kind="equation") == make_linear_equation_tasks(10, seed=5)
     mixed = make_math_tasks(5, seed=5)
     assert [t["id"] for t in mixed] == [
-        "math-arith-5-0", "math-eq-5-0", "math-arith-5-1", "math-eq-5-1", "math-arith-5-2",
-    ]  # fmt: skip
+        "math-arith-5-0",
+        "math-eq-5-0",
+        "math-arith-5-1",
+        "math-eq-5-1",
+        "math-arith-5-2",
+    ]
     with pytest.raises(ValueError, match="kind must be one of arithmetic, equation, mixed"):
         make_math_tasks(1, kind="geometry")
 

@@ -21,18 +21,24 @@ needs_math_verify = pytest.mark.usefixtures()
 # ------------------------------------------------------------------------------------------------------ extraction
 
 
-@pytest.mark.parametrize("text, expected", [
-    (r"so the answer is \boxed{\frac{1}{2}}.", r"\frac{1}{2}"),  # nested braces
-    (r"\boxed{\sqrt{\frac{1}{4}}}", r"\sqrt{\frac{1}{4}}"),
-    (r"first \boxed{1}, on reflection \boxed{2}", "2"),  # the last one wins
-    (r"\fbox{7}", "7"),
-    (r"\boxed { 3 }", "3"),
-    (r"\boxed{\{1,2\}}", r"\{1,2\}"),  # escaped braces are a latex set, not grouping
-    (r"\boxed{\boxed{1}}", r"\boxed{1}"),  # the outermost of nested boxes
-    (r"\boxed{1} then, cut off: \boxed{\frac{1}{2}", None),  # an unclosed last box is no answer, not the earlier one
-    (r"\boxed{", None),
-    ("no box at all", None),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (r"so the answer is \boxed{\frac{1}{2}}.", r"\frac{1}{2}"),  # nested braces
+        (r"\boxed{\sqrt{\frac{1}{4}}}", r"\sqrt{\frac{1}{4}}"),
+        (r"first \boxed{1}, on reflection \boxed{2}", "2"),  # the last one wins
+        (r"\fbox{7}", "7"),
+        (r"\boxed { 3 }", "3"),
+        (r"\boxed{\{1,2\}}", r"\{1,2\}"),  # escaped braces are a latex set, not grouping
+        (r"\boxed{\boxed{1}}", r"\boxed{1}"),  # the outermost of nested boxes
+        (
+            r"\boxed{1} then, cut off: \boxed{\frac{1}{2}",
+            None,
+        ),  # an unclosed last box is no answer, not the earlier one
+        (r"\boxed{", None),
+        ("no box at all", None),
+    ],
+)
 def test_extract_boxed(text, expected):
     assert extract_boxed(text) == expected
 
@@ -45,44 +51,50 @@ def test_extract_boxed_is_linear_on_hostile_input():
     assert time.perf_counter() - start < 1.0
 
 
-@pytest.mark.parametrize("text, expected", [
-    (r"The answer is \boxed{5}. Final answer: 6", "5"),  # a box beats every fallback
-    ("So the answer is 42.", "42"),
-    ("**Final Answer:** $\\frac{3}{4}$", r"\frac{3}{4}"),
-    ("The answer is $3.5$ apples. Done.", "3.5"),
-    ("Final answer:\n\n17", "17"),
-    ("Janet earns 9 * 2 = 18.\n#### 18", "18"),  # GSM8K
-    ("<answer> 12 </answer>", "12"),
-    ("The answer is 5. No wait, the final answer: 6", "6"),  # the last occurrence, even on one line
-    ("#### 4\nThe answer is 5", "5"),
-    (r"\boxed{}", None),
-    ("I do not know.", None),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (r"The answer is \boxed{5}. Final answer: 6", "5"),  # a box beats every fallback
+        ("So the answer is 42.", "42"),
+        ("**Final Answer:** $\\frac{3}{4}$", r"\frac{3}{4}"),
+        ("The answer is $3.5$ apples. Done.", "3.5"),
+        ("Final answer:\n\n17", "17"),
+        ("Janet earns 9 * 2 = 18.\n#### 18", "18"),  # GSM8K
+        ("<answer> 12 </answer>", "12"),
+        ("The answer is 5. No wait, the final answer: 6", "6"),  # the last occurrence, even on one line
+        ("#### 4\nThe answer is 5", "5"),
+        (r"\boxed{}", None),
+        ("I do not know.", None),
+    ],
+)
 def test_extract_final_answer(text, expected):
     assert extract_final_answer(text) == expected
 
 
-@pytest.mark.parametrize("raw, expected", [
-    ("$1,000$", "1000"),
-    ("1{,}000", "1000"),
-    ("0.50", "0.5"),
-    ("12.0", "12"),
-    (".5", "0.5"),
-    (r"\dfrac{1}{2}", "1/2"),
-    (r"\frac12", "1/2"),
-    (r"-\tfrac{7}{3}", "-7/3"),
-    (r"2\frac{1}{2}", r"2\frac{1}{2}"),  # a mixed number is 2.5, never "21/2"
-    (r"10\text{ cm}", "10"),
-    (r"\text{A}", "A"),
-    (r"90^\circ", "90"),
-    (r"50\%", "50"),
-    (r"\$ 5", "5"),
-    ("x = 5", "5"),
-    (r"\left( 1, 2 \right)", "(1,2)"),  # a pair keeps its comma
-    (r"\sqrt2", r"\sqrt{2}"),
-    ("3.", "3"),
-    ("\u22124", "-4"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("$1,000$", "1000"),
+        ("1{,}000", "1000"),
+        ("0.50", "0.5"),
+        ("12.0", "12"),
+        (".5", "0.5"),
+        (r"\dfrac{1}{2}", "1/2"),
+        (r"\frac12", "1/2"),
+        (r"-\tfrac{7}{3}", "-7/3"),
+        (r"2\frac{1}{2}", r"2\frac{1}{2}"),  # a mixed number is 2.5, never "21/2"
+        (r"10\text{ cm}", "10"),
+        (r"\text{A}", "A"),
+        (r"90^\circ", "90"),
+        (r"50\%", "50"),
+        (r"\$ 5", "5"),
+        ("x = 5", "5"),
+        (r"\left( 1, 2 \right)", "(1,2)"),  # a pair keeps its comma
+        (r"\sqrt2", r"\sqrt{2}"),
+        ("3.", "3"),
+        ("\u22124", "-4"),
+    ],
+)
 def test_normalize_answer(raw, expected):
     assert normalize_answer(raw) == expected
 
@@ -91,28 +103,31 @@ def test_normalize_answer(raw, expected):
 
 
 @needs_math_verify
-@pytest.mark.parametrize("prediction, reference, expected", [
-    (r"\frac{1}{2}", "0.5", True),
-    ("0.5", r"\frac{1}{2}", True),
-    (r"\frac{2}{4}", r"\frac{1}{2}", True),
-    (r"2\sqrt{2}", r"\sqrt{8}", True),
-    ("x=5", "5", True),  # documented: naming the variable is fine
-    ("3", "4", False),
-    ("1,000", "1000", True),
-    (r"50\%", "50", True),  # documented (math-verify): a percent reads as its number ...
-    (r"50\%", "0.5", True),  # ... or as its fraction
-    ("-5", "5", False),
-    (r"[1,2)", r"[1, 2)", True),  # intervals compare as sets
-    (r"[1,2]", r"[1,2)", False),
-    (r"\{2,1\}", r"\{1,2\}", True),
-    ("x^2+2x+1", "(x+1)^2", True),  # symbolic
-    (r"2\frac{1}{2}", "21/2", False),
-    (r"2.3333333", r"\frac{7}{3}", True),  # decimals agree to the printed precision ...
-    ("2.333", r"\frac{7}{3}", False),  # ... and no further
-    ("hello", "5", False),
-    ("", "5", False),
-    ("5", "", False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "prediction, reference, expected",
+    [
+        (r"\frac{1}{2}", "0.5", True),
+        ("0.5", r"\frac{1}{2}", True),
+        (r"\frac{2}{4}", r"\frac{1}{2}", True),
+        (r"2\sqrt{2}", r"\sqrt{8}", True),
+        ("x=5", "5", True),  # documented: naming the variable is fine
+        ("3", "4", False),
+        ("1,000", "1000", True),
+        (r"50\%", "50", True),  # documented (math-verify): a percent reads as its number ...
+        (r"50\%", "0.5", True),  # ... or as its fraction
+        ("-5", "5", False),
+        (r"[1,2)", r"[1, 2)", True),  # intervals compare as sets
+        (r"[1,2]", r"[1,2)", False),
+        (r"\{2,1\}", r"\{1,2\}", True),
+        ("x^2+2x+1", "(x+1)^2", True),  # symbolic
+        (r"2\frac{1}{2}", "21/2", False),
+        (r"2.3333333", r"\frac{7}{3}", True),  # decimals agree to the printed precision ...
+        ("2.333", r"\frac{7}{3}", False),  # ... and no further
+        ("hello", "5", False),
+        ("", "5", False),
+        ("5", "", False),
+    ],
+)
 def test_math_equal(prediction, reference, expected):
     assert math_equal(prediction, reference) is expected
 

@@ -22,8 +22,10 @@ MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 0]])
 
 def test_token_level_truncation_cuts_weights_above_the_bound():
     weights, keep, metrics = importance_weights(LOG_RATIO, MASK, level="token", mode="truncate", high=1.5)
-    expected = [[1.0, 1.5, math.exp(-1.0), 1.0], [math.exp(0.1), 1.5 if math.exp(0.3) > 1.5 else math.exp(0.3),
-                                                  math.exp(0.2), 1.0]]  # fmt: skip
+    expected = [
+        [1.0, 1.5, math.exp(-1.0), 1.0],
+        [math.exp(0.1), 1.5 if math.exp(0.3) > 1.5 else math.exp(0.3), math.exp(0.2), 1.0],
+    ]
     assert torch.allclose(weights, torch.tensor(expected))
     assert keep.tolist() == MASK.bool().tolist()  # truncation keeps every token
     assert metrics["is_truncated_fraction"].item() == pytest.approx(1 / 6)  # only exp(0.5) = 1.65 > 1.5
@@ -66,8 +68,9 @@ def test_non_finite_log_ratios_are_masked_and_counted_never_exponentiated():
 
 ALGORITHMS = [
     OffPolicyConfig(mode="decoupled", is_level=level, is_mode=mode)
-    for level in ("token", "sequence", "geometric") for mode in ("truncate", "mask")
-] + [OffPolicyConfig(mode="bypass", is_level=level, is_mode="mask") for level in ("token", "sequence")]  # fmt: skip
+    for level in ("token", "sequence", "geometric")
+    for mode in ("truncate", "mask")
+] + [OffPolicyConfig(mode="bypass", is_level=level, is_mode="mask") for level in ("token", "sequence")]
 
 
 @pytest.mark.parametrize("settings", ALGORITHMS, ids=lambda s: f"{s.mode}-{s.is_level}-{s.is_mode}")
@@ -80,8 +83,9 @@ def test_with_equal_logprobs_every_correction_is_the_on_policy_loss_bitwise(sett
     entropy = torch.rand(3, 5, generator=generator)
     plain, plain_parts, _ = actor_loss(logprobs, entropy, old, advantages, mask, AlgorithmConfig())
     behaviour = old.clone() if settings.mode == "decoupled" else None
-    loss, parts, means = actor_loss(logprobs, entropy, old, advantages, mask,
-                                    AlgorithmConfig(off_policy=settings), behaviour_logprobs=behaviour)  # fmt: skip
+    loss, parts, means = actor_loss(
+        logprobs, entropy, old, advantages, mask, AlgorithmConfig(off_policy=settings), behaviour_logprobs=behaviour
+    )
     assert torch.equal(loss, plain) and parts == plain_parts
     assert means["off_policy/is_weight_mean"] == 1.0 and means["off_policy/is_masked_fraction"] == 0.0
 
@@ -92,8 +96,15 @@ def test_decoupled_truncated_is_weights_scale_each_tokens_loss():
     behaviour = torch.tensor([[-1.5, -1.0]])  # w = exp(0.5) = 1.65, exp(-1) = 0.37
     advantages, mask = torch.tensor([[1.0, 1.0]]), torch.ones(1, 2)
     settings = OffPolicyConfig(mode="decoupled", is_level="token", is_mode="truncate", is_high=1.5)
-    loss, _, _ = actor_loss(logprobs, torch.zeros(1, 2), logprobs.clone(), advantages, mask,
-                            AlgorithmConfig(off_policy=settings), behaviour_logprobs=behaviour)  # fmt: skip
+    loss, _, _ = actor_loss(
+        logprobs,
+        torch.zeros(1, 2),
+        logprobs.clone(),
+        advantages,
+        mask,
+        AlgorithmConfig(off_policy=settings),
+        behaviour_logprobs=behaviour,
+    )
     assert loss.item() == pytest.approx(-(1.5 + math.exp(-1.0)) / 2)
 
 
@@ -125,8 +136,14 @@ def test_a_lagged_policy_gives_the_expected_ratios_and_masks(smollm2_tokenizer):
     for _ in range(2):
         backend.update(copy.deepcopy(rows), temperature=1.0)  # versions 1 and 2
     prox = backend.compute_logprobs(rows, temperature=1.0)
-    log_ratio = torch.tensor([p - o for row, lp in zip(rows, prox, strict=True)
-                              for p, o, m in zip(lp, row.old_logprobs, row.loss_mask, strict=True) if m])  # fmt: skip
+    log_ratio = torch.tensor(
+        [
+            p - o
+            for row, lp in zip(rows, prox, strict=True)
+            for p, o, m in zip(lp, row.old_logprobs, row.loss_mask, strict=True)
+            if m
+        ]
+    )
     assert log_ratio.abs().max() > 0.05  # the policy really moved
     ones = torch.ones_like(log_ratio)[None]
     weights, _, _ = importance_weights(log_ratio[None], ones, level="token", mode="truncate", high=1.2)
@@ -137,10 +154,16 @@ def test_a_lagged_policy_gives_the_expected_ratios_and_masks(smollm2_tokenizer):
     assert metrics["is_masked_fraction"].item() == pytest.approx(outside.float().mean().item())
 
     # and through the backend: the decoupled update reports those same weights and masks
-    for mode, key, expected in (("truncate", "is_truncated_fraction", (log_ratio.exp() > 1.2).float().mean()),
-                                ("mask", "is_masked_fraction", outside.float().mean())):  # fmt: skip
-        lagged = make_backend(smollm2_tokenizer, base, lr=5e-2, off_policy=OffPolicyConfig(
-            mode="decoupled", is_level="token", is_mode=mode, is_high=1.2))  # fmt: skip
+    for mode, key, expected in (
+        ("truncate", "is_truncated_fraction", (log_ratio.exp() > 1.2).float().mean()),
+        ("mask", "is_masked_fraction", outside.float().mean()),
+    ):
+        lagged = make_backend(
+            smollm2_tokenizer,
+            base,
+            lr=5e-2,
+            off_policy=OffPolicyConfig(mode="decoupled", is_level="token", is_mode=mode, is_high=1.2),
+        )
         lagged.load_state_dict(backend.state_dict())
         trained = copy.deepcopy(rows)
         for row, lp in zip(trained, prox, strict=True):

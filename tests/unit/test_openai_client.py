@@ -91,11 +91,16 @@ def test_token_ids_round_trip(server):
 
 def test_image_parts_reach_a_chat_server_unchanged(server):
     """A vision-language server (vLLM, OpenAI) reads OpenAI image parts itself: the client sends them as they are."""
-    messages = [{"role": "user", "content": [
-        {"type": "text", "text": "What colour?"},
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"}},
-        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
-    ]}]  # fmt: skip
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What colour?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"}},
+                {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+            ],
+        }
+    ]
 
     async def go():
         async with make_client(server) as client:
@@ -117,8 +122,12 @@ PNG_RED = (
 def test_a_prompt_with_images_is_sampled_through_chat_with_the_servers_token_ids(server):
     """A VLM behind vLLM: images travel in chat messages only, so a prompt with images goes to /chat/completions with
     `return_token_ids`; the server's prompt ids (images expanded) and sampled ids are the output's, with its images."""
-    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG}},
-                                             {"type": "text", "text": "Colour?"}]}]  # fmt: skip
+    messages = [
+        {
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": PNG}}, {"type": "text", "text": "Colour?"}],
+        }
+    ]
     out = run(make_client(server, tokenizer=CharTokenizer()), messages, SamplingParams(max_tokens=5, top_k=3))
     path, body = server.requests[-1]
     assert path == "/v1/chat/completions" and body["messages"] == messages
@@ -407,8 +416,14 @@ def test_the_blocking_execute_tasks_leaves_no_unclosed_http_session(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-X", "dev", "-W", "ignore::DeprecationWarning", "-c", SYNC_ENGINE_SCRIPT],
-                         cwd=root, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-X", "dev", "-W", "ignore::DeprecationWarning", "-c", SYNC_ENGINE_SCRIPT],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert out.returncode == 0 and "done" in out.stdout, out.stderr[-2000:]
     assert "Unclosed" not in out.stderr, out.stderr[-2000:]
 
@@ -425,8 +440,14 @@ def test_the_engine_retry_honours_the_servers_retry_after():
     with run_fake_server() as server:
         server.inject(Fault.http(429, retry_after=1))
         client = OpenAIClient(base_url=server.base_url, model=server.model, max_retries=0)
-        engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=CounterEnv, model=client, max_steps=1,
-                                      env_args={"log": Counter()}, retry_backoff=0.01)  # fmt: skip
+        engine = AgentExecutionEngine(
+            agent_class=BaseAgent,
+            env_class=CounterEnv,
+            model=client,
+            max_steps=1,
+            env_args={"log": Counter()},
+            retry_backoff=0.01,
+        )
         started = time.monotonic()
         (episode,) = engine.execute_tasks([{"k": 1}])
         elapsed = time.monotonic() - started

@@ -35,10 +35,24 @@ def test_rft_keeps_only_the_successes_of_mixed_tasks(tmp_path, tiny_model_dir, s
         return models[-1]
 
     monkeypatch.setattr("rllm.evaluation.make_eval_model", scripted)
-    config = load_config(None, [f"model.name={tiny_model_dir}", "data.task=arithmetic", "data.train_size=5",
-                                "rft.tasks=3", "rft.temperature=0.7", "data.val_size=2", "rft.attempts=3",
-                                "sft.batch_size=2", "sft.epochs=2", f"trainer.run_dir={tmp_path}", "trainer.name=rft",
-                                "trainer.tensorboard=false", "rollout.max_tokens=4"])  # fmt: skip
+    config = load_config(
+        None,
+        [
+            f"model.name={tiny_model_dir}",
+            "data.task=arithmetic",
+            "data.train_size=5",
+            "rft.tasks=3",
+            "rft.temperature=0.7",
+            "data.val_size=2",
+            "rft.attempts=3",
+            "sft.batch_size=2",
+            "sft.epochs=2",
+            f"trainer.run_dir={tmp_path}",
+            "trainer.name=rft",
+            "trainer.tensorboard=false",
+            "rollout.max_tokens=4",
+        ],
+    )
     result = run_rft(config, progress=False)
     attempts = read_episodes(tmp_path / "rft" / "attempts")
     assert len(attempts) == 9 and sum(e.is_correct for e in attempts) == 4  # 3 + 1 + 0: the first 3 of 5 tasks

@@ -49,7 +49,10 @@ def test_eval_and_train_records_read_back_with_their_step_and_split(tmp_path):
     log.log_episodes(1, [_episode(1), _episode(2)], "train")
     records = read_episode_records(tmp_path)
     assert [(r["step"], r["split"], r["episode"].id) for r in records] == [
-        (0, "val", "t0:0"), (1, "train", "t1:0"), (1, "train", "t2:0")]  # fmt: skip
+        (0, "val", "t0:0"),
+        (1, "train", "t1:0"),
+        (1, "train", "t2:0"),
+    ]
     assert [e.id for e in read_episodes(tmp_path / "episodes.jsonl", split="train")] == ["t1:0", "t2:0"]
     with pytest.raises(ValueError, match="split"):
         log.log_episodes(0, [], "test")
@@ -146,11 +149,17 @@ def test_a_run_stopped_before_its_first_checkpoint_is_recognised(tmp_path):
 
 def _image_episode(url: str) -> Episode:
     """Two steps whose prompts both show the image (the second prompt repeats the first turn), as an agent's do."""
-    first = [{"role": "user", "content": [{"type": "text", "text": "What is shown?"},
-                                          {"type": "image_url", "image_url": {"url": url}}]}]  # fmt: skip
+    first = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "What is shown?"}, {"type": "image_url", "image_url": {"url": url}}],
+        }
+    ]
     second = [*first, {"role": "assistant", "content": "a square"}, {"role": "user", "content": "Sure?"}]
-    steps = [Step(chat_completions=first, observation={"type": "image_url", "image_url": {"url": url}}),
-             Step(chat_completions=second, reward=1.0)]  # fmt: skip
+    steps = [
+        Step(chat_completions=first, observation={"type": "image_url", "image_url": {"url": url}}),
+        Step(chat_completions=second, reward=1.0),
+    ]
     return Episode(id="img:0", task={"id": "img"}, trajectories=[Trajectory(steps=steps)])
 
 
@@ -180,7 +189,9 @@ def test_a_text_only_episode_is_written_exactly_as_before(tmp_path):
     episode = _image_episode("https://example.com/cat.png")  # a remote image is a URL, not stored
     episode.trajectories[0].steps[1].info["note"] = "mentions data:image/png;base64,AAAA in passing"
     RunLog(tmp_path).log_episodes(3, [episode, _episode(1)], "val")
-    before = [json.dumps({"step": 3, "split": "val", "episode": e.model_dump(mode="json")}) + "\n"
-              for e in (episode, _episode(1))]  # what runs.py wrote before images were stored  # fmt: skip
+    before = [
+        json.dumps({"step": 3, "split": "val", "episode": e.model_dump(mode="json")}) + "\n"
+        for e in (episode, _episode(1))
+    ]  # what runs.py wrote before images were stored
     assert (tmp_path / "episodes.jsonl").read_text() == "".join(before)
     assert not (tmp_path / "images").exists() and read_episodes(tmp_path) == [episode, _episode(1)]

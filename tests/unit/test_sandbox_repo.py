@@ -36,8 +36,9 @@ def snapshot(root: Path) -> dict[str, bytes]:
 @pytest.mark.parametrize("copy", [False, True], ids=["overlay", "copy"])
 def test_a_repo_is_editable_inside_and_untouched_outside(tree, copy):
     before = snapshot(tree)
-    script = ("pwd; id -u; echo 'x = 2' >> pkg/a.py; cat pkg/a.py; rm README; mkdir new; echo n > new/f; "
-              "ls -a | tr '\\n' ' '")  # fmt: skip
+    script = (
+        "pwd; id -u; echo 'x = 2' >> pkg/a.py; cat pkg/a.py; rm README; mkdir new; echo n > new/f; ls -a | tr '\\n' ' '"
+    )
     result = Sandbox(LIMITS).run(["/bin/sh", "-c", script], repo=RepoMount(str(tree), copy=copy))
     assert result.ok, result
     lines = result.stdout.decode().splitlines()
@@ -49,8 +50,9 @@ def test_a_repo_is_editable_inside_and_untouched_outside(tree, copy):
 @pytest.mark.parametrize("copy", [False, True], ids=["overlay", "copy"])
 def test_a_repo_cannot_fill_the_host_disk(tree, copy):
     repo = RepoMount(str(tree), size_mb=4, copy=copy)
-    result = Sandbox(LIMITS).run(["/bin/sh", "-c", "head -c 8000000 /dev/zero > big; echo rc=$?; ls -la big"],
-                                 repo=repo)  # fmt: skip
+    result = Sandbox(LIMITS).run(
+        ["/bin/sh", "-c", "head -c 8000000 /dev/zero > big; echo rc=$?; ls -la big"], repo=repo
+    )
     assert "No space left on device" in result.stderr.decode() or "File too large" in result.stderr.decode()
     assert not (tree / "big").exists()
 
@@ -59,8 +61,11 @@ def test_read_only_binds_and_env(tree, tmp_path):
     (tmp_path / "ro").mkdir()
     (tmp_path / "ro" / "tool.txt").write_text("tool\n")
     os.chmod(tmp_path / "ro", 0o755)
-    result = Sandbox(LIMITS).run(["/bin/sh", "-c", "cat /opt/x/tool.txt; echo $MY_VAR; touch /opt/x/w 2>&1"],
-                                 ro_binds={str(tmp_path / "ro"): "/opt/x"}, env={"MY_VAR": "v"})  # fmt: skip
+    result = Sandbox(LIMITS).run(
+        ["/bin/sh", "-c", "cat /opt/x/tool.txt; echo $MY_VAR; touch /opt/x/w 2>&1"],
+        ro_binds={str(tmp_path / "ro"): "/opt/x"},
+        env={"MY_VAR": "v"},
+    )
     out = result.stdout.decode().splitlines()
     assert out[:2] == ["tool", "v"] and "Read-only file system" in out[2]
 

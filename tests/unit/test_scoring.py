@@ -105,8 +105,17 @@ def test_solver_grpo_and_judge_reinforce_per_role():
     batch = score_episodes(_solver_judge_batch(), algo)
     keys = [group_key(ep, t) for ep, t in batch.trajectories]
     # original order is kept; 1-step and 3-step solvers of task t share one group
-    assert keys == ["t:solver", "t:solver", "t:judge", "t:judge", "t:solver", "t:solver",
-                    "u:solver", "u:solver", "u:judge"]  # fmt: skip
+    assert keys == [
+        "t:solver",
+        "t:solver",
+        "t:judge",
+        "t:judge",
+        "t:solver",
+        "t:solver",
+        "u:solver",
+        "u:solver",
+        "u:judge",
+    ]
     # t:solver rewards [1, 0, 1, 1]: mean 0.75; squared deviations 0.0625 + 0.5625 + 0.0625 + 0.0625 = 0.75;
     #   unbiased var 0.75 / 3 = 0.25, std 0.5 -> (r - 0.75) / 0.5 = [0.5, -1.5, 0.5, 0.5]
     # t:judge (reinforce): raw rewards [1, -1]
@@ -176,7 +185,12 @@ def test_for_role_inherits_what_the_role_leaves_unset():
     )
     judge, solver = algo.for_role("judge"), algo.for_role("solver")
     assert (judge.advantage, judge.stepwise, judge.gamma, judge.norm_by_std, judge.clip_high) == (
-        "reinforce", True, 0.9, True, 0.28)  # fmt: skip
+        "reinforce",
+        True,
+        0.9,
+        True,
+        0.28,
+    )
     assert judge.roles == {} and solver.roles == {}
     assert solver == AlgorithmConfig(advantage="grpo", gamma=0.9, clip_high=0.28)  # unlisted role: the globals
     assert algo.roles["judge"].gamma is None  # the source is unchanged
@@ -228,8 +242,13 @@ def _two_turns(second_prompt: list[int]) -> Episode:
 
 def _gae_rows(episode: Episode, algo: AlgorithmConfig):
     batch = score_episodes([episode], algo)
-    rows, _ = build_rows(batch.trajectories, step_advantages=batch.step_advantages, step_rewards=batch.step_rewards,
-                         max_prompt_length=64, max_response_length=64)  # fmt: skip
+    rows, _ = build_rows(
+        batch.trajectories,
+        step_advantages=batch.step_advantages,
+        step_rewards=batch.step_rewards,
+        max_prompt_length=64,
+        max_response_length=64,
+    )
     return rows
 
 
@@ -289,8 +308,13 @@ def test_a_non_finite_env_reward_ends_its_episode_and_is_left_out_of_training_co
             observation, reward, done, info = super().step(action)
             return observation, math.nan if self.name == "1" else reward, done, info
 
-    engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=NaNOnTask1, model=FakeModel("yes"),
-                                  env_args={"log": Counter()}, retry_backoff=0.0)  # fmt: skip
+    engine = AgentExecutionEngine(
+        agent_class=BaseAgent,
+        env_class=NaNOnTask1,
+        model=FakeModel("yes"),
+        env_args={"log": Counter()},
+        retry_backoff=0.0,
+    )
     episodes = engine.execute_tasks([{"id": i, "k": 1} for i in range(3)], n_rollouts=2)
     reasons = [ep.termination_reason for ep in episodes]
     assert (
@@ -356,23 +380,29 @@ def test_the_first_step_warns_when_the_task_gives_no_signal():
 
 
 def _replies(task: str, idx: int, lengths: list[int], reward: float) -> Episode:
-    steps = [Step(model_output=ModelOutput(prompt_ids=[1], completion_ids=[2] * n, logprobs=[-0.1] * n))
-             for n in lengths]  # fmt: skip
+    steps = [
+        Step(model_output=ModelOutput(prompt_ids=[1], completion_ids=[2] * n, logprobs=[-0.1] * n)) for n in lengths
+    ]
     steps[-1].reward = reward
     return Episode(id=f"{task}:{idx}", trajectories=[Trajectory(steps=steps)], termination_reason=R.ENV_DONE)
 
 
 def test_dapo_soft_overlong_punishment_is_added_to_each_replys_reward():
     # max_tokens 10, buffer 4: replies of <= 6 tokens cost 0; 8 tokens -(8 - 6) / 4 = -0.5; 10 tokens -1
-    episodes = [_replies("a", 0, [6], 1.0), _replies("a", 1, [8], 1.0), _replies("a", 2, [10], 1.0),
-                _replies("a", 3, [8, 10], 1.0)]  # fmt: skip
+    episodes = [
+        _replies("a", 0, [6], 1.0),
+        _replies("a", 1, [8], 1.0),
+        _replies("a", 2, [10], 1.0),
+        _replies("a", 3, [8, 10], 1.0),
+    ]
     algorithm = AlgorithmConfig(advantage="rloo", overlong_buffer=4)
     batch = score_episodes(episodes, algorithm, max_tokens=10)
     assert batch.rewards == [1.0, 0.5, 0.0, -0.5]  # two replies: both punished, -0.5 - 1
     assert batch.stats["overlong_penalized"] == 4
     assert score_episodes(episodes, AlgorithmConfig(advantage="rloo")).rewards == [1.0] * 4  # off by default
-    stepwise = score_episodes(episodes, AlgorithmConfig(advantage="rloo", overlong_buffer=4, stepwise=True),
-                              max_tokens=10)  # fmt: skip
+    stepwise = score_episodes(
+        episodes, AlgorithmConfig(advantage="rloo", overlong_buffer=4, stepwise=True), max_tokens=10
+    )
     assert stepwise.step_rewards[3] == [-0.5, 0.0]  # each step carries its own reply's punishment
 
 

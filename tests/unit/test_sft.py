@@ -21,9 +21,13 @@ from rllm.training.sft_data import TrainingDataError, export_trl, rows_from_mess
 def _records(n: int) -> list[dict]:
     """Prompt/completion conversations of different lengths (so micro-batches pad differently)."""
     system = {"role": "system", "content": "Be brief."}
-    return [{"prompt": [system, {"role": "user", "content": f"What is {i}+{7 * i}?"}],
-             "completion": [{"role": "assistant", "content": f"The answer is {8 * i}." + " ok" * i}]}
-            for i in range(n)]  # fmt: skip
+    return [
+        {
+            "prompt": [system, {"role": "user", "content": f"What is {i}+{7 * i}?"}],
+            "completion": [{"role": "assistant", "content": f"The answer is {8 * i}." + " ok" * i}],
+        }
+        for i in range(n)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +37,15 @@ def tiny(smollm2_tokenizer):
 
 def _trl_trainer(model, tokenizer, dataset, tmp_path, batch_size):
     trl = pytest.importorskip("trl")
-    args = trl.SFTConfig(output_dir=str(tmp_path / "trl"), per_device_train_batch_size=batch_size, report_to=[],
-                         use_cpu=True, bf16=False, max_length=None, completion_only_loss=True,
-                         )  # fmt: skip
+    args = trl.SFTConfig(
+        output_dir=str(tmp_path / "trl"),
+        per_device_train_batch_size=batch_size,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        max_length=None,
+        completion_only_loss=True,
+    )
     return trl.SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
 
 
@@ -57,9 +67,14 @@ def test_sft_loss_and_gradient_match_trls_sft_trainer(tiny, smollm2_tokenizer, t
     datasets = pytest.importorskip("datasets")
     rows, _ = rows_from_messages(_records(5), smollm2_tokenizer, max_length=512)
     # ours: micro-batches of 2 (3 forward/backward passes, exact accumulation), full fine-tuning
-    backend = TorchBackend(ModelConfig(lora=LoraConfig(enabled=False)), AlgorithmConfig(),
-                           OptimConfig(micro_batch_size=2, grad_clip=None, lr=1e-6), total_steps=1,
-                           model=copy.deepcopy(tiny), tokenizer=smollm2_tokenizer)  # fmt: skip
+    backend = TorchBackend(
+        ModelConfig(lora=LoraConfig(enabled=False)),
+        AlgorithmConfig(),
+        OptimConfig(micro_batch_size=2, grad_clip=None, lr=1e-6),
+        total_steps=1,
+        model=copy.deepcopy(tiny),
+        tokenizer=smollm2_tokenizer,
+    )
     ours = backend.update(rows, temperature=1.0, objective="sft")
     # TRL: the exported rows (its pre-tokenized format), one batch of all five
     export_trl(rows, tmp_path / "rows.jsonl")
@@ -76,10 +91,21 @@ def test_sft_loss_and_gradient_match_trls_sft_trainer(tiny, smollm2_tokenizer, t
 
 
 def _config(tmp_path, data_path, *more):
-    return load_config(None, [f"sft.messages={data_path}", "sft.batch_size=4", "data.task=arithmetic",
-                              "data.val_size=0", "trainer.tensorboard=false", f"trainer.run_dir={tmp_path / 'runs'}",
-                              "model.lora.enabled=false", "optim.lr=1e-2", "optim.micro_batch_size=2",
-                              *more])  # fmt: skip
+    return load_config(
+        None,
+        [
+            f"sft.messages={data_path}",
+            "sft.batch_size=4",
+            "data.task=arithmetic",
+            "data.val_size=0",
+            "trainer.tensorboard=false",
+            f"trainer.run_dir={tmp_path / 'runs'}",
+            "model.lora.enabled=false",
+            "optim.lr=1e-2",
+            "optim.micro_batch_size=2",
+            *more,
+        ],
+    )
 
 
 def _write(tmp_path, records):
@@ -90,8 +116,12 @@ def _write(tmp_path, records):
 
 def test_sft_learns_the_data_and_records_its_run(tiny, smollm2_tokenizer, tmp_path):
     data = _write(tmp_path, _records(8))
-    trainer = SFTTrainer(config=_config(tmp_path, data, "sft.epochs=6", "trainer.name=learn"),
-                         model=copy.deepcopy(tiny), tokenizer=smollm2_tokenizer, progress=False)  # fmt: skip
+    trainer = SFTTrainer(
+        config=_config(tmp_path, data, "sft.epochs=6", "trainer.name=learn"),
+        model=copy.deepcopy(tiny),
+        tokenizer=smollm2_tokenizer,
+        progress=False,
+    )
     result = trainer.train()
     assert result["steps"] == 12  # ceil(6 epochs * 8 rows / 4)
     run_dir = tmp_path / "runs" / "learn"
@@ -116,13 +146,18 @@ def test_a_stopped_sft_run_resumes_to_the_same_weights(tiny, smollm2_tokenizer, 
     run("trainer.name=parts", "trainer.stop_after=1")
     parts = run(f"trainer.resume={tmp_path / 'runs' / 'parts'}", "trainer.stop_after=5")
     assert parts.step == whole.step == 3
-    for (name, a), (_, b) in zip(whole.backend.model.named_parameters(), parts.backend.model.named_parameters(),
-                                 strict=True):  # fmt: skip
+    for (name, a), (_, b) in zip(
+        whole.backend.model.named_parameters(), parts.backend.model.named_parameters(), strict=True
+    ):
         assert torch.equal(a, b), name
-    strip = [{k: v for k, v in m.items() if "time" not in k and "per_s" not in k}
-             for m in load_metrics(tmp_path / "runs" / "whole")]  # fmt: skip
-    assert strip == [{k: v for k, v in m.items() if "time" not in k and "per_s" not in k}
-                     for m in load_metrics(tmp_path / "runs" / "parts")]  # fmt: skip
+    strip = [
+        {k: v for k, v in m.items() if "time" not in k and "per_s" not in k}
+        for m in load_metrics(tmp_path / "runs" / "whole")
+    ]
+    assert strip == [
+        {k: v for k, v in m.items() if "time" not in k and "per_s" not in k}
+        for m in load_metrics(tmp_path / "runs" / "parts")
+    ]
 
 
 def test_sft_config_errors_name_the_fix(tmp_path, smollm2_tokenizer):
@@ -140,9 +175,16 @@ def test_every_sft_key_reaches_the_rows(tmp_path, smollm2_tokenizer):
 
     (tmp_path / "run").mkdir()
     log = RunLog(tmp_path / "run")
-    log.log_episodes(1, [_episode("a", 0, 1.0, name="solver"), _episode("a", 1, 0.0, name="solver"),
-                         _episode("a", 2, 0.5, name="solver", turns=3), _episode("b", 0, 1.0, name="judge")],
-                     "train")  # fmt: skip
+    log.log_episodes(
+        1,
+        [
+            _episode("a", 0, 1.0, name="solver"),
+            _episode("a", 1, 0.0, name="solver"),
+            _episode("a", 2, 0.5, name="solver", turns=3),
+            _episode("b", 0, 1.0, name="judge"),
+        ],
+        "train",
+    )
     log.log_episodes(1, [_episode("c", 0, 1.0, name="solver")], "val")
     log.close()
 
@@ -150,8 +192,9 @@ def test_every_sft_key_reaches_the_rows(tmp_path, smollm2_tokenizer):
         config = load_config(None, [f"sft.episodes={tmp_path / 'run'}", *keys])
         return load_sft_rows(config, smollm2_tokenizer)
 
-    rows, stats = load("sft.split=train", "sft.roles=[solver]", "sft.min_reward=0.5", "sft.task_pass_rate=mixed",
-                       "sft.max_per_task=1")  # fmt: skip
+    rows, stats = load(
+        "sft.split=train", "sft.roles=[solver]", "sft.min_reward=0.5", "sft.task_pass_rate=mixed", "sft.max_per_task=1"
+    )
     assert [r.episode_id for r in rows] == ["a:0"] and stats["after_roles"] == 3 and stats["after_max_per_task"] == 1
     rows, stats = load("sft.correct_only=false", "sft.split=train", "sft.max_length=8", "sft.overlong=drop")
     assert sorted(r.episode_id for r in rows) == ["a:0", "a:1", "b:0"] and stats["rows_dropped_overlong"] == 1
@@ -169,9 +212,14 @@ def test_packed_rows_train_exactly_as_padded_micro_batches(tiny, smollm2_tokeniz
     assert [len(p) for p in pack_rows(rows, 90)] != [1] * 7  # several rows share a pack
 
     def update(**kwargs):
-        backend = TorchBackend(ModelConfig(lora=LoraConfig(enabled=lora)), AlgorithmConfig(),
-                               OptimConfig(micro_batch_size=2, grad_clip=None, lr=1e-3), total_steps=1,
-                               model=copy.deepcopy(tiny), tokenizer=smollm2_tokenizer)  # fmt: skip
+        backend = TorchBackend(
+            ModelConfig(lora=LoraConfig(enabled=lora)),
+            AlgorithmConfig(),
+            OptimConfig(micro_batch_size=2, grad_clip=None, lr=1e-3),
+            total_steps=1,
+            model=copy.deepcopy(tiny),
+            tokenizer=smollm2_tokenizer,
+        )
         metrics = backend.update(rows, temperature=1.0, objective="sft", **kwargs)
         return metrics, [p.detach().clone() for p in backend.model.parameters() if p.requires_grad]
 

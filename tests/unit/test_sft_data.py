@@ -24,8 +24,11 @@ def _episode(task: str, index: int, reward: float, *, turns=1, name="agent", ids
     steps, prompt = [], [1, 2, 3]
     for turn in range(turns):
         completion = [10 + turn, 20 + index]
-        output = ModelOutput(prompt_ids=list(prompt) if ids else None, completion_ids=completion if ids else None,
-                             logprobs=[-0.5, -0.25] if ids else None)  # fmt: skip
+        output = ModelOutput(
+            prompt_ids=list(prompt) if ids else None,
+            completion_ids=completion if ids else None,
+            logprobs=[-0.5, -0.25] if ids else None,
+        )
         steps.append(Step(model_output=output))
         prompt = prompt + completion + [7, 8]  # observation
     trajectory = Trajectory(name=name, steps=steps, reward=reward)
@@ -51,10 +54,13 @@ def test_episode_rows_are_exactly_the_sampled_ids_with_rl_masks():
 
 def test_filters_apply_in_order_and_count_what_each_left():
     episodes = [
-        _episode("solved", 0, 1.0), _episode("solved", 1, 1.0),  # pass rate 1
-        _episode("mixed", 0, 1.0), _episode("mixed", 1, 0.0), _episode("mixed", 2, 0.5),  # pass rate 2/3
+        _episode("solved", 0, 1.0),
+        _episode("solved", 1, 1.0),  # pass rate 1
+        _episode("mixed", 0, 1.0),
+        _episode("mixed", 1, 0.0),
+        _episode("mixed", 2, 0.5),  # pass rate 2/3
         _episode("never", 0, 0.0),
-    ]  # fmt: skip
+    ]
     pairs, stats = select_trajectories(_records(episodes), task_pass_rate="mixed")
     assert [e.id for e, _ in pairs] == ["mixed:0", "mixed:2"]
     assert stats["trajectories"] == 6 and stats["after_correct_only"] == 4 and stats["after_task_pass_rate"] == 2
@@ -112,8 +118,11 @@ def _long_rows():
 
 
 def test_overlong_rows_are_an_error_with_counts_by_default():
-    with pytest.raises(TrainingDataError, match=r"1 of 2 sequences are longer than sft.max_length=8 tokens \(longest "
-                                           r"13\).*sft.overlong=truncate"):  # fmt: skip
+    with pytest.raises(
+        TrainingDataError,
+        match=r"1 of 2 sequences are longer than sft.max_length=8 tokens \(longest "
+        r"13\).*sft.overlong=truncate",
+    ):
         fit_length(_long_rows(), max_length=8)
 
 
@@ -131,9 +140,13 @@ def test_overlong_rows_truncate_or_drop_when_asked():
 
 
 def _chat(i: int) -> list[dict]:
-    return [{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"What is {i}+{i}?"},
-            {"role": "assistant", "content": str(2 * i)}, {"role": "user", "content": "Times two?"},
-            {"role": "assistant", "content": str(4 * i)}]  # fmt: skip
+    return [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": f"What is {i}+{i}?"},
+        {"role": "assistant", "content": str(2 * i)},
+        {"role": "user", "content": "Times two?"},
+        {"role": "assistant", "content": str(4 * i)},
+    ]
 
 
 def test_messages_train_every_assistant_turn_up_to_its_end_of_turn(shipped_tokenizer):
@@ -142,8 +155,12 @@ def test_messages_train_every_assistant_turn_up_to_its_end_of_turn(shipped_token
     assert len(rows) == 1 and stats["rows_split"] == 0
     row = rows[0]
     trained = [tok.decode([t]) for t, m in zip(row.input_ids, row.loss_mask, strict=True) if m]
-    assert trained == ["6", tok.eos_token, "1", "2", tok.eos_token] or trained == ["6", tok.eos_token, "12",
-                                                                                    tok.eos_token]  # fmt: skip
+    assert trained == ["6", tok.eos_token, "1", "2", tok.eos_token] or trained == [
+        "6",
+        tok.eos_token,
+        "12",
+        tok.eos_token,
+    ]
     # the whole row is the template's rendering of the conversation, up to the last end-of-turn token
     text = tok.apply_chat_template(_chat(3), tokenize=False)
     assert text.startswith(tok.decode(row.input_ids)) and text[len(tok.decode(row.input_ids)) :].strip() == ""
@@ -157,8 +174,16 @@ def test_prompt_completion_records_train_the_completion_only(smollm2_tokenizer):
 
 
 def test_tools_reach_the_template(qwen_tokenizer):
-    tools = [{"type": "function", "function": {"name": "calc", "description": "Evaluate.",
-              "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}}]  # fmt: skip
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "calc",
+                "description": "Evaluate.",
+                "parameters": {"type": "object", "properties": {"x": {"type": "string"}}},
+            },
+        }
+    ]
     with_tools, _ = rows_from_messages([{"messages": _chat(1), "tools": tools}], qwen_tokenizer, max_length=1024)
     without, _ = rows_from_messages([{"messages": _chat(1)}], qwen_tokenizer, max_length=1024)
     assert "calc" in qwen_tokenizer.decode(with_tools[0].input_ids)

@@ -48,9 +48,16 @@ def group_rows(seed=0, backend=None):
 
 
 def _row(ids, prompt_length, mask, advantage, episode):
-    return TrainingRow(input_ids=ids, prompt_length=prompt_length, loss_mask=mask,
-                       old_logprobs=[-3.0 * m for m in mask], advantages=[advantage * m for m in mask],
-                       group_key=episode.split(":")[0], episode_id=episode, trajectory_name="a")  # fmt: skip
+    return TrainingRow(
+        input_ids=ids,
+        prompt_length=prompt_length,
+        loss_mask=mask,
+        old_logprobs=[-3.0 * m for m in mask],
+        advantages=[advantage * m for m in mask],
+        group_key=episode.split(":")[0],
+        episode_id=episode,
+        trajectory_name="a",
+    )
 
 
 def test_plan_groups_rows_by_the_tokens_before_their_first_loss_position(tokenizer):
@@ -70,8 +77,12 @@ def test_shared_prefix_forward_equals_the_plain_one(tokenizer, base_model, lora)
     batch = collate(group_rows(), pad_id=tokenizer.pad_token_id)
     mask = batch["target_mask"] > 0
     for temperature in (1.0, 0.7):
-        outs = [forward_targets(backend.model, batch, mask, temperature=temperature, entropy=True, hidden=True,
-                                share_prefix=share) for share in (True, False)]  # fmt: skip
+        outs = [
+            forward_targets(
+                backend.model, batch, mask, temperature=temperature, entropy=True, hidden=True, share_prefix=share
+            )
+            for share in (True, False)
+        ]
         assert outs[0].logprobs.shape == (int(mask.sum()),)
         # float rounding of other matmul shapes, relative to this sharp model's large logits (|log p| ~ 60)
         assert torch.allclose(outs[0].logprobs, outs[1].logprobs, atol=1e-5, rtol=1e-5)
@@ -86,8 +97,10 @@ def test_update_with_shared_prefixes_gives_the_plain_loss_and_gradients(tokenize
     plain_forward = torch_model.forward_targets
     results = []
     for share in (True, False):
-        monkeypatch.setattr("rllm.training.backends.torch.forward_targets",
-                            lambda *a, _share=share, **k: plain_forward(*a, share_prefix=_share, **k))  # fmt: skip
+        monkeypatch.setattr(
+            "rllm.training.backends.torch.forward_targets",
+            lambda *a, _share=share, **k: plain_forward(*a, share_prefix=_share, **k),
+        )
         backend = make_backend(tokenizer, base_model, micro=16, kl_coef=0.05, entropy_coef=0.01)
         rows = group_rows(backend=backend)
         backend.optimizer.step = lambda: None  # keep the gradients of the one step for comparison

@@ -29,13 +29,19 @@ def call(name: str, **arguments) -> str:
     return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
-FIX = call("file_editor", command="str_replace", path="/testbed/calc/__init__.py", old_str="    if x >= high + 1:",
-           new_str="    if x > high:")  # fmt: skip
+FIX = call(
+    "file_editor",
+    command="str_replace",
+    path="/testbed/calc/__init__.py",
+    old_str="    if x >= high + 1:",
+    new_str="    if x > high:",
+)
 
 
 def run(calc_task, script, max_steps=5, **agent_args):
-    engine = AgentExecutionEngine(agent_class=SWEAgent, env_class=SWEEnv, model=FakeModel(script),
-                                  agent_args=agent_args, max_steps=max_steps)  # fmt: skip
+    engine = AgentExecutionEngine(
+        agent_class=SWEAgent, env_class=SWEEnv, model=FakeModel(script), agent_args=agent_args, max_steps=max_steps
+    )
     (episode,) = engine.execute_tasks([calc_task])
     return episode
 

@@ -44,15 +44,18 @@ class Box:
 EXPECTED = {  # one edit of each operator: (operator, old line, new line)
     ("compare_flip", "        if v < low or v is None:", "        if v >= low or v is None:"),
     ("compare_flip", "        if v < low or v is None:", "        if v < low or v is not None:"),
-    ("compare_flip", "        return item in items and f\"{item:3}\" != \"\"  # f-string left alone",
-     "        return item not in items and f\"{item:3}\" != \"\"  # f-string left alone"),
+    (
+        "compare_flip",
+        '        return item in items and f"{item:3}" != ""  # f-string left alone',
+        '        return item not in items and f"{item:3}" != ""  # f-string left alone',
+    ),
     ("bool_swap", "        if v < low or v is None:", "        if v < low and v is None:"),
     ("if_negate", "        if v < low or v is None:", "        if not (v < low or v is None):"),
     ("if_unnegate", "        elif not (v <= high):", "        elif (v <= high):"),
     ("arith_swap", "            out.append(v + 1 - 1)", "            out.append(v - 1 - 1)"),
     ("const_inc", "            out.append(v + 1 - 1)", "            out.append(v + 2 - 1)"),
     ("return_none", "    return out", "    return None"),
-}  # fmt: skip
+}
 
 
 def changed_lines(old: str, new: str) -> list[tuple[str, str]]:
@@ -131,8 +134,17 @@ E   seen in /testbed/tests/test_more.py and ChunkedTests"""
 
 
 def test_the_problem_statement_shows_the_symptom_and_never_the_tests_or_the_code():
-    words = {"toolz/tests/test_itertoolz.py", "test_itertoolz.py", "test_itertoolz", "test_partition_all",
-             "tests/test_more.py", "test_more.py", "test_more", "ChunkedTests", "test_even"}  # fmt: skip
+    words = {
+        "toolz/tests/test_itertoolz.py",
+        "test_itertoolz.py",
+        "test_itertoolz",
+        "test_partition_all",
+        "tests/test_more.py",
+        "test_more.py",
+        "test_more",
+        "ChunkedTests",
+        "test_even",
+    }
     text = problem_statement("toolz", [FAILURE], words)
     assert "assert raises(LookupError, lambda: list(partition_all(5, too_long_list)))" in text
     assert "where False = raises(LookupError, <function <lambda> at 0x...>)" in text
@@ -156,8 +168,17 @@ def test_the_problem_statement_prefers_a_failure_that_says_more():
     assert "width must be positive" in text and "assert False" not in text
 
 
-SWE_BENCH_KEYS = {"instance_id", "repo", "version", "base_commit", "problem_statement", "patch", "test_patch",
-                  "FAIL_TO_PASS", "PASS_TO_PASS"}  # fmt: skip
+SWE_BENCH_KEYS = {
+    "instance_id",
+    "repo",
+    "version",
+    "base_commit",
+    "problem_statement",
+    "patch",
+    "test_patch",
+    "FAIL_TO_PASS",
+    "PASS_TO_PASS",
+}
 
 
 @pytest.fixture(scope="module")

@@ -57,8 +57,9 @@ def test_file_editor_commands(env):
     run(env, "file_editor", command="undo_edit", path="/testbed/repro.py")
     out, _ = run(env, "execute_bash", cmd="cat repro.py")
     assert out == "print(1)\n"
-    out, info = run(env, "file_editor", command="str_replace", path="/testbed/calc/__init__.py", old_str="return",
-                    new_str="return ")  # fmt: skip
+    out, info = run(
+        env, "file_editor", command="str_replace", path="/testbed/calc/__init__.py", old_str="return", new_str="return "
+    )
     assert "occurs 4 times" in out and info["tool_error_kinds"] == {"bad_arguments": 1}
     out, _ = run(env, "file_editor", command="view", path="/testbed")
     assert "calc/__init__.py" in out and "tests/test_visible.py" in out
@@ -118,11 +119,16 @@ def test_writes_outside_the_repository_do_not_reach_the_host_or_the_grade(env):
 
 def test_bad_calls_are_told_and_counted(env):
     env.reset()
-    action = {"tool_calls": [{"id": "a", "name": "nope", "arguments": {}},
-                             {"id": "b", "name": "execute_bash", "arguments": {"command": "ls"}},
-                             {"id": "c", "name": "file_editor", "arguments": {"command": "fly", "path": "/testbed"}},
-                             {"id": "d", "name": "execute_bash", "arguments": "not json"}],
-              "content": "", "errors": [{"kind": "truncated", "message": "the tool call JSON is cut off"}]}  # fmt: skip
+    action = {
+        "tool_calls": [
+            {"id": "a", "name": "nope", "arguments": {}},
+            {"id": "b", "name": "execute_bash", "arguments": {"command": "ls"}},
+            {"id": "c", "name": "file_editor", "arguments": {"command": "fly", "path": "/testbed"}},
+            {"id": "d", "name": "execute_bash", "arguments": "not json"},
+        ],
+        "content": "",
+        "errors": [{"kind": "truncated", "message": "the tool call JSON is cut off"}],
+    }
     observation, _, done, info = env.step(action)
     texts = [m["content"] for m in observation]
     assert "unknown tool 'nope'" in texts[0] and "needs the argument(s) cmd" in texts[1]
@@ -138,8 +144,14 @@ def test_bad_calls_are_told_and_counted(env):
 
 def test_a_fix_scores_1_and_a_wrong_fix_0(env):
     env.reset()
-    run(env, "file_editor", command="str_replace", path="/testbed/calc/__init__.py", old_str="    if x >= high + 1:",
-        new_str="    if x > high:")  # fmt: skip
+    run(
+        env,
+        "file_editor",
+        command="str_replace",
+        path="/testbed/calc/__init__.py",
+        old_str="    if x >= high + 1:",
+        new_str="    if x > high:",
+    )
     # /testbed is a git repository whose one commit is the tree as the episode began: `git diff` shows the edit
     out, _ = run(env, "execute_bash", cmd="git diff; git status --porcelain; git log --format=%s")
     assert "\n-    if x >= high + 1:\n+    if x > high:\n" in out
@@ -156,8 +168,14 @@ def test_a_fix_scores_1_and_a_wrong_fix_0(env):
     env.reset()  # a new episode: a fresh workspace, the bug back in
     out, _ = run(env, "execute_bash", cmd="grep -c 'high + 1' calc/__init__.py")
     assert out.strip() == "1"
-    run(env, "file_editor", command="str_replace", path="/testbed/calc/__init__.py", old_str="        return high",
-        new_str="        return high + 1")  # fmt: skip
+    run(
+        env,
+        "file_editor",
+        command="str_replace",
+        path="/testbed/calc/__init__.py",
+        old_str="        return high",
+        new_str="        return high + 1",
+    )
     _, reward, done, info = env.step(call("finish", command="submit"))
     assert (reward, info["success"], info["grade"]) == (0.0, False, "tests_failed")
 
@@ -182,8 +200,15 @@ def test_the_sweagent_scaffold(calc_task):
         assert [t["function"]["name"] for t in info["tools"]] == ["bash", "str_replace_editor", "submit"]
         observation, *_ = env.step(call("bash", command="echo hi"))
         assert observation[0]["content"] == "hi\n"
-        env.step(call("str_replace_editor", command="str_replace", path="/testbed/calc/__init__.py",
-                      old_str="    if x >= high + 1:", new_str="    if x > high:"))  # fmt: skip
+        env.step(
+            call(
+                "str_replace_editor",
+                command="str_replace",
+                path="/testbed/calc/__init__.py",
+                old_str="    if x >= high + 1:",
+                new_str="    if x > high:",
+            )
+        )
         _, reward, done, _ = env.step(call("submit"))
         assert reward == 1.0 and done
     finally:

@@ -251,9 +251,11 @@ def load_one(tmp_path: Path) -> dict:
 
 def pytest_eval_spec(task: dict) -> EvalSpec:
     """What swebench's spec gives, for the fake image: apply the test patch, run pytest -rA between the markers."""
-    script = (f"git apply -v - <<'EOF_114329324912'\n{task['test_patch']}\nEOF_114329324912\n"
-              f"echo '>>>>> Start Test Output'\n{sys.executable} -m pytest -rA -p no:cacheprovider tests/test_calc.py\n"
-              "echo '>>>>> End Test Output'\n")  # fmt: skip
+    script = (
+        f"git apply -v - <<'EOF_114329324912'\n{task['test_patch']}\nEOF_114329324912\n"
+        f"echo '>>>>> Start Test Output'\n{sys.executable} -m pytest -rA -p no:cacheprovider tests/test_calc.py\n"
+        "echo '>>>>> End Test Output'\n"
+    )
 
     def read_log(log: str) -> dict[str, str] | None:
         if ">>>>> Start Test Output" not in log:
@@ -267,8 +269,7 @@ def pytest_eval_spec(task: dict) -> EvalSpec:
 def test_session_speaks_json_lines_and_diffs_against_git_head(fake_docker):
     with DockerSession("swebench/sweb.eval.x86_64.calc-org_1776_calc-7:latest", memory_mb=1024) as session:
         assert session.request({"op": "ping"}, timeout_s=30) == {"pong": True}
-        edit = {"command": "str_replace", "path": "calc/__init__.py", "old_str": "x >= high + 1",
-                "new_str": "x > high"}  # fmt: skip
+        edit = {"command": "str_replace", "path": "calc/__init__.py", "old_str": "x >= high + 1", "new_str": "x > high"}
         reply = session.request({"op": "tool", "name": "file_editor", "args": edit}, timeout_s=30)
         assert not reply["is_error"], reply
         create = {"command": "create", "path": "notes.txt", "file_text": "checked\n"}
@@ -284,8 +285,14 @@ def test_session_speaks_json_lines_and_diffs_against_git_head(fake_docker):
     assert proc.poll() is not None and not session.alive  # nothing left running
     run, rm = fake_docker()[-2:]
     assert run[:4] == ["run", "-i", "--rm", "--init"] and rm == ["rm", "-f", session.name]
-    for flag in (["--network", "none"], ["--memory", "1024m"], ["--pids-limit", "512"], ["-w", "/testbed"],
-                 ["-e", "RLLM_SWE_REPO=/testbed"], ["-e", "RLLM_SWE_BASE=git"]):  # fmt: skip
+    for flag in (
+        ["--network", "none"],
+        ["--memory", "1024m"],
+        ["--pids-limit", "512"],
+        ["-w", "/testbed"],
+        ["-e", "RLLM_SWE_REPO=/testbed"],
+        ["-e", "RLLM_SWE_BASE=git"],
+    ):
         assert any(run[i : i + 2] == flag for i in range(len(run))), flag
     assert any(arg.endswith(":/rllm:ro") for arg in run)
     assert run[run.index("swebench/sweb.eval.x86_64.calc-org_1776_calc-7:latest") + 1 : -1] == ["sh", "-c"]
@@ -377,8 +384,7 @@ def test_swe_env_docker_backend_end_to_end(tmp_path, fake_docker, monkeypatch):
     assert env.backend == "docker"
     prompt, info = env.reset()
     assert "clamp(10.5, 0, 10)" in prompt and info["tools"]
-    edit = {"command": "str_replace", "path": "calc/__init__.py", "old_str": "x >= high + 1",
-            "new_str": "x > high"}  # fmt: skip
+    edit = {"command": "str_replace", "path": "calc/__init__.py", "old_str": "x >= high + 1", "new_str": "x > high"}
     messages, reward, done, _ = env.step({"tool_calls": [{"id": "1", "name": "file_editor", "arguments": edit}]})
     assert not done and "has been edited" in messages[0]["content"]
     _, reward, done, info = env.step({"tool_calls": [{"id": "2", "name": "finish", "arguments": {}}]})
@@ -395,8 +401,9 @@ def test_real_docker_session_leaves_nothing_running():
         assert session.request({"op": "ping"}, timeout_s=60) == {"pong": True}
         create = {"command": "create", "path": "hello.py", "file_text": "print('hi')\n"}
         assert not session.request({"op": "tool", "name": "file_editor", "args": create}, timeout_s=30)["is_error"]
-        view = session.request({"op": "tool", "name": "file_editor", "args": {"command": "view", "path": "hello.py"}},
-                               timeout_s=30)  # fmt: skip
+        view = session.request(
+            {"op": "tool", "name": "file_editor", "args": {"command": "view", "path": "hello.py"}}, timeout_s=30
+        )
         assert "print('hi')" in view["output"]
     ps = ["docker", "ps", "-aq", "--filter", f"name={session.name}"]
     left = subprocess.run(ps, check=False, capture_output=True, text=True)

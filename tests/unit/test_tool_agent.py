@@ -40,8 +40,14 @@ def call(name: str, **arguments) -> str:
 
 def run(script, *, max_steps=4, tokenizer=None, env_workers=None, **env_args):
     workers = {} if env_workers is None else {"env_workers": env_workers}
-    engine = AgentExecutionEngine(agent_class=ToolAgent, env_class=AddEnv, model=FakeModel(script, tokenizer=tokenizer),
-                                  env_args=env_args, max_steps=max_steps, **workers)  # fmt: skip
+    engine = AgentExecutionEngine(
+        agent_class=ToolAgent,
+        env_class=AddEnv,
+        model=FakeModel(script, tokenizer=tokenizer),
+        env_args=env_args,
+        max_steps=max_steps,
+        **workers,
+    )
     (episode,) = engine.execute_tasks([{"id": "t", "question": "What is 2 + 40?", "answer": "42"}])
     return episode
 
@@ -124,11 +130,13 @@ def test_mcp_episodes_against_the_real_example_server_and_no_server_left_after_t
     def script(messages, sampling):
         if messages[-1]["role"] == "tool":  # the lookup's result came back: answer with it
             return f"<answer>{messages[-1]['content'].split('= ', 1)[-1]}</answer>"  # "Naxkel discoverer = Hale Dorsey"
-        return call("lookup", entity=next(p for p in planet.values() if p in messages[-1]["content"]),
-                    attribute="discoverer")  # fmt: skip
+        return call(
+            "lookup", entity=next(p for p in planet.values() if p in messages[-1]["content"]), attribute="discoverer"
+        )
 
-    engine = AgentExecutionEngine(agent_class=ToolAgent, env_class=MCPKnowledgeBaseEnv, model=FakeModel(script),
-                                  max_steps=3, n_parallel=2)  # fmt: skip
+    engine = AgentExecutionEngine(
+        agent_class=ToolAgent, env_class=MCPKnowledgeBaseEnv, model=FakeModel(script), max_steps=3, n_parallel=2
+    )
     episodes = engine.execute_tasks(tasks, n_rollouts=2)
     assert [ep.termination_reason for ep in episodes] == [TerminationReason.ENV_DONE] * 4
     assert all(ep.is_correct for ep in episodes), [ep.trajectories[0].steps[-1].info for ep in episodes]

@@ -332,7 +332,14 @@ def test_a_gpu_device_without_a_gpu_fails_naming_the_fix(smollm2_tokenizer):
         pytest.skip("this machine has a GPU")
     config = load_config(None, ["model.device=cuda"])
     with pytest.raises(RuntimeError, match="model.device=cpu"):
-        TorchBackend(config.model, config.algorithm, config.optim, total_steps=1, device=config.model.device,
-                     model=_tiny_model(smollm2_tokenizer), tokenizer=smollm2_tokenizer)  # fmt: skip
+        TorchBackend(
+            config.model,
+            config.algorithm,
+            config.optim,
+            total_steps=1,
+            device=config.model.device,
+            model=_tiny_model(smollm2_tokenizer),
+            tokenizer=smollm2_tokenizer,
+        )
     with pytest.raises(ConfigError, match="model.device"):
         load_config(None, ["model.device=gpu0"])

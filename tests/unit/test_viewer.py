@@ -29,8 +29,12 @@ LAKE = {"id": "lake", "desc": ["SFFF", "FFFF", "FFFF", "FFFG"], "max_steps": 10}
 
 def _episode(task: str, rollout: int, reward: float, text: str = "", role: str = "agent") -> Episode:
     step = Step(chat_completions=[{"role": "user", "content": text}], reward=reward)
-    return Episode(id=f"{task}:{rollout}", trajectories=[Trajectory(name=role, steps=[step])], is_correct=reward > 0,
-                   termination_reason="env_done" if reward > 0 else "max_turns")  # fmt: skip
+    return Episode(
+        id=f"{task}:{rollout}",
+        trajectories=[Trajectory(name=role, steps=[step])],
+        is_correct=reward > 0,
+        termination_reason="env_done" if reward > 0 else "max_turns",
+    )
 
 
 def _run(tmp_path, steps=3, per_step=4):
@@ -152,8 +156,9 @@ def test_the_index_is_cached_on_disk_and_reused(tmp_path, monkeypatch):
 def test_search_is_case_insensitive_and_finds_escaped_text(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    RunLog(run).log_episodes(0, [_episode("a", 0, 1.0, 'He said "Hello"\nthen left'), _episode("b", 0, 0.0, "bye")],
-                             "eval")  # fmt: skip
+    RunLog(run).log_episodes(
+        0, [_episode("a", 0, 1.0, 'He said "Hello"\nthen left'), _episode("b", 0, 0.0, "bye")], "eval"
+    )
     index = EpisodeIndex(run / "episodes.jsonl").refresh()
     assert index.search('said "hello"\nTHEN') == {1}
     assert index.search("BYE") == {2}
@@ -196,18 +201,21 @@ def test_a_folder_that_is_not_a_run_is_refused_naming_what_was_expected(tmp_path
 def lake_run(tmp_path, smollm2_tokenizer):
     """A run logged the way the trainer logs it: real chat-template token ids (FakeModel replies through the real
     SmolLM2 tokenizer), step advantages through build_rows, `trained` from the rows; plus a validation episode."""
-    model = FakeModel(script=["Action: right", "Action: down", "Action: left"], tokenizer=smollm2_tokenizer,
-                      logprob=-0.25)  # fmt: skip
-    engine = AgentExecutionEngine(agent_class=FrozenLakeAgent, env_class=FrozenLakeEnv, model=model, max_steps=3,
-                                  env_workers=0)  # fmt: skip
+    model = FakeModel(
+        script=["Action: right", "Action: down", "Action: left"], tokenizer=smollm2_tokenizer, logprob=-0.25
+    )
+    engine = AgentExecutionEngine(
+        agent_class=FrozenLakeAgent, env_class=FrozenLakeEnv, model=model, max_steps=3, env_workers=0
+    )
     episode = engine.execute_tasks([LAKE])[0]
     pairs = episode_trajectories([episode])
     rows, _ = build_rows(pairs, step_advantages=[[0.5, -1.0, 2.0]], max_prompt_length=4096, max_response_length=4096)
     run = tmp_path / "lake"
     run.mkdir()
     write_json(run / "manifest.json", {"kind": "train", "model": "smollm2-135m-instruct"})
-    (run / "config.yaml").write_text("model:\n  name: smollm2-135m-instruct\nrollout:\n  max_prompt_length: 4096\n"
-                                     "  max_response_length: 4096\n")  # fmt: skip
+    (run / "config.yaml").write_text(
+        "model:\n  name: smollm2-135m-instruct\nrollout:\n  max_prompt_length: 4096\n  max_response_length: 4096\n"
+    )
     log = RunLog(run)
     log.log(1, {"reward_mean": 0.25, "approx_kl": 0.01, "skipped_update": 0})
     log.log_episodes(1, [episode], "train", trained_steps(pairs, rows))
@@ -236,7 +244,8 @@ def test_the_api_serves_runs_metrics_pages_and_the_token_overlay(lake_run, tmp_p
         base = server.url + "api/"
         status, runs = _get(base + "runs")
         assert status == 200 and [(r["id"], r["kind"], r["episodes"], r["steps"]) for r in runs["runs"]] == [
-            ("lake", "train", 3, 1)]  # fmt: skip
+            ("lake", "train", 3, 1)
+        ]
         _, info = _get(base + "run/lake")
         assert info["facets"]["steps"] == {"train": [1], "val": [1]} and "max_prompt_length" in info["config"]
         _, metrics = _get(base + "run/lake/metrics")
@@ -250,7 +259,8 @@ def test_the_api_serves_runs_metrics_pages_and_the_token_overlay(lake_run, tmp_p
         assert row["ids"] == rows[0].input_ids and row["mask"] == rows[0].loss_mask
         assert row["trained_tokens"] == rows[0].num_loss_tokens > 0
         assert [a for a, m in zip(row["advantage"], row["mask"], strict=True) if m] == [
-            a for a, m in zip(rows[0].advantages, rows[0].loss_mask, strict=True) if m]  # fmt: skip
+            a for a, m in zip(rows[0].advantages, rows[0].loss_mask, strict=True) if m
+        ]
         assert {a for a in row["advantage"] if a is not None} == {0.5, -1.0, 2.0}
         assert "".join(row["text"]).startswith("<|im_start|>system")
         assert overlay["advantages"] == "recorded" and len(trained["trajectories"][0]["turns"]) == 3
@@ -263,7 +273,9 @@ def test_the_api_serves_runs_metrics_pages_and_the_token_overlay(lake_run, tmp_p
         _, rewritten = _get(base + "run/lake/episode/3")
         split = rewritten["trajectories"][0]["overlay"]
         assert [(r["ids"], r["split_before"], r["loss_tokens"]) for r in split["rows"]] == [
-            ([1, 2, 3, 5, 6], False, 2), ([1, 9, 3, 5, 6, 7, 5, 6], True, 2)]  # fmt: skip
+            ([1, 2, 3, 5, 6], False, 2),
+            ([1, 9, 3, 5, 6, 7, 5, 6], True, 2),
+        ]
         assert [r["trained_tokens"] for r in split["rows"]] == [0, 0]  # a validation episode: never trained
         assert split["stats"]["rows_split"] == 1
 
@@ -280,8 +292,11 @@ def test_rllm_view_prints_its_url_and_serves(lake_run, tmp_path):
     with socket.socket() as probe:  # a port that is free now
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "rllm.cli.main", "view", str(run), "--no-index-cache", "--port",
-                                str(port)], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rllm.cli.main", "view", str(run), "--no-index-cache", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = process.stdout.readline()
         assert line.startswith(f"rllm view: http://127.0.0.1:{port}/") and "(1 runs" in line
@@ -322,9 +337,13 @@ def test_images_are_served_by_their_stored_name_and_linked_from_the_conversation
             assert response.read() == base64.b64decode(image_part(_picture())["image_url"]["url"].split(",")[1])
 
         host, port = server.server_address[:2]
-        for path in ("/api/run/pics/images/../manifest.json", "/api/run/pics/images/..%2Fmanifest.json",
-                     "/api/run/pics/images/%2E%2E%2F%2E%2E%2Fpics%2Fmanifest.json", "/api/run/pics/images/" + "0" * 64
-                     + ".png", "/api/run/nope/images/" + names[0]):  # fmt: skip
+        for path in (
+            "/api/run/pics/images/../manifest.json",
+            "/api/run/pics/images/..%2Fmanifest.json",
+            "/api/run/pics/images/%2E%2E%2F%2E%2E%2Fpics%2Fmanifest.json",
+            "/api/run/pics/images/" + "0" * 64 + ".png",
+            "/api/run/nope/images/" + names[0],
+        ):
             connection = http.client.HTTPConnection(host, port, timeout=30)  # sends the path as written
             connection.request("GET", path)
             response = connection.getresponse()

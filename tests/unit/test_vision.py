@@ -38,8 +38,10 @@ def _picture(colour=(255, 0, 0), size=(20, 30)):
 
 
 def _ask(colour, text="What colour is it?"):
-    return [{"role": "system", "content": "You look at pictures and name what you see, in one word."},
-            {"role": "user", "content": [image_part(_picture(colour)), {"type": "text", "text": text}]}]  # fmt: skip
+    return [
+        {"role": "system", "content": "You look at pictures and name what you see, in one word."},
+        {"role": "user", "content": [image_part(_picture(colour)), {"type": "text", "text": text}]},
+    ]
 
 
 def _generate(model, prompts, **sampling):
@@ -78,8 +80,10 @@ def test_a_turn_whose_history_shows_another_image_does_not_extend(vlm):
 def test_collapse_puts_each_image_back_to_the_one_token_a_server_expands(vlm):
     """What vLLM's /inference/v1/generate takes: the chat template's `<image>` per image, not its expansion."""
     _, vision = vlm
-    messages = _ask((255, 0, 0)) + [{"role": "assistant", "content": "red"},
-                                     {"role": "user", "content": [image_part(_picture((0, 0, 255)))]}]  # fmt: skip
+    messages = _ask((255, 0, 0)) + [
+        {"role": "assistant", "content": "red"},
+        {"role": "user", "content": [image_part(_picture((0, 0, 255)))]},
+    ]
     text, urls = vision.render_text(messages)
     ids = vision.tokenizer.encode(text, add_special_tokens=False)
     collapsed = vision.collapse(ids, urls)
@@ -104,8 +108,9 @@ def test_collapse_puts_each_image_back_to_the_one_token_a_server_expands(vlm):
 def _fake_output(prompt_ids, completion_ids):
     from rllm.types import ModelOutput
 
-    return ModelOutput(prompt_ids=list(prompt_ids), completion_ids=list(completion_ids),
-                       logprobs=[0.0] * len(completion_ids))  # fmt: skip
+    return ModelOutput(
+        prompt_ids=list(prompt_ids), completion_ids=list(completion_ids), logprobs=[0.0] * len(completion_ids)
+    )
 
 
 # ---- the local engine --------------------------------------------------------------------------------------------
@@ -162,15 +167,28 @@ def _backend(model, vision, *, lora=True, vision_tower="frozen"):
     import copy
 
     config = ModelConfig(name="unused", lora=LoraConfig(enabled=lora, rank=4, alpha=8.0), vision_tower=vision_tower)
-    return TorchBackend(config, AlgorithmConfig(), OptimConfig(lr=1e-2, micro_batch_size=4, grad_clip=None),
-                        total_steps=4, model=copy.deepcopy(model), tokenizer=vision.tokenizer,
-                        vision=vision)  # fmt: skip
+    return TorchBackend(
+        config,
+        AlgorithmConfig(),
+        OptimConfig(lr=1e-2, micro_batch_size=4, grad_clip=None),
+        total_steps=4,
+        model=copy.deepcopy(model),
+        tokenizer=vision.tokenizer,
+        vision=vision,
+    )
 
 
 def _picture_episodes(backend, n=3, **engine):
     rollout = backend.make_rollout_model(max_batch_size=8)
-    engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=PictureEnv, model=rollout, max_steps=3,
-                                  env_workers=0, sampling=SamplingParams(max_tokens=5), **engine)  # fmt: skip
+    engine = AgentExecutionEngine(
+        agent_class=BaseAgent,
+        env_class=PictureEnv,
+        model=rollout,
+        max_steps=3,
+        env_workers=0,
+        sampling=SamplingParams(max_tokens=5),
+        **engine,
+    )
     try:
         return engine.execute_tasks([{"id": f"pic{i}"} for i in range(n)])
     finally:
@@ -185,13 +203,18 @@ def test_multi_turn_image_rollouts_train_with_the_sampler_log_probs(vlm):
     episodes = _picture_episodes(backend)
     assert all(e.termination_reason is TerminationReason.ENV_DONE for e in episodes)
     pairs = episode_trajectories(episodes)
-    rows, stats = build_rows(pairs, step_advantages=[[1.0] * len(t.steps) for _, t in pairs],
-                             max_prompt_length=512, max_response_length=512)  # fmt: skip
+    rows, stats = build_rows(
+        pairs, step_advantages=[[1.0] * len(t.steps) for _, t in pairs], max_prompt_length=512, max_response_length=512
+    )
     assert stats["rows_split"] == 0 and len(rows) == 3
     assert all(len(row.images) == 2 and row.input_ids.count(vision.image_token_id) == 8 for row in rows)
     recomputed = backend.compute_logprobs(rows, temperature=1.0)
-    worst = max(abs(a - b) for row, lps in zip(rows, recomputed, strict=True)
-                for a, b, m in zip(lps, row.old_logprobs, row.loss_mask, strict=True) if m)  # fmt: skip
+    worst = max(
+        abs(a - b)
+        for row, lps in zip(rows, recomputed, strict=True)
+        for a, b, m in zip(lps, row.old_logprobs, row.loss_mask, strict=True)
+        if m
+    )
     assert worst < 1e-4, worst
     # and without the images the same ids score differently: the images really are in the forward
     blind = [type(row)(**{**vars(row), "images": []}) for row in rows]
@@ -208,9 +231,16 @@ def test_frozenlake_board_pictures_train_as_one_row_per_episode(vlm):
     backend = _backend(model, vision)
     rollout = backend.make_rollout_model(max_batch_size=8)
     tasks = make_frozenlake_tasks(3, seed=1, sizes=(3,), hole_prob=0.0, max_steps=3)
-    engine = AgentExecutionEngine(agent_class=FrozenLakeAgent, env_class=FrozenLakeEnv, model=rollout, max_steps=3,
-                                  agent_args={"observation": "image"}, env_args={"observation": "image"},
-                                  env_workers=0, sampling=SamplingParams(max_tokens=4))  # fmt: skip
+    engine = AgentExecutionEngine(
+        agent_class=FrozenLakeAgent,
+        env_class=FrozenLakeEnv,
+        model=rollout,
+        max_steps=3,
+        agent_args={"observation": "image"},
+        env_args={"observation": "image"},
+        env_workers=0,
+        sampling=SamplingParams(max_tokens=4),
+    )
     try:
         episodes = engine.execute_tasks(tasks)
     finally:
@@ -218,13 +248,18 @@ def test_frozenlake_board_pictures_train_as_one_row_per_episode(vlm):
     pairs = episode_trajectories(episodes)
     turns = [len(t.steps) for _, t in pairs]
     assert sum(turns) > len(pairs)  # the random model wanders: episodes of several turns
-    rows, stats = build_rows(pairs, step_advantages=[[1.0] * n for n in turns], max_prompt_length=2048,
-                             max_response_length=512)  # fmt: skip
+    rows, stats = build_rows(
+        pairs, step_advantages=[[1.0] * n for n in turns], max_prompt_length=2048, max_response_length=512
+    )
     assert stats["rows_split"] == 0 and len(rows) == len(pairs)
     assert [len(row.images) for row in rows] == turns  # one board per turn
     recomputed = backend.compute_logprobs(rows, temperature=1.0)
-    worst = max(abs(a - b) for row, lps in zip(rows, recomputed, strict=True)
-                for a, b, m in zip(lps, row.old_logprobs, row.loss_mask, strict=True) if m)  # fmt: skip
+    worst = max(
+        abs(a - b)
+        for row, lps in zip(rows, recomputed, strict=True)
+        for a, b, m in zip(lps, row.old_logprobs, row.loss_mask, strict=True)
+        if m
+    )
     assert worst < 1e-4, worst
 
 
@@ -262,9 +297,12 @@ def test_an_update_trains_the_language_model_and_the_tower_only_when_asked(vlm, 
     backend = _backend(model, vision, vision_tower=tower)
     episodes = _picture_episodes(backend, n=2)
     pairs = episode_trajectories(episodes)
-    rows, _ = build_rows(pairs, step_advantages=[[1.0, -1.0][i % 2:][:1] * len(t.steps) for i, (_, t) in
-                                                 enumerate(pairs)], max_prompt_length=512,
-                         max_response_length=512)  # fmt: skip
+    rows, _ = build_rows(
+        pairs,
+        step_advantages=[[1.0, -1.0][i % 2 :][:1] * len(t.steps) for i, (_, t) in enumerate(pairs)],
+        max_prompt_length=512,
+        max_response_length=512,
+    )
     tower_names = tuple(vision_modules(backend.model))
     before = {n: p.detach().clone() for n, p in backend.model.named_parameters()}
     metrics = backend.update(rows, temperature=1.0)
@@ -305,8 +343,15 @@ def test_a_text_only_model_meeting_an_image_names_the_step(smollm2_tokenizer):
             return "Say something.", {}
 
     with LocalModel(build_tiny_model(smollm2_tokenizer), smollm2_tokenizer) as local:
-        engine = AgentExecutionEngine(agent_class=BaseAgent, env_class=LateImageEnv, model=local, max_steps=3,
-                                      env_workers=0, retry_limit=1, sampling=SamplingParams(max_tokens=3))  # fmt: skip
+        engine = AgentExecutionEngine(
+            agent_class=BaseAgent,
+            env_class=LateImageEnv,
+            model=local,
+            max_steps=3,
+            env_workers=0,
+            retry_limit=1,
+            sampling=SamplingParams(max_tokens=3),
+        )
         (episode,) = engine.execute_tasks([{"id": "late"}])
     assert episode.termination_reason is TerminationReason.ERROR
     assert "step 1 of conversation 'main'" in episode.info["error"]
@@ -340,16 +385,21 @@ def test_samples_of_one_picture_share_their_prompt_in_the_training_forward(vlm):
     model, vision = vlm
     backend = _backend(model, vision, vision_tower="trainable")  # the gradient reaches the tower too
     rollout = backend.make_rollout_model(max_batch_size=8)
-    engine = AgentExecutionEngine(agent_class=ShapesAgent, env_class=ShapesEnv, model=rollout, max_steps=1,
-                                  env_workers=0, sampling=SamplingParams(max_tokens=4))  # fmt: skip
+    engine = AgentExecutionEngine(
+        agent_class=ShapesAgent,
+        env_class=ShapesEnv,
+        model=rollout,
+        max_steps=1,
+        env_workers=0,
+        sampling=SamplingParams(max_tokens=4),
+    )
     tasks = make_shapes_tasks(2, seed=0)
     try:
         episodes = engine.execute_tasks([t for t in tasks for _ in range(3)])
     finally:
         rollout.close()
     pairs = episode_trajectories(episodes)
-    rows, _ = build_rows(pairs, step_advantages=[[1.0]] * len(pairs), max_prompt_length=512,
-                         max_response_length=512)  # fmt: skip
+    rows, _ = build_rows(pairs, step_advantages=[[1.0]] * len(pairs), max_prompt_length=512, max_response_length=512)
     assert len({tuple(r.input_ids[: r.prompt_length]) for r in rows}) == 1  # same ids: only the image differs
     batch = attach_images(collate(rows, pad_id=backend.pad_id), rows, vision)
     positions = batch["target_mask"] > 0
@@ -385,9 +435,17 @@ def test_the_plan_groups_rows_by_their_images(vlm):
 
     def row(url):
         ids = prompt + [42, 43]
-        return TrainingRow(input_ids=ids, prompt_length=len(prompt), loss_mask=[0] * len(prompt) + [1, 1],
-                           old_logprobs=[0.0] * len(ids), advantages=[0.0] * len(ids), group_key="g",
-                           episode_id="e", trajectory_name="t", images=[url])  # fmt: skip
+        return TrainingRow(
+            input_ids=ids,
+            prompt_length=len(prompt),
+            loss_mask=[0] * len(prompt) + [1, 1],
+            old_logprobs=[0.0] * len(ids),
+            advantages=[0.0] * len(ids),
+            group_key="g",
+            episode_id="e",
+            trajectory_name="t",
+            images=[url],
+        )
 
     rows = [row(red), row(red), row(blue)]
     batch = attach_images(collate(rows, pad_id=0), rows, vision)

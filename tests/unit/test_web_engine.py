@@ -34,8 +34,9 @@ def seen(prompt) -> dict:
 
 def engine(script) -> AgentWorkflowEngine:
     args = {"agent_class": WebAgent, "env_class": WebEnv, "max_steps": 3}
-    return AgentWorkflowEngine(workflow_class=AgentEnvWorkflow, model=FakeModel(script), workflow_args=args,
-                               n_parallel=4, retry_backoff=0.0)  # fmt: skip
+    return AgentWorkflowEngine(
+        workflow_class=AgentEnvWorkflow, model=FakeModel(script), workflow_args=args, n_parallel=4, retry_backoff=0.0
+    )
 
 
 def test_episodes_through_the_engine_are_rewarded_by_the_page():

@@ -41,8 +41,9 @@ def test_rules_answer_from_the_page_as_it_is_now():
 
 
 @pytest.mark.browser
-@pytest.mark.parametrize("task", ["click-link", "click-checkboxes", "choose-list", "login-user", "click-collapsible",
-                                  "multi-layouts"])  # fmt: skip
+@pytest.mark.parametrize(
+    "task", ["click-link", "click-checkboxes", "choose-list", "login-user", "click-collapsible", "multi-layouts"]
+)
 def test_the_oracle_solves_real_pages(chromium, task):
     assert task in ORACLE_TASKS
     for seed in (0, 1):

@@ -47,8 +47,11 @@ def test_the_registered_task_plays_with_web_agent_and_env():
 def test_the_agent_shows_goal_error_and_page_and_hands_the_reply_to_the_env():
     agent = WebAgent(max_observation_chars=300)
     assert all(f"{name}(" in WEB_SYSTEM_PROMPT for name in ACTIONS)
-    observation = {"goal": "Click OK.", "axtree": '- button "OK" [ref=e5]\n' + "- text: filler\n" * 50,
-                   "last_action_error": "click('e9'): no element with ref 'e9' on the page now"}  # fmt: skip
+    observation = {
+        "goal": "Click OK.",
+        "axtree": '- button "OK" [ref=e5]\n' + "- text: filler\n" * 50,
+        "last_action_error": "click('e9'): no element with ref 'e9' on the page now",
+    }
     agent.update_from_env(observation, 0.0, False, {})
     shown = agent.chat_completions[-1]["content"]
     assert shown.startswith("Goal: Click OK.") and "no element with ref 'e9'" in shown and '"OK" [ref=e5]' in shown

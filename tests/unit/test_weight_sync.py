@@ -25,10 +25,17 @@ from tests.conftest import sharp_tiny_model
 
 
 def _backend(tokenizer, *, lora: bool = True) -> TorchBackend:
-    settings = ModelConfig(name="tiny").lora.model_copy(update={"enabled": lora, "rank": 4,
-                                                                "target_modules": ["q_proj", "v_proj"]})  # fmt: skip
-    return TorchBackend(ModelConfig(name="tiny", lora=settings), AlgorithmConfig(), OptimConfig(), total_steps=1,
-                        model=sharp_tiny_model(tokenizer, 0), tokenizer=tokenizer)  # fmt: skip
+    settings = ModelConfig(name="tiny").lora.model_copy(
+        update={"enabled": lora, "rank": 4, "target_modules": ["q_proj", "v_proj"]}
+    )
+    return TorchBackend(
+        ModelConfig(name="tiny", lora=settings),
+        AlgorithmConfig(),
+        OptimConfig(),
+        total_steps=1,
+        model=sharp_tiny_model(tokenizer, 0),
+        tokenizer=tokenizer,
+    )
 
 
 def _train(backend: TorchBackend, seed: int) -> None:
@@ -49,8 +56,9 @@ def fake(smollm2_tokenizer, tmp_path):
 
 
 def _client(server, tokenizer, workdir, sync="reload") -> VLLMRolloutClient:
-    return VLLMRolloutClient(VLLMServer.attach(server.base_url), tokenizer, sync=sync, workdir=workdir,
-                             owns_server=False)  # fmt: skip
+    return VLLMRolloutClient(
+        VLLMServer.attach(server.base_url), tokenizer, sync=sync, workdir=workdir, owns_server=False
+    )
 
 
 def test_reload_pauses_swaps_stamps_resumes_and_checks_logprobs(fake, smollm2_tokenizer, tmp_path):
@@ -169,14 +177,27 @@ def test_trainer_with_vllm_rollouts_on_an_attached_server(fake, smollm2_tokenize
     from rllm.training.trainer import AgentTrainer
 
     server, _ = fake
-    overrides = ["rollout.n=2", "rollout.max_tokens=6", "rollout.max_steps=1", "trainer.tasks_per_step=2",
-                 "data.train_size=4", "data.val_size=0", "optim.micro_batch_size=2", "trainer.total_steps=3",
-                 "model.lora.rank=4", "model.lora.target_modules=[q_proj,v_proj]",
-                 f"trainer.run_dir={tmp_path}", "trainer.name=fake", f"rollout.vllm.base_url={server.base_url}",
-                 "rollout.server=vllm", f"rollout.max_staleness={staleness}"]  # fmt: skip
+    overrides = [
+        "rollout.n=2",
+        "rollout.max_tokens=6",
+        "rollout.max_steps=1",
+        "trainer.tasks_per_step=2",
+        "data.train_size=4",
+        "data.val_size=0",
+        "optim.micro_batch_size=2",
+        "trainer.total_steps=3",
+        "model.lora.rank=4",
+        "model.lora.target_modules=[q_proj,v_proj]",
+        f"trainer.run_dir={tmp_path}",
+        "trainer.name=fake",
+        f"rollout.vllm.base_url={server.base_url}",
+        "rollout.server=vllm",
+        f"rollout.max_staleness={staleness}",
+    ]
     config = load_config("configs/frozenlake_grpo.yaml", overrides)
-    trainer = AgentTrainer(config=config, model=sharp_tiny_model(smollm2_tokenizer, 0), tokenizer=smollm2_tokenizer,
-                           progress=False)  # the weights the fake serves  # fmt: skip
+    trainer = AgentTrainer(
+        config=config, model=sharp_tiny_model(smollm2_tokenizer, 0), tokenizer=smollm2_tokenizer, progress=False
+    )  # the weights the fake serves
     trainer.train()
     steps = [m for m in load_metrics(tmp_path / "fake") if "reward_mean" in m]
     assert [m["weight_version"] for m in steps] == [1, 2, 3] and server.version == "3"

@@ -103,8 +103,9 @@ def test_the_collector_is_tuned_for_a_call_and_put_back_when_the_last_call_ends(
 
     async def two_calls_at_once():
         engine = engine_for(Freezes)
-        return await asyncio.gather(engine.execute_tasks_async([{"id": 1, "delay": 0.05}]),
-                                    engine.execute_tasks_async([{"id": 2}]))  # fmt: skip
+        return await asyncio.gather(
+            engine.execute_tasks_async([{"id": 1, "delay": 0.05}]), engine.execute_tasks_async([{"id": 2}])
+        )
 
     asyncio.run(two_calls_at_once())
     assert [task for task, *_ in seen] == [2, 1] and all(frozen > 0 for _, frozen, _ in seen)
@@ -135,9 +136,15 @@ def test_engine_metrics_summarise_roles_terminations_and_times():
     assert first["role/solver/count"] == 2 and second["role/judge/reward_mean"] == -1.0
     metrics = engine.metrics  # the same vocabulary over the whole call
     assert (metrics["role/solver/count"], metrics["role/solver/reward_mean"], metrics["role/solver/success_rate"]) == (
-        4, 0.5, 0.5)  # fmt: skip
+        4,
+        0.5,
+        0.5,
+    )
     assert (metrics["role/judge/count"], metrics["role/judge/reward_mean"], metrics["role/judge/success_rate"]) == (
-        2, 0.0, 0.5)  # fmt: skip
+        2,
+        0.0,
+        0.5,
+    )
     assert metrics["termination/env_done"] == 0.5 and metrics["termination/max_turns"] == 0.5
     assert metrics["time_model_s_mean"] >= 0 and "time_reward_s_mean" in metrics
 
@@ -252,8 +259,12 @@ def test_hooks_override_reward_correctness_and_metrics_and_a_returned_episode_is
         async def run(self, task, uid):
             kept = Trajectory(name="a", steps=[Step(reward=1.0)])
             self.commit(kept)
-            return Episode(id=uid, trajectories=[kept, Trajectory(name="b", steps=[Step(reward=4.0)])],
-                           metrics={"mine": 7}, info={"note": "x"})  # fmt: skip
+            return Episode(
+                id=uid,
+                trajectories=[kept, Trajectory(name="b", steps=[Step(reward=4.0)])],
+                metrics={"mine": 7},
+                info={"note": "x"},
+            )
 
         def compute_trajectory_reward(self, trajectory):
             return 10 * trajectory.total_step_reward()

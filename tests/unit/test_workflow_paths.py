@@ -54,8 +54,9 @@ def local_model(smollm2_tokenizer):
 
     # One rollout at a time and no prefix store: batch composition and K/V reused from another forward shape can
     # change float rounding, and these runs (the same prompts three times) must match bitwise.
-    model = LocalModel(sharp_tiny_model(smollm2_tokenizer, seed=3), smollm2_tokenizer, max_batch_size=1, seed=0,
-                       prefix_cache_tokens=0)  # fmt: skip
+    model = LocalModel(
+        sharp_tiny_model(smollm2_tokenizer, seed=3), smollm2_tokenizer, max_batch_size=1, seed=0, prefix_cache_tokens=0
+    )
     yield model
     model.close()
 
@@ -72,8 +73,9 @@ def _comparable(episodes) -> list[dict]:
 def test_agent_env_engine_builtin_workflow_and_hand_written_workflow_give_identical_episodes(local_model):
     tasks = make_frozenlake_tasks(4, seed=5)
     common = {"model": local_model, "sampling": SAMPLING, "max_response_length": 256}
-    agent_env = AgentExecutionEngine(agent_class=FrozenLakeAgent, env_class=FrozenLakeEnv, max_steps=MAX_STEPS,
-                                     n_parallel=1, **common)  # fmt: skip
+    agent_env = AgentExecutionEngine(
+        agent_class=FrozenLakeAgent, env_class=FrozenLakeEnv, max_steps=MAX_STEPS, n_parallel=1, **common
+    )
     workflow_class, args = resolve_workflow(agent_class=FrozenLakeAgent, env_class=FrozenLakeEnv, max_steps=MAX_STEPS)
     assert workflow_class is AgentEnvWorkflow
     builtin = AgentWorkflowEngine(workflow_class=workflow_class, workflow_args=args, n_parallel=1, **common)
@@ -93,9 +95,14 @@ def test_a_different_seed_gives_different_episodes(local_model):
     tasks = make_frozenlake_tasks(2, seed=5)
 
     def run(seed):
-        engine = AgentExecutionEngine(agent_class=FrozenLakeAgent, env_class=FrozenLakeEnv, model=local_model,
-                                      sampling=SAMPLING.model_copy(update={"seed": seed}), max_steps=2,
-                                      n_parallel=1)  # fmt: skip
+        engine = AgentExecutionEngine(
+            agent_class=FrozenLakeAgent,
+            env_class=FrozenLakeEnv,
+            model=local_model,
+            sampling=SAMPLING.model_copy(update={"seed": seed}),
+            max_steps=2,
+            n_parallel=1,
+        )
         return [s.model_output.completion_ids for ep in engine.execute_tasks(tasks) for s in ep.trajectories[0].steps]
 
     assert run(11) == run(11) and run(11) != run(12)

@@ -23,9 +23,16 @@ from rllm.training.batch import TrainingRow
 from rllm.training.trainer import AgentTrainer, is_time_metric
 
 TINY = [
-    "rollout.n=2", "rollout.max_tokens=6", "rollout.max_steps=2", "trainer.tasks_per_step=2", "data.train_size=6",
-    "data.val_size=2", "optim.micro_batch_size=2", "trainer.backend=verl", "trainer.tensorboard=false",
-]  # fmt: skip
+    "rollout.n=2",
+    "rollout.max_tokens=6",
+    "rollout.max_steps=2",
+    "trainer.tasks_per_step=2",
+    "data.train_size=6",
+    "data.val_size=2",
+    "optim.micro_batch_size=2",
+    "trainer.backend=verl",
+    "trainer.tensorboard=false",
+]
 
 
 def ray_processes() -> list[str]:
@@ -42,11 +49,18 @@ def synthetic_rows(seed: int = 0, n: int = 4) -> list[TrainingRow]:
         mask = [0] * prompt + [1] * response
         if i == 1:
             mask[prompt + 1] = 0  # an environment token between two sampled ones
-        rows.append(TrainingRow(
-            input_ids=[rng.randrange(100, 3000) for _ in mask], prompt_length=prompt, loss_mask=mask,
-            old_logprobs=[0.0] * len(mask), advantages=[(1.0 if i % 2 else -0.7) * m for m in mask],
-            group_key="g", episode_id=str(i), trajectory_name="t",
-        ))  # fmt: skip
+        rows.append(
+            TrainingRow(
+                input_ids=[rng.randrange(100, 3000) for _ in mask],
+                prompt_length=prompt,
+                loss_mask=mask,
+                old_logprobs=[0.0] * len(mask),
+                advantages=[(1.0 if i % 2 else -0.7) * m for m in mask],
+                group_key="g",
+                episode_id=str(i),
+                trajectory_name="t",
+            )
+        )
     return rows
 
 
@@ -111,8 +125,10 @@ def test_verl_matches_the_torch_backend_and_two_workers_match_one(tiny_model_dir
 
     results = {}
     for workers in (1, 2):
-        backend = VerlBackend(config.model_copy(update={"trainer": config.trainer.model_copy(
-            update={"workers_per_node": workers})}), tiny_model_dir / f"run{workers}")  # fmt: skip
+        backend = VerlBackend(
+            config.model_copy(update={"trainer": config.trainer.model_copy(update={"workers_per_node": workers})}),
+            tiny_model_dir / f"run{workers}",
+        )
         try:
             before = backend.compute_logprobs(rows, temperature=1.0)  # log-probs of -20 and less: relative
             for row, logprobs in zip(rows, before, strict=True):
@@ -134,9 +150,19 @@ def test_verl_knobs_offload_eager_attention_micro_batch_and_overrides(tiny_model
     for row, logprobs in zip(rows, torch_backend.compute_logprobs(rows, temperature=1.0), strict=True):
         row.old_logprobs = logprobs
     expected = run_updates(torch_backend, rows, steps=1)
-    knobs = config.model_copy(update={"verl": config.verl.model_copy(update={
-        "param_offload": True, "optimizer_offload": True, "attn_implementation": "eager", "micro_batch_size": 1,
-        "overrides": ["actor_rollout_ref.actor.fsdp_config.forward_prefetch=true"]})})  # fmt: skip
+    knobs = config.model_copy(
+        update={
+            "verl": config.verl.model_copy(
+                update={
+                    "param_offload": True,
+                    "optimizer_offload": True,
+                    "attn_implementation": "eager",
+                    "micro_batch_size": 1,
+                    "overrides": ["actor_rollout_ref.actor.fsdp_config.forward_prefetch=true"],
+                }
+            )
+        }
+    )
     backend = VerlBackend(knobs, tiny_model_dir / "knobs")
     try:
         assert "actor_rollout_ref.actor.fsdp_config.forward_prefetch=true" in backend._overrides()
@@ -173,9 +199,18 @@ class Parity(Workflow):
 
 def _parity_run(tmp_path, model_dir, name: str, *extra: str) -> dict[str, torch.Tensor]:
     (tmp_path / "parity_workflow.py").write_text(PARITY)
-    overrides = [*TINY, f"model.name={model_dir}", "trainer.total_steps=4", "optim.lr=1e-2", "model.lora.enabled=false",
-                 f"trainer.run_dir={tmp_path}", f"trainer.name={name}", "workflow=parity_workflow:Parity",
-                 "rollout.n_parallel=1", *extra]  # fmt: skip
+    overrides = [
+        *TINY,
+        f"model.name={model_dir}",
+        "trainer.total_steps=4",
+        "optim.lr=1e-2",
+        "model.lora.enabled=false",
+        f"trainer.run_dir={tmp_path}",
+        f"trainer.name={name}",
+        "workflow=parity_workflow:Parity",
+        "rollout.n_parallel=1",
+        *extra,
+    ]
     import sys
 
     sys.path.insert(0, str(tmp_path))
@@ -210,9 +245,17 @@ def test_a_multi_turn_frozenlake_step_trains_on_policy_with_observations_masked(
     """Two-turn FrozenLake episodes (the board comes back as an observation inside the row): verl's recomputed
     log-probs of the sampled tokens equal the sampling ones (ratio 1, approx_kl ~ 0), and the observation tokens
     are outside the loss."""
-    overrides = [*TINY, f"model.name={tiny_model_dir}", "trainer.total_steps=1", "model.lora.enabled=false",
-                 f"trainer.run_dir={tmp_path}", "trainer.name=lake", "rollout.max_steps=2", "rollout.max_tokens=4",
-                 "data.val_size=0"]  # fmt: skip
+    overrides = [
+        *TINY,
+        f"model.name={tiny_model_dir}",
+        "trainer.total_steps=1",
+        "model.lora.enabled=false",
+        f"trainer.run_dir={tmp_path}",
+        "trainer.name=lake",
+        "rollout.max_steps=2",
+        "rollout.max_tokens=4",
+        "data.val_size=0",
+    ]
     AgentTrainer(config=load_config("configs/frozenlake_grpo.yaml", overrides), progress=False).train()
     step = next(m for m in load_metrics(tmp_path / "lake") if "reward_mean" in m)
     assert step["turns_mean"] > 1 and step["skipped_update"] == 0
@@ -230,15 +273,24 @@ def test_two_steps_on_a_simulated_two_node_cluster(tmp_path, tiny_model_dir):
     cluster.add_node(num_cpus=1)
     try:
         cluster.wait_for_nodes()
-        overrides = [*TINY, f"model.name={tiny_model_dir}", "trainer.total_steps=2", "trainer.nodes=2",
-                     "trainer.workers_per_node=1", f"verl.ray_address={cluster.address}", f"trainer.run_dir={tmp_path}",
-                     "trainer.name=two-nodes", "data.val_size=0"]  # fmt: skip
+        overrides = [
+            *TINY,
+            f"model.name={tiny_model_dir}",
+            "trainer.total_steps=2",
+            "trainer.nodes=2",
+            "trainer.workers_per_node=1",
+            f"verl.ray_address={cluster.address}",
+            f"trainer.run_dir={tmp_path}",
+            "trainer.name=two-nodes",
+            "data.val_size=0",
+        ]
         result = AgentTrainer(config=load_config("configs/arithmetic_grpo.yaml", overrides), progress=False).train()
         assert result["steps"] == 2
         steps = [m for m in load_metrics(tmp_path / "two-nodes") if "reward_mean" in m]
         assert [m["weight_version"] for m in steps] == [1, 2]
-        assert (tmp_path / "two-nodes" / "checkpoints" / "step_000002" / "verl" /
-                "model_world_size_2_rank_1.pt").exists()  # fmt: skip
+        assert (
+            tmp_path / "two-nodes" / "checkpoints" / "step_000002" / "verl" / "model_world_size_2_rank_1.pt"
+        ).exists()
         import ray
 
         assert not ray.is_initialized()  # the driver left the cluster; the cluster itself is the caller's
@@ -268,11 +320,24 @@ def test_verl_on_a_gpu_matches_the_torch_backend(tiny_model_dir):
 def _start_cli_run(tmp_path, model_dir, name: str, *extra: str) -> subprocess.Popen:
     import sys
 
-    args = ["configs/arithmetic_grpo.yaml", *TINY, f"model.name={model_dir}", "trainer.total_steps=30",
-            "trainer.save_every=1", "data.val_size=0", f"trainer.run_dir={tmp_path}", f"trainer.name={name}",
-            *extra, "--no-progress"]  # fmt: skip
-    return subprocess.Popen([sys.executable, "-m", "rllm.cli.main", "train", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    args = [
+        "configs/arithmetic_grpo.yaml",
+        *TINY,
+        f"model.name={model_dir}",
+        "trainer.total_steps=30",
+        "trainer.save_every=1",
+        "data.val_size=0",
+        f"trainer.run_dir={tmp_path}",
+        f"trainer.name={name}",
+        *extra,
+        "--no-progress",
+    ]
+    return subprocess.Popen(
+        [sys.executable, "-m", "rllm.cli.main", "train", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for_checkpoint(run_dir, process: subprocess.Popen, timeout: float = 120) -> None:
@@ -300,8 +365,9 @@ def test_a_worker_killed_mid_run_stops_it_with_the_error_and_it_resumes(tmp_path
     last = latest_checkpoint(tmp_path / "killed")
     assert last is not None and int(last.name.removeprefix("step_")) < 30
 
-    resumed = _start_cli_run(tmp_path, tiny_model_dir, "killed", f"trainer.resume={tmp_path / 'killed'}",
-                             "trainer.stop_after=2")  # fmt: skip
+    resumed = _start_cli_run(
+        tmp_path, tiny_model_dir, "killed", f"trainer.resume={tmp_path / 'killed'}", "trainer.stop_after=2"
+    )
     _, stderr = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, stderr[-3000:]
     steps = [m["step"] for m in load_metrics(tmp_path / "killed") if "reward_mean" in m]
@@ -362,11 +428,21 @@ def test_vllm_rollouts_sample_from_the_verl_workers_weights(tmp_path, smollm2_to
     from rllm.models.registry import build_tiny_model
 
     model_dir = tmp_path / "model"  # head_dim 64: the vLLM CPU build's attention does not take every head size
-    build_tiny_model(smollm2_tokenizer, hidden_size=128, num_heads=2, num_kv_heads=1,
-                     intermediate_size=256).save_pretrained(model_dir)  # fmt: skip
+    build_tiny_model(
+        smollm2_tokenizer, hidden_size=128, num_heads=2, num_kv_heads=1, intermediate_size=256
+    ).save_pretrained(model_dir)
     smollm2_tokenizer.save_pretrained(model_dir)
-    _parity_run(tmp_path, model_dir, "vllm", "trainer.total_steps=2", "rollout.server=vllm", "rollout.n=4",
-                "rollout.vllm.python=.venv-vllm/bin/python", "data.val_size=0", "model.lora.enabled=true")  # fmt: skip
+    _parity_run(
+        tmp_path,
+        model_dir,
+        "vllm",
+        "trainer.total_steps=2",
+        "rollout.server=vllm",
+        "rollout.n=4",
+        "rollout.vllm.python=.venv-vllm/bin/python",
+        "data.val_size=0",
+        "model.lora.enabled=true",
+    )
     steps = [m for m in load_metrics(tmp_path / "vllm") if "reward_mean" in m]
     assert [m["weight_version"] for m in steps] == [1, 2] and any(m["grad_norm"] > 0 for m in steps)
     assert all(m["weight_sync_logprob_max_diff"] < 0.02 for m in steps)
