@@ -1,6 +1,7 @@
-"""rLLM v0.2.1's FrozenLake example (examples/frozenlake), ported unchanged but for the model path, the server URL and
-the default dataset sizes (tests/compat/frozenlake_example), run as a script against a local OpenAI-compatible server
-that speaks token ids and plays the game from the map in its prompt."""
+"""Our FrozenLake evaluation script (tests/compat/scripts/frozenlake/eval_lake.py), written against rLLM's public API
+(DatasetRegistry, AgentExecutionEngine, FrozenLakeAgent, FrozenLakeEnv, compute_pass_at_k) as an rLLM user would
+write it, run as a script against a local OpenAI-compatible server that speaks token ids and plays the game from the
+map in its prompt."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import pytest
 
 from rllm.testing.fake_openai_server import FakeOpenAIServer, FakeReply, run_fake_server
 
-EXAMPLE = Path(__file__).parent / "frozenlake_example"
+SCRIPTS = Path(__file__).parent / "scripts" / "frozenlake"
 MOVES = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
-ENV_ARGS = {"max_steps": 8, "is_slippery": False}  # the run script's env_args
+ENV_ARGS = {"max_steps": 8, "is_slippery": False}  # eval_lake.py's env_args
 
 
 def latest_map(prompt: str) -> tuple[list[list[str]], int]:
@@ -84,16 +85,16 @@ def frozenlake_server(qwen_tokenizer):
 
 
 def run_example_script(server, tokenizer, monkeypatch) -> dict:
-    """`python run_frozenlake_agent.py` in-process: its folder on sys.path (its own `from prepare_frozenlake_data
-    import ...`), the model path and server URL in the environment."""
+    """`python eval_lake.py` in-process: its folder on sys.path (its own `from lake_tasks import ...`), the model path
+    and server URL in the environment."""
     monkeypatch.setenv("RLLM_COMPAT_MODEL", tokenizer.name_or_path)
     monkeypatch.setenv("RLLM_COMPAT_BASE_URL", server.base_url)
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")  # the script sets it; monkeypatch restores it
-    monkeypatch.syspath_prepend(str(EXAMPLE))
+    monkeypatch.syspath_prepend(str(SCRIPTS))
     try:
-        return runpy.run_path(str(EXAMPLE / "run_frozenlake_agent.py"), run_name="__main__")
+        return runpy.run_path(str(SCRIPTS / "eval_lake.py"), run_name="__main__")
     finally:
-        sys.modules.pop("prepare_frozenlake_data", None)
+        sys.modules.pop("lake_tasks", None)
 
 
 def test_run_script_plays_frozenlake_with_real_env_dynamics_and_exact_tokens(
@@ -106,8 +107,8 @@ def test_run_script_plays_frozenlake_with_real_env_dynamics_and_exact_tokens(
     namespace = run_example_script(frozenlake_server, qwen_tokenizer, monkeypatch)
     out = capsys.readouterr().out
 
-    # no dataset yet: the script prepared one with the ported (small) default sizes
-    assert "FrozenLake datasets not found. Preparing datasets..." in out
+    # no dataset yet: the script registered one with its default sizes
+    assert "no frozenlake test split registered; making one" in out
     assert len(DatasetRegistry.load_dataset("frozenlake", "train")) == 64
     tasks = DatasetRegistry.load_dataset("frozenlake", "test").get_data()
     assert len(tasks) == 12 and namespace["tasks"] == tasks
@@ -151,7 +152,7 @@ def test_run_script_plays_frozenlake_with_real_env_dynamics_and_exact_tokens(
     hinted = [t for t in results if t.steps[0].action == "0" and len(t.steps) > 1]
     assert hinted and all("Your last response is invalid" in t.steps[1].chat_completions[-2]["content"] for t in hinted)
 
-    # pass@k as rLLM's script prints it: one attempt per task, so pass@1 == pass@k == the success rate
+    # pass@k as rLLM's compute_pass_at_k prints it: one attempt per task, so pass@1 == pass@k == the success rate
     rate = sum(rewards) / len(rewards)
     assert "Total unique problems: 12" in out
     assert f"Average Pass@1 Accuracy: {rate}" in out and f"Average Pass@k Accuracy: {rate}" in out

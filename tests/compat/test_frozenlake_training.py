@@ -1,7 +1,8 @@
-"""rLLM v0.2.1's FrozenLake training script (examples/frozenlake/train_frozenlake_agent.py, ported unchanged into
-tests/compat/frozenlake_example) run as rLLM users run it: a script under Hydra with train_frozenlake_agent.sh's
-overrides. Changed in the overrides: the model path (the tiny random-init model), the batch (2 tasks of a 4-row
-dataset, one epoch: 2 steps; 1 validation row) and data.max_response_length (10240 -> 32, so a CPU step takes seconds).
+"""Our FrozenLake training script (tests/compat/scripts/frozenlake/train_lake.py, written against rLLM's public API:
+`@hydra.main` on rLLM's PPO config, `AgentTrainer` with `FrozenLakeAgent`/`FrozenLakeEnv`, `DatasetRegistry`) run as
+rLLM users run theirs: a script under Hydra with the overrides of rLLM's train_frozenlake_agent.sh. Changed in the
+overrides: the model path (the tiny random-init model), the batch (2 tasks of a 4-row dataset, one epoch: 2 steps; 1
+validation row) and data.max_response_length (10240 -> 32, so a CPU step takes seconds).
 
 The random model never writes a valid FrozenLake action, so every reward is 0 and every group is uniform: with the
 .sh's `rllm.rejection_sample.enable=True` both steps drop all 2 groups (16 episodes) and skip the update, exactly
@@ -20,7 +21,7 @@ import pytest
 
 pytest.importorskip("hydra", reason="pip install rllm[compat]")
 
-EXAMPLE = Path(__file__).parent / "frozenlake_example"
+SCRIPTS = Path(__file__).parent / "scripts" / "frozenlake"
 A = "actor_rollout_ref"
 
 # train_frozenlake_agent.sh's overrides, in its order; the changed ones say so.
@@ -86,13 +87,13 @@ SH_OVERRIDES = [
 ]
 
 
-def test_rllm_s_frozenlake_train_script_trains_two_steps(tmp_path, tiny_model_dir):
+def test_a_frozenlake_train_script_under_rllm_s_overrides_trains_two_steps(tmp_path, tiny_model_dir):
     env = {**os.environ, "RLLM_HOME": str(tmp_path / "home")}
-    prepare = "from prepare_frozenlake_data import prepare_frozenlake_data; prepare_frozenlake_data(4, 1)"
-    subprocess.run([sys.executable, "-c", prepare], cwd=EXAMPLE, env=env, check=True, capture_output=True)
+    prepare = "from lake_tasks import make_lake_tasks; make_lake_tasks(4, 1)"
+    subprocess.run([sys.executable, "-c", prepare], cwd=SCRIPTS, env=env, check=True, capture_output=True)
     args = [arg.replace("{model}", str(tiny_model_dir)) for arg in SH_OVERRIDES]
     out = subprocess.run(
-        [sys.executable, str(EXAMPLE / "train_frozenlake_agent.py"), *args],
+        [sys.executable, str(SCRIPTS / "train_lake.py"), *args],
         cwd=tmp_path,
         env=env,
         capture_output=True,

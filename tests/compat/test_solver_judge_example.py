@@ -1,6 +1,8 @@
-"""rLLM v0.2.1's solver-judge example (examples/solver_judge), ported unchanged but for the model path and server URL
-(tests/compat/solver_judge_example), run as a script against a local OpenAI-compatible server that speaks token
-ids; then its workflow class trained for two steps on the tiny model by rllm's trainer."""
+"""Our solver-judge scripts (tests/compat/scripts/solver_judge): a countdown workflow written against rLLM's public
+`Workflow` API (Workflow, Episode/Trajectory/Step, RolloutEngine.get_model_response, ModelOutput, RewardFunction) and
+a script that runs it with rLLM's `AgentWorkflowEngine` and `OpenAIEngine`, as an rLLM user would write them. The
+script runs against a local OpenAI-compatible server that speaks token ids; then the workflow class is trained for two
+steps on the tiny model by rllm's trainer."""
 
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ import pytest
 
 from rllm.testing.fake_openai_server import FakeOpenAIServer, FakeReply, run_fake_server
 
-EXAMPLE = Path(__file__).parent / "solver_judge_example"
-# Countdown rows as rLLM's prepare_countdown_data writes them (its Hugging Face dataset is not reachable here).
+SCRIPTS = Path(__file__).parent / "scripts" / "solver_judge"
+# Countdown rows in the fields rLLM's countdown reward reads (question, target, nums).
 PROBLEMS = [([2, 3, 4], 14, "2 + 3 * 4", "2 * 3 + 4"), ([5, 6, 7], 37, "5 * 6 + 7", "5 + 6 * 7")]
 
 
@@ -24,8 +26,7 @@ def countdown_rows():
     rows = []
     for nums, target, _, _ in PROBLEMS:
         question = (
-            f"Using the numbers {', '.join(map(str, nums))}, find a way to reach the target number {target}. "
-            "Output the final answer within <answer>...</answer>."
+            f"Make {target} from {nums}, each number once, with + - * /. Put the expression in <answer></answer>."
         )
         rows.append(
             {
@@ -40,19 +41,18 @@ def countdown_rows():
 
 
 def solver_judge_server(tokenizer):
-    """A stand-in model: the two solvers of a problem answer right then wrong; the judge picks a right solution."""
+    """A stand-in model: the two solvers of a problem answer right then wrong; the judge picks a right proposal."""
     answers = {str(target): (right, wrong) for _, target, right, wrong in PROBLEMS}
     calls: dict[str, int] = {}
 
     def reply(endpoint, body):
         prompt = tokenizer.decode(body["prompt"])
-        if "You are an expert verifier" in prompt:
-            target = re.search(r"target number (\d+)", prompt).group(1)
-            solutions = re.findall(r"Solution (\d+):\n<answer>(.*?)</answer>", prompt)
-            index = next((i for i, text in solutions if text == answers[target][0]), "1")
+        target = re.search(r"Make (\d+) from", prompt).group(1)
+        if "Check each proposal" in prompt:
+            proposals = re.findall(r"Proposal (\d+): (.*)", prompt)
+            index = next((i for i, text in proposals if text == answers[target][0]), "1")
             text = f"The right one is <answer>{index}</answer>"
         else:
-            target = re.search(r"target number (\d+)", prompt).group(1)
             calls[target] = calls.get(target, 0) + 1
             text = f"Let me compute. <answer>{answers[target][(calls[target] - 1) % 2]}</answer>"
         ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
@@ -70,17 +70,17 @@ def rllm_home(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_the_run_script_evaluates_against_a_token_id_server(rllm_home, qwen_tokenizer, monkeypatch, capsys):
+def test_the_panel_script_evaluates_against_a_token_id_server(rllm_home, qwen_tokenizer, monkeypatch, capsys):
     with run_fake_server(solver_judge_server(qwen_tokenizer)) as server:
         monkeypatch.setenv("RLLM_COMPAT_MODEL", qwen_tokenizer.name_or_path)
         monkeypatch.setenv("RLLM_COMPAT_BASE_URL", server.base_url)
         monkeypatch.chdir(rllm_home)
-        monkeypatch.syspath_prepend(str(EXAMPLE))
-        runpy.run_path(str(EXAMPLE / "run_solver_judge_flow.py"), run_name="__main__")
-    sys.modules.pop("solver_judge_flow", None)
+        monkeypatch.syspath_prepend(str(SCRIPTS))
+        runpy.run_path(str(SCRIPTS / "eval_countdown_panel.py"), run_name="__main__")
+    sys.modules.pop("countdown_panel", None)
     out = capsys.readouterr().out
-    assert "Loaded 2 countdown tasks" in out and "Average Pass@1 Accuracy: 1.0" in out
-    episodes = json.loads((rllm_home / "logs" / "solver_judge_countdown.json").read_text())
+    assert "2 countdown puzzles" in out and "judge picked a right answer in 1.0 of the puzzles" in out
+    episodes = json.loads((rllm_home / "logs" / "countdown_panel.json").read_text())
     assert len(episodes) == 2
     for episode in episodes:
         names = [t["name"] for t in episode["trajectories"]]
@@ -104,20 +104,20 @@ def test_the_run_script_evaluates_against_a_token_id_server(rllm_home, qwen_toke
 
 
 def test_the_workflow_trains_two_steps_on_the_tiny_model(rllm_home, tiny_model_dir):
-    """rLLM's workflow class as it is, trained by rllm's AgentTrainer: its rollout engine's calls go through the
-    trainer's local model, and both roles get gradients."""
+    """The rLLM-API workflow class, trained by rllm's AgentTrainer: its rollout engine's calls go through the trainer's
+    local model, and both roles get gradients."""
     from rllm.config import load_config
     from rllm.rewards.base import RewardOutput
     from rllm.rewards.countdown_reward import countdown_reward_fn
     from rllm.runs import load_metrics
     from rllm.training.trainer import AgentTrainer
 
-    sys.path.insert(0, str(EXAMPLE))
+    sys.path.insert(0, str(SCRIPTS))
     try:
-        from solver_judge_flow import SolverJudgeWorkflow
+        from countdown_panel import CountdownPanel
     finally:
-        sys.path.remove(str(EXAMPLE))
-        sys.modules.pop("solver_judge_flow", None)
+        sys.path.remove(str(SCRIPTS))
+        sys.modules.pop("countdown_panel", None)
     overrides = [
         f"model.name={tiny_model_dir}",
         "trainer.total_steps=2",
@@ -138,7 +138,7 @@ def test_the_workflow_trains_two_steps_on_the_tiny_model(rllm_home, tiny_model_d
         return countdown_reward_fn(task, action) if next(calls) % 2 else RewardOutput(reward=1.0, is_correct=True)
 
     trainer = AgentTrainer(
-        workflow_class=SolverJudgeWorkflow,
+        workflow_class=CountdownPanel,
         config=config,
         progress=False,
         workflow_args={"n_solutions": 2, "reward_function": alternating_reward},

@@ -8,8 +8,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MOST_FMT_SKIPS = 20  # issue 41: a line length and rules the code can live with, `# fmt: skip` <= 20 in src/
-# tests/compat's example scripts are rLLM's files run as they are (`# fmt: off` at their top), not our layout.
-NOT_OURS = ROOT / "tests" / "compat"
 
 
 @pytest.mark.parametrize("folder", ["src", "tests", "benchmarks", "examples", "scripts"])
@@ -18,7 +16,6 @@ def test_each_folder_has_at_most_a_handful_of_formatter_exceptions(folder):
     marked = [
         f"{path.relative_to(ROOT)}:{number}"
         for path in sorted(base.rglob("*.py"))
-        if NOT_OURS not in path.parents
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if ("# fmt: skip" in line or "# fmt: off" in line) and path != Path(__file__).resolve()
     ]
