@@ -1,12 +1,11 @@
-"""rLLM v0.2's `rllm.data.dataset` (Dataset, DatasetRegistry): the calls rLLM's examples make, written as they write
-them, plus our storage guarantees (JSONL under $RLLM_HOME/datasets, atomic replace, clear errors)."""
+"""rLLM v0.2's `rllm.data.dataset` (Dataset, DatasetRegistry): the calls rLLM's examples make, in our own code, plus
+our storage guarantees (JSONL under $RLLM_HOME/datasets, atomic replace, clear errors)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import random
-from copy import deepcopy
 
 import pytest
 
@@ -25,69 +24,62 @@ MATH_ROWS = [
 ]
 
 
-# ---- rLLM's example call patterns, verbatim apart from sizes ------------------------------------------------------
+# ---- the calls rLLM's examples make, in our own code ---------------------------------------------------------------
 
 
-def prepare_frozenlake_data(train_size=10000, test_size=100):  # examples/frozenlake/prepare_frozenlake_data.py
+def register_lakes(train_count, test_count):
+    """FrozenLake rows (`seed`, `size`, `p`, a tag) left as numpy scalars, registered as "frozenlake" train/test."""
     np = pytest.importorskip("numpy")
-    np.random.seed(42)
-    train_seeds = np.random.randint(0, 100000, size=train_size)
-    test_seeds = np.random.randint(0, 100000, size=test_size)
-    train_sizes = np.random.randint(2, 10, size=train_size)
-    test_sizes = np.random.randint(2, 10, size=test_size)
-    train_ps = np.random.uniform(0.6, 0.85, size=train_size)
-    test_ps = np.random.uniform(0.6, 0.85, size=test_size)
+    rng = np.random.default_rng(3)
 
-    def frozenlake_process_fn(seed, size, p, idx):
-        return {"seed": seed, "size": size, "p": p, "index": idx, "uid": f"{seed}_{size}_{p}"}
+    def lakes(count):
+        seeds, sides, frozen = rng.integers(0, 50_000, count), rng.integers(2, 10, count), rng.uniform(0.6, 0.85, count)
+        return [{"seed": s, "size": n, "p": p, "tag": f"{s}-{n}"} for s, n, p in zip(seeds, sides, frozen, strict=True)]
 
-    train_data = [
-        frozenlake_process_fn(seed, train_sizes[idx], train_ps[idx], idx) for idx, seed in enumerate(train_seeds)
-    ]
-    test_data = [frozenlake_process_fn(seed, test_sizes[idx], test_ps[idx], idx) for idx, seed in enumerate(test_seeds)]
-    train_dataset = DatasetRegistry.register_dataset("frozenlake", train_data, "train")
-    test_dataset = DatasetRegistry.register_dataset("frozenlake", test_data, "test")
-    return train_dataset, test_dataset
+    train_rows, test_rows = lakes(train_count), lakes(test_count)
+    return (
+        DatasetRegistry.register_dataset("frozenlake", train_rows, "train"),
+        DatasetRegistry.register_dataset("frozenlake", test_rows, "test"),
+    )
 
 
-def load_frozenlake_data():  # examples/frozenlake/run_frozenlake_agent.py
-    if DatasetRegistry.dataset_exists("frozenlake", "test"):
-        test_dataset = DatasetRegistry.load_dataset("frozenlake", "test")
-        return test_dataset.get_data()
-    _, test_dataset = prepare_frozenlake_data(train_size=8, test_size=4)  # rLLM: train_dataset, test_dataset = ...
-    return test_dataset.get_data()
+def lake_test_tasks():
+    """The test split's rows, registering the lakes first when there are none (`dataset_exists`)."""
+    if not DatasetRegistry.dataset_exists("frozenlake", "test"):
+        register_lakes(8, 4)
+    return DatasetRegistry.load_dataset("frozenlake", "test").get_data()
 
 
-def test_frozenlake_example_numpy_rows_round_trip_as_plain_python():
-    train_dataset, test_dataset = prepare_frozenlake_data(train_size=8, test_size=4)
+def test_frozenlake_numpy_rows_round_trip_as_plain_python():
+    train_dataset, test_dataset = register_lakes(8, 4)
     assert len(train_dataset.get_data()) == 8 and len(test_dataset.get_data()) == 4
     row = train_dataset.get_data()[0]
     assert type(row["seed"]) is int and type(row["size"]) is int and type(row["p"]) is float
-    assert row["uid"] == f"{row['seed']}_{row['size']}_{row['p']}"
+    assert row["tag"] == f"{row['seed']}-{row['size']}"
     assert 2 <= row["size"] <= 9 and 0.6 <= row["p"] <= 0.85
 
-    tasks = load_frozenlake_data()  # now from disk
+    tasks = lake_test_tasks()  # now from disk
     assert tasks == test_dataset.get_data()
 
-    from rllm.data import DatasetRegistry as FromPackage  # train_frozenlake_agent.py imports it from rllm.data
+    from rllm.data import DatasetRegistry as FromPackage  # rLLM's training scripts import it from rllm.data
 
     assert FromPackage is DatasetRegistry
     train_dataset = FromPackage.load_dataset("frozenlake", "train")
     val_dataset = FromPackage.load_dataset("frozenlake", "test")
-    assert train_dataset.get_data() == prepare_frozenlake_data(8, 4)[0].get_data()
+    assert train_dataset.get_data() == register_lakes(8, 4)[0].get_data()
     assert (train_dataset.name, train_dataset.split, len(val_dataset)) == ("frozenlake", "train", 4)
 
 
-def test_load_frozenlake_data_prepares_when_missing():
+def test_the_lake_tasks_are_registered_when_missing():
     assert not DatasetRegistry.dataset_exists("frozenlake", "test")
-    assert len(load_frozenlake_data()) == 4
+    assert len(lake_test_tasks()) == 4
     assert DatasetRegistry.dataset_exists("frozenlake", "test")
 
 
-def test_math_tool_example_repeat_for_pass_at_k():
+def test_repeat_for_pass_at_k():
     DatasetRegistry.register_dataset("aime2024", MATH_ROWS, "test")
-    test_dataset = DatasetRegistry.load_dataset("aime2024", "test")  # examples/math_tool/run_math_with_tool.py
-    tasks = test_dataset.repeat(n=8)  # repeat to evaluate pass@k
+    test_dataset = DatasetRegistry.load_dataset("aime2024", "test")
+    tasks = test_dataset.repeat(n=8)  # eight attempts per problem, for pass@k
     assert isinstance(tasks, Dataset) and len(tasks) == 16
     assert [t["ground_truth"] for t in tasks] == ["2"] * 8 + ["6"] * 8  # copies adjacent
     tasks[0]["question"] = "changed"  # each copy is its own dict
@@ -114,36 +106,29 @@ def countdown_rows(n):
     rows = []
     for i in range(n):
         nums, target = [i, i + 1, i + 2], 3 * i + 3
-        question = f"Using the numbers {', '.join(map(str, nums))}, find a way to reach the target number {target}."
+        question = f"Make {target} from {nums}, each number once."
         rows.append({"question": question, "ground_truth": str(target), "data_source": "countdown"})
         rows[-1].update(target=target, nums=nums)
     return rows
 
 
-def test_countdown_example_hf_dataset_splits_and_data_path(rllm_home):
-    dataset = FakeHFDataset(countdown_rows(10))
-    test_size, total_size = 3, 10
-    # examples/solver_judge/prepare_countdown_data.py
-    test_dataset = dataset.select(range(test_size))
-    train_dataset = dataset.select(range(test_size, total_size))
-    stage2_dataset = train_dataset.select([0, 1])
-    train_dataset = DatasetRegistry.register_dataset("countdown", train_dataset, "train")
-    test_dataset = DatasetRegistry.register_dataset("countdown", test_dataset, "test")
-    stage2_dataset = DatasetRegistry.register_dataset("countdown", stage2_dataset, "stage2_train")
-    print("Train dataset path:", train_dataset.get_data_path())
+def test_hub_dataset_splits_and_data_path(rllm_home):
+    hub_rows = FakeHFDataset(countdown_rows(10))
+    # a held-out test split, the rest for training, and a two-row slice of it as a third split
+    held_out, rest = hub_rows.select(range(3)), hub_rows.select(range(3, 10))
+    train_dataset = DatasetRegistry.register_dataset("countdown", rest, "train")
+    DatasetRegistry.register_dataset("countdown", held_out, "test")
+    DatasetRegistry.register_dataset("countdown", rest.select([0, 1]), "stage2_train")
 
     assert train_dataset.get_data_path() == str((rllm_home / "datasets" / "countdown" / "train.jsonl").resolve())
     assert train_dataset.get_verl_data_path() is None  # documented: no verl-formatted copy is written
     assert DatasetRegistry.get_dataset_splits("countdown") == ["stage2_train", "test", "train"]
     assert Dataset(MATH_ROWS).get_data_path() is None
 
-    # examples/solver_judge/run_solver_judge_flow.py
+    # iterating a loaded split, as evaluation scripts do to build their tasks
     dataset = DatasetRegistry.load_dataset("countdown", "test")
-    data = []
-    for idx, example in enumerate(dataset):
-        processed = {"question": example["question"], "ground_truth": {"target": example["target"]}, "idx": idx}
-        data.append(deepcopy(processed))
-    assert [d["idx"] for d in data] == [0, 1, 2] and data[2]["ground_truth"] == {"target": 9}
+    tasks = [{"question": row["question"], "target": row["target"], "idx": i} for i, row in enumerate(dataset)]
+    assert [task["idx"] for task in tasks] == [0, 1, 2] and tasks[2]["target"] == 9
     assert dataset[1]["nums"] == [1, 2, 3]  # nested lists round-trip
 
     # docs/core-concepts/workflow-engine.md
@@ -158,7 +143,7 @@ def test_missing_dataset_or_split_is_none_with_a_warning(caplog):
         assert DatasetRegistry.load_dataset("geo3k", "test") is None
     assert "Dataset 'geo3k' not found" in caplog.text and "Split 'test' not found in dataset 'geo3k'" in caplog.text
 
-    dataset = DatasetRegistry.load_dataset("geo3k", "test")  # examples/geo3k/run_geo3k.py
+    dataset = DatasetRegistry.load_dataset("geo3k", "test")  # load it, else register it
     if dataset is None:
         dataset = DatasetRegistry.register_dataset("geo3k", MATH_ROWS, "test")
     assert len(dataset) == 2
