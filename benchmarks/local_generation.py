@@ -172,23 +172,36 @@ def logprob_drift(reference_model, outputs, temperature: float, count: int = 4) 
 
 
 def matmul_peak_gflops(model, rows: tuple[int, ...] = (32, 128, 512), repeats: int = 5) -> float:
-    """The machine's measured matmul rate for this model: the best `F.linear` rate over the model's own weight
-    shapes (one layer's, and the output layer's) at `rows` rows, in the model's dtype. torch picks kernels by shape
-    and dtype (on CPUs without bf16 instructions a square bf16 GEMM is ~20x slower than the model's shapes), so a
-    generic square GEMM would misstate what these weights can reach."""
+    """The machine's measured matmul rate for this model: the best rate over the model's own weight shapes (one
+    layer's, and the output layer's) at `rows` rows, in the model's dtype, of torch's `F.linear` and (fp32) of
+    oneDNN with the weight packed, the kernel LocalModel uses on a CPU (`rllm.models.cpu_linear`). torch picks
+    kernels by shape and dtype (on CPUs without bf16 instructions a square bf16 GEMM is ~20x slower than the model's
+    shapes), so a generic square GEMM would misstate what these weights can reach."""
+    from rllm.models.cpu_linear import PackedLinears, linear, packed_linears_available
+
     shapes = {tuple(module.weight.shape) for module in model.modules() if isinstance(module, torch.nn.Linear)}
+    kernels = [torch.nn.functional.linear]
+    if model.dtype == torch.float32 and packed_linears_available():
+        packer = PackedLinears()
+
+        def packed(x, weight):
+            with packer:
+                return linear(x, weight)
+
+        kernels.append(packed)
     best = 0.0
     for out_features, in_features in shapes:
         weight = torch.randn(out_features, in_features, dtype=model.dtype)
         for count in rows:
             x = torch.randn(count, in_features, dtype=model.dtype)
-            torch.nn.functional.linear(x, weight)
-            fastest = float("inf")
-            for _ in range(repeats):
-                started = time.perf_counter()
-                torch.nn.functional.linear(x, weight)
-                fastest = min(fastest, time.perf_counter() - started)
-            best = max(best, 2 * count * in_features * out_features / fastest / 1e9)
+            for kernel in kernels:
+                kernel(x, weight)
+                fastest = float("inf")
+                for _ in range(repeats):
+                    started = time.perf_counter()
+                    kernel(x, weight)
+                    fastest = min(fastest, time.perf_counter() - started)
+                best = max(best, 2 * count * in_features * out_features / fastest / 1e9)
     return best
 
 
@@ -319,7 +332,8 @@ def main(argv=None) -> None:
         eos_token_ids=None if args.respect_eos else (),
         prefix_cache_tokens=0,
     )
-    print(f"LocalModel dtype={local.model.dtype} (baseline: {model.dtype})")
+    kernel = "oneDNN, packed weights (rllm.models.cpu_linear)" if local.packed_linears else "torch's F.linear"
+    print(f"LocalModel dtype={local.model.dtype} (baseline: {model.dtype}); LocalModel's linear layers: {kernel}")
     # Warm-up both sides (allocator, oneDNN kernels, the worker thread).
     # Each timed mode once: sampling is another code path on both sides (on a GPU, transformers' first sampled
     # `generate` ran at a quarter of its later speed).

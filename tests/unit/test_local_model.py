@@ -451,3 +451,22 @@ def test_prefix_store_is_bounded_lru():
     assert store.lookup([1, 2, 3, 5], min_tokens=4) is None and store.lookup([7, 1, 2]) is None
     store.put(list(range(11)), kv(11))  # larger than the whole store: not kept
     assert store.tokens == 7
+
+
+def test_prefill_chunks_pad_little_on_a_cpu_and_merge_on_a_gpu():
+    from rllm.models.local_scheduler import FORWARD_COST, cheapest_cut
+
+    lengths = [10, 11, 12, 100, 104]
+    cpu = cheapest_cut(lengths, forward_cost=FORWARD_COST["cpu"], max_tokens=2048)
+    assert cpu == [(0, 3), (3, 5)]  # one forward of 5 x 104 would pad 272 tokens; a second forward costs 64
+    assert cheapest_cut(lengths, forward_cost=FORWARD_COST["cuda"], max_tokens=2048) == [(0, 5)]
+    assert cheapest_cut(lengths, forward_cost=FORWARD_COST["cuda"], max_tokens=300) == [(0, 3), (3, 5)]
+    assert cheapest_cut([3000, 10], forward_cost=64, max_tokens=2048) == [(0, 1), (1, 2)]  # too long: alone
+    assert cheapest_cut([], forward_cost=64, max_tokens=2048) == []
+    spread = list(range(60, 200, 4))
+    chunks = cheapest_cut(spread, forward_cost=64, max_tokens=2048)
+    padded = sum((end - start) * max(spread[start:end]) for start, end in chunks)
+    assert chunks[0][0] == 0 and chunks[-1][1] == len(spread)
+    assert all(chunks[i][1] == chunks[i + 1][0] for i in range(len(chunks) - 1))  # contiguous, nothing skipped
+    assert padded + 64 * len(chunks) < len(spread) * max(spread)  # cheaper than padding everything to the longest
+    assert padded <= 1.15 * sum(spread)

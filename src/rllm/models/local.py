@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import copy
 import logging
 import os
@@ -55,6 +56,7 @@ from rllm.errors import ImageError, InfraError
 from rllm.images import VLM_NEEDED
 from rllm.models.base import ImagePrompt, Prompt, SamplingParams
 from rllm.models.chat import encode_text
+from rllm.models.cpu_linear import PackedLinears, packed_linears_available
 from rllm.models.local_sampling import RowSampler, draw_uniforms
 from rllm.models.local_scheduler import BatchScheduler, GenerationRequest
 from rllm.types import ModelOutput
@@ -96,6 +98,7 @@ class LocalModel:
         prefix_cache_tokens: int = 65536,
         vision: Any = None,
         cuda_graphs: bool | None = None,
+        packed_linears: bool | None = None,
     ) -> None:
         """`dtype` (e.g. "bfloat16") runs inference in that dtype: when it differs from the model's, LocalModel
         keeps its OWN converted copy and leaves the passed model (the trainer's fp32 weights) alone; logprobs then
@@ -111,7 +114,9 @@ class LocalModel:
         `update_weights`. `vision` (a `rllm.models.vision.VisionProcessor`) makes a vision-language model take
         prompts with images: chat messages with image parts, or an `ImagePrompt` of ids and images. `cuda_graphs`:
         on a CUDA device, replay decode steps from CUDA graphs (`rllm.models.local_graphs`; default on, unless
-        `RLLM_CUDA_GRAPHS=0` is in the environment)."""
+        `RLLM_CUDA_GRAPHS=0` is in the environment). `packed_linears`: on a CPU in fp32, run the linear layers
+        through oneDNN with packed weights (`rllm.models.cpu_linear`; default on where this torch supports it,
+        unless `RLLM_PACKED_LINEARS=0`)."""
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
         if dtype is not None and _as_dtype(dtype) != model.dtype:
@@ -146,6 +151,7 @@ class LocalModel:
             image_token_id=vision.image_token_id if vision is not None else None,
             cuda_graphs=cuda_graphs if cuda_graphs is not None else os.environ.get("RLLM_CUDA_GRAPHS") != "0",
         )
+        self._linears = _packed_linears(self.model, packed_linears)
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._requests_submitted = 0
         self._lock = threading.Lock()  # guards worker start/stop and the request counter
@@ -312,7 +318,7 @@ class LocalModel:
             torch.set_num_threads(self._num_threads)  # intra-op threads are per thread with OpenMP
         pending: deque[GenerationRequest] = deque()
         scheduler = self._scheduler
-        with torch.inference_mode():
+        with torch.inference_mode(), self._linears or contextlib.nullcontext():
             while True:
                 block = not scheduler.active and not pending
                 if self._threads is not None:
@@ -325,6 +331,8 @@ class LocalModel:
                 self._step_safely(pending)
         if self._threads is not None:
             self._threads.set_busy(False)
+        if self._linears is not None:
+            self._linears.clear()
         error = RuntimeError("LocalModel was closed before this request finished")
         for request in [*scheduler.active, *pending]:
             request.deliver(request, error)
@@ -416,6 +424,11 @@ class LocalModel:
     # ------------------------------------------------------------ lifecycle
 
     @property
+    def packed_linears(self) -> bool:
+        """The worker runs the linear layers through oneDNN with packed weights (`rllm.models.cpu_linear`)."""
+        return self._linears is not None
+
+    @property
     def stats(self) -> dict[str, int]:
         """Counters of the decode loop (prefill tokens, shared prefills, prefix-cache hit tokens, decode steps, rows,
         generated tokens)."""
@@ -444,6 +457,18 @@ class LocalModel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _packed_linears(model: Any, wanted: bool | None) -> PackedLinears | None:
+    """The worker's packed-linears mode for an fp32 model on a CPU (None elsewhere, or when not wanted or not
+    supported by this torch: then torch's own path runs)."""
+    if wanted is False or model.device.type != "cpu" or model.dtype != torch.float32:
+        return None
+    if not packed_linears_available():
+        return None
+    packed = PackedLinears()
+    packed.install(model)
+    return packed
 
 
 def _default_eos_ids(model: Any, tokenizer: Any) -> set[int]:

@@ -4,9 +4,10 @@ Runs only on `LocalModel`'s worker thread. At each step boundary the worker admi
 (`admit`), then runs one decode step for all running rows (`step`). A finished row frees its slot at once, so a
 waiting request can take it at the next boundary.
 
-Admission prefills several prompts in one forward: prompts are sorted by length and cut into chunks of at most
-`prefill_tokens` padded tokens, each row writing its K/V into its own slot (padding writes only past the row's end,
-where nothing reads it). Prefill is skipped wherever K/V already exist (K/V at position i depend only on tokens 0..i):
+Admission prefills several prompts in one forward: prompts are sorted by length and cut into the chunks that pad
+least for what a forward costs on the device, of at most `prefill_tokens` padded tokens each, each row writing its
+K/V into its own slot (padding writes only past the row's end, where nothing reads it). Prefill is skipped wherever
+K/V already exist (K/V at position i depend only on tokens 0..i):
 - an identical prompt, running or admitted with it (the k samples of one task in GRPO): its K/V and last logits
   are copied, no forward;
 - the longest common prefix with a running prompt (a shared system prompt, tool list or few-shot block), with a
@@ -45,7 +46,7 @@ from rllm.models.local_rows import RowState
 from rllm.models.local_sampling import RowSampler, SamplingMode
 from rllm.models.vision import ProcessedImage, image_spans, inputs_embeds
 
-__all__ = ["MIN_SHARED_PREFIX", "BatchScheduler", "GenerationRequest"]
+__all__ = ["MIN_SHARED_PREFIX", "BatchScheduler", "GenerationRequest", "cheapest_cut"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,9 @@ MIN_SHARED_PREFIX = 16  # tokens; a shorter common prefix is prefilled again rat
 # Padded prompt tokens per prefill forward: past a few thousand rows a matmul gains nothing more, and a GPU's
 # activations stay small.
 PREFILL_TOKENS = {"cpu": 2048, "cuda": 8192}
+# What one more prefill forward costs, in padded tokens: a CPU's matmuls run as fast at a few hundred rows as at
+# thousands, so padding is the waste to avoid; a GPU's forward is launch-bound at these sizes, so forwards are.
+FORWARD_COST = {"cpu": 64, "cuda": 8192}
 
 
 @dataclass(eq=False)
@@ -273,24 +277,28 @@ class BatchScheduler:
             plan.error = exc
 
     def _chunks(self, plans: list[_Admission]) -> list[list[_Admission]]:
-        """Runs of adjacent rows (sorted by suffix length, so chunks pad little) grouped so each chunk pads to at most
-        `prefill_tokens`. Prompts with images, and models whose logits are not `head(hidden)`, are prefilled alone."""
-        chunks: list[list[_Admission]] = []
+        """Runs of adjacent rows (sorted by suffix length), each cut into the chunks that cost least (`cheapest_cut`).
+        Prompts with images, and models whose logits are not `head(hidden)`, are prefilled alone."""
+        runs: list[list[_Admission]] = []
         for plan in plans:
-            chunk = chunks[-1] if chunks else []
+            run = runs[-1] if runs else []
             joins = (
-                chunk
-                and plan.row == chunk[-1].row + 1
+                run
+                and plan.row == run[-1].row + 1
                 and self._parts is not None
                 and not plan.request.images
-                and not chunk[0].request.images
-                and (len(chunk) + 1) * max(plan.suffix, *(p.suffix for p in chunk)) <= self.prefill_tokens
+                and not run[0].request.images
             )
             if joins:
-                chunk.append(plan)
+                run.append(plan)
             else:
-                chunks.append([plan])
-        return chunks
+                runs.append([plan])
+        return [chunk for run in runs for chunk in self._cheapest_cut(run)]
+
+    def _cheapest_cut(self, run: list[_Admission]) -> list[list[_Admission]]:
+        forward_cost = FORWARD_COST.get(self.device.type, FORWARD_COST["cuda"])
+        bounds = cheapest_cut([p.suffix for p in run], forward_cost=forward_cost, max_tokens=self.prefill_tokens)
+        return [run[start:end] for start, end in bounds]
 
     def _prefill_chunk(self, plans: list[_Admission]) -> None:
         """One forward over the prompts of adjacent rows `plans[0].row ...`, each from its `start` on; sets each
@@ -493,3 +501,29 @@ class BatchScheduler:
         self.cache.release()
         for request in failed:
             request.deliver(request, error)
+
+
+def cheapest_cut(lengths: list[int], *, forward_cost: int, max_tokens: int) -> list[tuple[int, int]]:
+    """Cut prompts of `lengths` tokens (sorted, so chunks of neighbours pad little) into chunks `[start, end)`, each
+    padded to its longest prompt and holding at most `max_tokens` padded tokens (a longer prompt goes alone), with
+    the least padded tokens plus `forward_cost` per chunk (an exact dynamic programme, quadratic in the prompts). On
+    a CPU a forward costs little beyond its tokens, so a chunk ends where the next prompt would add more padding
+    than a forward of its own; on a GPU rows are cheap and forwards are not, so prompts merge as far as the bound
+    allows."""
+    best = [0] + [None] * len(lengths)  # best[i]: least cost of lengths[:i]
+    start_of = [0] * (len(lengths) + 1)  # start_of[i]: where the last chunk of lengths[:i] starts
+    for end in range(1, len(lengths) + 1):
+        width = 0
+        for start in range(end - 1, -1, -1):
+            width = max(width, lengths[start])
+            padded = (end - start) * width
+            if padded > max_tokens and start < end - 1:
+                break
+            cost = best[start] + padded + forward_cost
+            if best[end] is None or cost < best[end]:
+                best[end], start_of[end] = cost, start
+    bounds, end = [], len(lengths)
+    while end:
+        bounds.append((start_of[end], end))
+        end = start_of[end]
+    return bounds[::-1]
