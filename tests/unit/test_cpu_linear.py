@@ -94,7 +94,7 @@ def test_only_the_thread_that_entered_runs_packed():
     assert not packed_linears_active()
 
 
-def test_autograd_keeps_torch_path_and_gradients():
+def test_a_trained_weight_keeps_torch_path_and_gradients():
     torch.manual_seed(0)
     layer = torch.nn.Linear(8, 4)
     x = torch.randn(3, 8)
@@ -156,6 +156,10 @@ def test_a_copied_model_computes_with_its_own_weights():
 def test_linear_outside_an_active_packer_is_f_linear():
     x, weight = torch.randn(3, 8), torch.randn(5, 8)
     assert torch.equal(linear(x, weight), F.linear(x, weight))
+    packer = PackedLinears()
+    with packer, packer:  # re-entrant
+        assert packed_linears_active()
+    assert not packed_linears_active()
     with pytest.raises(RuntimeError, match="already active"), PackedLinears(), PackedLinears():
         pass
     assert not packed_linears_active()
@@ -191,3 +195,24 @@ def test_local_model_runs_packed_and_follows_in_place_training_updates(smollm2_t
         second = asyncio.run(local.generate(prompt, greedy))
         assert second.completion_ids == plain_greedy() != first.completion_ids
     assert not LocalModel(model, smollm2_tokenizer, packed_linears=False).packed_linears
+
+
+@pytest.mark.parametrize("trained_bias", [False, True])
+def test_a_frozen_weight_passes_the_input_gradient_like_torch(trained_bias):
+    """LoRA's base layers: the weight is frozen, the gradient flows to the input (and a trained bias)."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(24, 40)
+    layer.weight.requires_grad_(False)
+    layer.bias.requires_grad_(trained_bias)
+    x = torch.randn(2, 5, 24, requires_grad=True)
+    target = torch.randn(2, 5, 40)
+    (F.linear(x, layer.weight, layer.bias) * target).sum().backward()
+    want_x, want_bias = x.grad.clone(), layer.bias.grad
+    x.grad, layer.bias.grad = None, None
+    with _installed(layer) as packed:
+        (layer(x) * target).sum().backward()
+    assert packed.calls == 2  # the forward and the input gradient
+    assert _close(x.grad, want_x)
+    assert (layer.bias.grad is None) == (not trained_bias)
+    if trained_bias:
+        assert _close(layer.bias.grad, want_bias)

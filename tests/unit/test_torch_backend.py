@@ -343,3 +343,29 @@ def test_a_gpu_device_without_a_gpu_fails_naming_the_fix(smollm2_tokenizer):
         )
     with pytest.raises(ConfigError, match="model.device"):
         load_config(None, ["model.device=gpu0"])
+
+
+@pytest.mark.parametrize("lora", [True, False])
+def test_packed_linears_train_like_torch_and_are_shared_with_rollouts(tokenizer, base_model, monkeypatch, lora):
+    """On a CPU in fp32 the backend runs its linears through oneDNN with packed weights (LoRA's frozen base layers
+    in the backward too) and lends them to its rollout model; the gradients are torch's up to float rounding."""
+    from rllm.models.cpu_linear import packed_linears_available
+
+    if not packed_linears_available():
+        pytest.skip("this torch build cannot pack with oneDNN")
+    packed = make_backend(tokenizer, base_model, lora=lora)
+    local = packed.make_rollout_model(max_batch_size=2)
+    assert packed.packed_linears is not None and local._linears is packed.packed_linears
+    local.close()
+    monkeypatch.setenv("RLLM_PACKED_LINEARS", "0")
+    plain = make_backend(tokenizer, base_model, lora=lora)
+    assert plain.packed_linears is None
+    results = []
+    for backend in (packed, plain):
+        backend.optimizer.step = lambda: None
+        backend.update(synthetic_rows(backend=packed), temperature=1.0)
+        results.append(grads(backend))
+    assert packed.packed_linears.calls > 0
+    assert results[0].keys() == results[1].keys() and results[0]
+    for name, grad in results[0].items():
+        assert torch.allclose(grad, results[1][name], atol=1e-5, rtol=1e-4), name

@@ -56,11 +56,14 @@ def packed_linears_active() -> bool:
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """`F.linear`, packed when a `PackedLinears` is active on this thread and the call is one oneDNN packs."""
+    """`F.linear`, packed when a `PackedLinears` is active on this thread and the call is one oneDNN packs: outside
+    autograd, or with a frozen weight (LoRA's base layers: the gradient flows to the input only)."""
     packer = getattr(_thread, "packer", None)
-    if packer is not None and _packable(x, weight, bias):
+    if packer is None or not _packable(x, weight, bias):
+        return F.linear(x, weight, bias)
+    if not torch.is_grad_enabled() or not (x.requires_grad or (bias is not None and bias.requires_grad)):
         return packer.run(x, weight, bias)
-    return F.linear(x, weight, bias)
+    return _FrozenWeightLinear.apply(x, weight, bias, packer)
 
 
 class PackedLinears:
@@ -68,7 +71,7 @@ class PackedLinears:
     docstring."""
 
     def __init__(self) -> None:
-        self._packed: dict[int, tuple[weakref.ref, tuple[int, int], Tensor]] = {}
+        self._packed: dict[tuple[int, bool], tuple[weakref.ref, tuple[int, int], Tensor]] = {}
         self.calls = 0  # linears that ran packed (tests and benchmarks read it)
         self.packs = 0  # weights packed, repacks included
 
@@ -85,32 +88,58 @@ class PackedLinears:
         return routed
 
     def __enter__(self) -> PackedLinears:
-        if getattr(_thread, "packer", None) is not None:
-            raise RuntimeError("a PackedLinears is already active on this thread")
-        _thread.packer = self
+        active = getattr(_thread, "packer", None)
+        if active is not None and active is not self:
+            raise RuntimeError("another PackedLinears is already active on this thread")
+        _thread.packer, _thread.depth = self, getattr(_thread, "depth", 0) + 1  # re-entrant: nested calls
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _thread.packer = None
+        _thread.depth -= 1
+        if not _thread.depth:
+            _thread.packer = None
 
     def run(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         self.calls += 1
         return torch.ops.mkldnn._linear_pointwise(x, self._weight(weight), bias, "none", [], "")
 
+    def run_transposed(self, grad: Tensor, weight: Tensor) -> Tensor:
+        """`grad @ weight`: the input's gradient of a linear layer, as a packed linear with `weight.T`."""
+        self.calls += 1
+        return torch.ops.mkldnn._linear_pointwise(grad, self._weight(weight, transposed=True), None, "none", [], "")
+
     def clear(self) -> None:
         """Drop every packed copy (their memory with them)."""
         self._packed.clear()
 
-    def _weight(self, weight: Tensor) -> Tensor:
-        key, state = id(weight), (weight._version, weight.data_ptr())
+    def _weight(self, weight: Tensor, *, transposed: bool = False) -> Tensor:
+        key, state = (id(weight), transposed), (weight._version, weight.data_ptr())
         entry = self._packed.get(key)
         if entry is not None and entry[0]() is weight and entry[1] == state:
             return entry[2]
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+        source = weight.detach().t().contiguous() if transposed else weight.detach()
+        packed = torch.ops.mkldnn._reorder_linear_weight(source, None)
         forget = self._packed.pop
         self._packed[key] = (weakref.ref(weight, lambda _, key=key: forget(key, None)), state, packed)
         self.packs += 1
         return packed
+
+
+class _FrozenWeightLinear(torch.autograd.Function):
+    """A packed linear whose weight takes no gradient: the backward is `grad @ weight` (packed too) and, for a
+    trained bias, the gradient summed over the rows."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, packer: PackedLinears) -> Tensor:
+        ctx.weight, ctx.packer = weight, packer
+        return packer.run(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, Tensor | None, None]:
+        grad = grad.contiguous()
+        grad_x = ctx.packer.run_transposed(grad, ctx.weight) if ctx.needs_input_grad[0] else None
+        grad_bias = grad.reshape(-1, grad.shape[-1]).sum(0) if ctx.needs_input_grad[2] else None
+        return grad_x, None, grad_bias, None
 
 
 def _routed_forward(self: nn.Linear, input: Tensor) -> Tensor:
@@ -126,8 +155,7 @@ def _packable(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
         return False
     if bias is not None and (bias.dtype != torch.float32 or bias.device.type != "cpu"):
         return False
-    grads = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
-    return not grads
+    return not (torch.is_grad_enabled() and weight.requires_grad)  # a trained weight's gradient: torch's path
 
 
 @functools.cache

@@ -98,7 +98,7 @@ class LocalModel:
         prefix_cache_tokens: int = 65536,
         vision: Any = None,
         cuda_graphs: bool | None = None,
-        packed_linears: bool | None = None,
+        packed_linears: bool | PackedLinears | None = None,
     ) -> None:
         """`dtype` (e.g. "bfloat16") runs inference in that dtype: when it differs from the model's, LocalModel
         keeps its OWN converted copy and leaves the passed model (the trainer's fp32 weights) alone; logprobs then
@@ -116,7 +116,7 @@ class LocalModel:
         on a CUDA device, replay decode steps from CUDA graphs (`rllm.models.local_graphs`; default on, unless
         `RLLM_CUDA_GRAPHS=0` is in the environment). `packed_linears`: on a CPU in fp32, run the linear layers
         through oneDNN with packed weights (`rllm.models.cpu_linear`; default on where this torch supports it,
-        unless `RLLM_PACKED_LINEARS=0`)."""
+        unless `RLLM_PACKED_LINEARS=0`); a `PackedLinears` given shares its packed weights (the trainer's)."""
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
         if dtype is not None and _as_dtype(dtype) != model.dtype:
@@ -459,14 +459,14 @@ class LocalModel:
         self.close()
 
 
-def _packed_linears(model: Any, wanted: bool | None) -> PackedLinears | None:
-    """The worker's packed-linears mode for an fp32 model on a CPU (None elsewhere, or when not wanted or not
-    supported by this torch: then torch's own path runs)."""
+def _packed_linears(model: Any, wanted: bool | PackedLinears | None) -> PackedLinears | None:
+    """The worker's packed linears for an fp32 model on a CPU (None elsewhere, or when not wanted or not supported
+    by this torch: then torch's own path runs); `wanted` may be one to share."""
     if wanted is False or model.device.type != "cpu" or model.dtype != torch.float32:
         return None
     if not packed_linears_available():
         return None
-    packed = PackedLinears()
+    packed = wanted if isinstance(wanted, PackedLinears) else PackedLinears()
     packed.install(model)
     return packed
 

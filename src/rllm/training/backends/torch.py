@@ -57,6 +57,7 @@ from torch import Tensor, nn
 
 from rllm.config import AlgorithmConfig, ModelConfig, OptimConfig
 from rllm.cpus import governor
+from rllm.models.cpu_linear import PackedLinears, packed_linears_available
 from rllm.training.backends.base import UpdateLog, mini_batch_order, push_weights_to
 from rllm.training.backends.torch_model import (
     apply_lora,
@@ -88,12 +89,13 @@ STATE_FORMAT = 1
 
 def _computing(method: Any) -> Any:
     """Mark the calling thread busy for the method's duration: generation running at the same time (asynchronous
-    training) then shares the free cores with it instead of oversubscribing them (`rllm.cpus.ThreadGovernor`)."""
+    training) then shares the free cores with it instead of oversubscribing them (`rllm.cpus.ThreadGovernor`). On a
+    CPU in fp32 the method's linear layers run through oneDNN with packed weights (`rllm.models.cpu_linear`)."""
 
     @wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with governor().computing():
-            return method(*args, **kwargs)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with governor().computing(), self.packed_linears or contextlib.nullcontext():
+            return method(self, *args, **kwargs)
 
     return wrapper
 
@@ -169,9 +171,22 @@ class TorchBackend:
             lr_factor, schedule=optim.schedule, warmup=optim.warmup_steps * per_update, total=self.total_optimizer_steps
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
+        self.packed_linears = self._pack_linears()
         self.generator = torch.Generator().manual_seed(seed)  # shuffles; saved in state_dict
         self.updates = 0
         self.weight_version = 0
+
+    def _pack_linears(self) -> PackedLinears | None:
+        """fp32 on a CPU: route the model's (and the reference's) linear layers through oneDNN with packed weights
+        while this backend computes, and share the packed weights with `make_rollout_model`'s LocalModel. LoRA's
+        frozen base layers gain in the forward and the input gradient; trained weights keep torch's path."""
+        if self.device.type != "cpu" or self.autocast_dtype is not None or not packed_linears_available():
+            return None
+        packed = PackedLinears()
+        for module in (self.model, self.reference):
+            if module is not None:
+                packed.install(module)
+        return packed
 
     def _make_value_head(self) -> nn.Linear:
         config = self.model.config
@@ -542,6 +557,8 @@ class TorchBackend:
             raise ValueError(
                 f"make_rollout_model shares the training model on {self.device}; device={device!r} would move it"
             )
+        if self.packed_linears is not None:
+            local_model_kwargs.setdefault("packed_linears", self.packed_linears)  # one packed copy of the weights
         return LocalModel(self.model, self.tokenizer, vision=self.vision, **local_model_kwargs)
 
     def make_rollout_copy(self, **local_model_kwargs: Any) -> Any:
