@@ -216,3 +216,19 @@ def test_a_frozen_weight_passes_the_input_gradient_like_torch(trained_bias):
     assert (layer.bias.grad is None) == (not trained_bias)
     if trained_bias:
         assert _close(layer.bias.grad, want_bias)
+
+
+def test_a_weight_that_would_crowd_memory_keeps_torch_path(monkeypatch):
+    import rllm.models.cpu_linear as cpu_linear
+
+    layer = torch.nn.Linear(16, 8)
+    layer.weight.requires_grad_(False)
+    x = torch.randn(3, 16, requires_grad=True)
+    assert cpu_linear.available_memory() > 0
+    monkeypatch.setattr(cpu_linear, "available_memory", lambda: cpu_linear.MIN_FREE_MEMORY + layer.weight.nbytes - 1)
+    with _installed(layer) as packed:
+        out = layer(x)
+        out.sum().backward()
+    assert packed.calls == 0 and packed.packs == 0 and packed.skipped == 2  # the weight and its transpose
+    assert torch.equal(out, F.linear(x, layer.weight, layer.bias))
+    assert torch.allclose(x.grad, layer.weight.sum(0).expand(3, 16))

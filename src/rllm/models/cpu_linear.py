@@ -18,7 +18,10 @@ of a 40 ms decode step at 32 rows.) Choices:
 - A packed copy is keyed by the weight object, its version counter and its storage, so any change of the weight (an
   optimizer step, `LocalModel.update_weights`, `param.data = ...`) repacks it at its next use. LoRA's frozen base
   weights are packed once.
-- The copies cost the model's fp32 size again in memory; a copy goes when its weight is freed, or with `clear()`.
+- The copies cost the model's fp32 size again in memory (twice for a trainer's frozen LoRA base, whose backward
+  uses a transposed copy); a copy goes when its weight is freed, or with `clear()`. A weight whose copy would leave
+  less than 2 GiB of the machine's (or the container's) memory available is not packed and keeps torch's path:
+  slower, never out of memory.
 - The results are the same dot products summed in another order: logits move by float rounding (about 1e-6
   relative), so log-probabilities against a plain fp32 forward move by ~1e-5 and seeded samples match torch's path
   except where a draw falls within that rounding of a token boundary.
@@ -34,15 +37,17 @@ import os
 import threading
 import types
 import weakref
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["PackedLinears", "linear", "packed_linears_active", "packed_linears_available"]
+__all__ = ["PackedLinears", "available_memory", "linear", "packed_linears_active", "packed_linears_available"]
 
 _thread = threading.local()  # .packer: the PackedLinears active on this thread
+MIN_FREE_MEMORY = 2 << 30  # bytes a new packed copy must leave available (else that weight keeps torch's path)
 
 
 def packed_linears_available() -> bool:
@@ -74,6 +79,7 @@ class PackedLinears:
         self._packed: dict[tuple[int, bool], tuple[weakref.ref, tuple[int, int], Tensor]] = {}
         self.calls = 0  # linears that ran packed (tests and benchmarks read it)
         self.packs = 0  # weights packed, repacks included
+        self.skipped = 0  # weights left unpacked for want of memory
 
     def install(self, model: nn.Module) -> int:
         """Route `model`'s `nn.Linear` modules through `linear`; returns how many (already routed ones count too).
@@ -100,23 +106,34 @@ class PackedLinears:
             _thread.packer = None
 
     def run(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        packed = self._weight(weight)
+        if packed is None:
+            return F.linear(x, weight, bias)
         self.calls += 1
-        return torch.ops.mkldnn._linear_pointwise(x, self._weight(weight), bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
     def run_transposed(self, grad: Tensor, weight: Tensor) -> Tensor:
         """`grad @ weight`: the input's gradient of a linear layer, as a packed linear with `weight.T`."""
+        packed = self._weight(weight, transposed=True)
+        if packed is None:
+            return grad @ weight
         self.calls += 1
-        return torch.ops.mkldnn._linear_pointwise(grad, self._weight(weight, transposed=True), None, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(grad, packed, None, "none", [], "")
 
     def clear(self) -> None:
         """Drop every packed copy (their memory with them)."""
         self._packed.clear()
 
-    def _weight(self, weight: Tensor, *, transposed: bool = False) -> Tensor:
+    def _weight(self, weight: Tensor, *, transposed: bool = False) -> Tensor | None:
+        """The packed copy of `weight` (or of its transpose), packed now if missing or stale; None when packing
+        it would leave less than `MIN_FREE_MEMORY` of the machine's memory available (torch's path then runs)."""
         key, state = (id(weight), transposed), (weight._version, weight.data_ptr())
         entry = self._packed.get(key)
         if entry is not None and entry[0]() is weight and entry[1] == state:
             return entry[2]
+        if entry is None and available_memory() - weight.nbytes < MIN_FREE_MEMORY:
+            self.skipped += 1
+            return None
         source = weight.detach().t().contiguous() if transposed else weight.detach()
         packed = torch.ops.mkldnn._reorder_linear_weight(source, None)
         forget = self._packed.pop
@@ -156,6 +173,35 @@ def _packable(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
     if bias is not None and (bias.dtype != torch.float32 or bias.device.type != "cpu"):
         return False
     return not (torch.is_grad_enabled() and weight.requires_grad)  # a trained weight's gradient: torch's path
+
+
+def available_memory() -> int:
+    """Bytes this process can still take: Linux's MemAvailable, lowered to what the cgroup's memory limit leaves (a
+    container's); unbounded where neither can be read."""
+    free = _meminfo_available()
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ):
+        try:
+            limit, usage = (Path(path).read_text().strip() for path in (limit_file, usage_file))
+        except OSError:
+            continue
+        if limit.isdigit() and usage.isdigit():
+            free = min(free, int(limit) - int(usage))
+        break
+    return free
+
+
+def _meminfo_available() -> int:
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 62
 
 
 @functools.cache
