@@ -136,21 +136,30 @@ def test_the_output_layer_runs_whole_under_the_mode():
     assert _close(got, plain)
 
 
-def test_a_copied_model_computes_with_its_own_weights():
+def test_a_copied_or_saved_model_is_plain_and_computes_with_its_own_weights(tmp_path):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
     packed = _installed(model)
     assert packed.install(model) == 2  # idempotent
     twin = copy.deepcopy(model)
+    torch.save(model, tmp_path / "model.pt")
+    saved = torch.load(tmp_path / "model.pt", weights_only=False)
     with torch.no_grad():
         for param in twin.parameters():
             param.mul_(-1)
     x = torch.randn(4, 8)
+
+    def plain(m):
+        return F.linear(torch.relu(F.linear(x, *m[0].parameters())), *m[2].parameters())
+
     with torch.inference_mode(), packed:
-        ours, theirs = model(x), twin(x)
-    assert packed.calls == 4 and packed.packs == 4
-    assert _close(ours, F.linear(torch.relu(F.linear(x, *model[0].parameters())), *model[2].parameters()))
-    assert _close(theirs, F.linear(torch.relu(F.linear(x, *twin[0].parameters())), *twin[2].parameters()))
+        ours, theirs, loaded = model(x), twin(x), saved(x)
+    assert packed.calls == 2  # the copies run torch's forward: the routing is not copied
+    assert _close(ours, plain(model)) and torch.equal(theirs, plain(twin)) and torch.equal(loaded, plain(model))
+    assert packed.install(twin) == 2
+    with torch.inference_mode(), packed:
+        assert _close(twin(x), plain(twin))
+    assert packed.calls == 4
 
 
 def test_linear_outside_an_active_packer_is_f_linear():

@@ -12,9 +12,9 @@ SmolLM2-135M's shapes, `torch.ops.mkldnn._linear_pointwise` against `F.linear`:
 
 `PackedLinears.install(model)` routes the model's `nn.Linear` modules (peft's LoRA layers included: their base and
 adapter layers are `nn.Linear`s) through `linear`, which runs packed only on a thread inside `with packed_linears:`
-and is plain `F.linear` everywhere else. So a trainer using the same module on another thread keeps torch's path and
-its autograd. (A `TorchFunctionMode` would need no routing, but it intercepts every torch call of the forward: 10 ms
-of a 40 ms decode step at 32 rows.) Choices:
+and is plain `F.linear` everywhere else, so another thread using the same module (an asynchronous trainer) keeps
+torch's path. A copy or a pickle of a routed module gets torch's plain forward. (A `TorchFunctionMode` would need no
+routing, but it intercepts every torch call of the forward: 10 ms of a 40 ms decode step at 32 rows.) Choices:
 - A packed copy is keyed by the weight object, its version counter and its storage, so any change of the weight (an
   optimizer step, `LocalModel.update_weights`, `param.data = ...`) repacks it at its next use. LoRA's frozen base
   weights are packed once.
@@ -25,8 +25,10 @@ of a 40 ms decode step at 32 rows.) Choices:
 - The results are the same dot products summed in another order: logits move by float rounding (about 1e-6
   relative), so log-probabilities against a plain fp32 forward move by ~1e-5 and seeded samples match torch's path
   except where a draw falls within that rounding of a token boundary.
-- Only what oneDNN packs is taken: fp32 input and 2-D weight on the CPU, outside autograd (no backward here).
-  Anything else, or a torch build without oneDNN, runs `F.linear` unchanged.
+- Only what oneDNN packs is taken: fp32 input and 2-D weight on the CPU, and no gradient for the weight. A frozen
+  weight under autograd (LoRA's base layers in training) runs a packed autograd function whose backward, the
+  input's gradient, is a packed linear with the transposed weight. Anything else, or a torch build without
+  oneDNN, runs `F.linear` unchanged.
 - `RLLM_PACKED_LINEARS=0` in the environment turns it off (A/B comparisons).
 """
 
@@ -35,7 +37,6 @@ from __future__ import annotations
 import functools
 import os
 import threading
-import types
 import weakref
 from pathlib import Path
 from typing import Any
@@ -83,14 +84,17 @@ class PackedLinears:
 
     def install(self, model: nn.Module) -> int:
         """Route `model`'s `nn.Linear` modules through `linear`; returns how many (already routed ones count too).
-        The routing is per module instance and does nothing unless a `PackedLinears` is active on the calling
-        thread."""
+        The routing is per module instance, does nothing unless a `PackedLinears` is active on the calling thread,
+        and is not kept by a copy or a pickle (`torch.save`): those hold plain `nn.Linear` forwards, loadable
+        without rllm."""
         routed = 0
         for module in model.modules():
             if isinstance(module, nn.Linear):
-                if type(module).forward is nn.Linear.forward and "forward" not in vars(module):
-                    module.forward = types.MethodType(_routed_forward, module)
-                routed += getattr(module.forward, "__func__", None) is _routed_forward
+                own = vars(module).get("forward")
+                plain = own is None or (isinstance(own, functools.partial) and own.func is nn.Linear.forward)
+                if type(module).forward is nn.Linear.forward and plain:  # a subclass's or a user's forward: left
+                    module.forward = _RoutedForward(module)
+                routed += isinstance(vars(module).get("forward"), _RoutedForward)
         return routed
 
     def __enter__(self) -> PackedLinears:
@@ -159,8 +163,18 @@ class _FrozenWeightLinear(torch.autograd.Function):
         return grad_x, None, grad_bias, None
 
 
-def _routed_forward(self: nn.Linear, input: Tensor) -> Tensor:
-    return linear(input, self.weight, self.bias)
+class _RoutedForward:
+    """A routed `nn.Linear`'s forward (an instance attribute). A copy or a pickle of the module gets torch's plain
+    forward instead, as `functools.partial(nn.Linear.forward, module)`, so nothing saved depends on rllm."""
+
+    def __init__(self, module: nn.Linear) -> None:
+        self.module = module
+
+    def __call__(self, input: Tensor) -> Tensor:
+        return linear(input, self.module.weight, self.module.bias)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return functools.partial, (nn.Linear.forward, self.module)
 
 
 def _packable(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
