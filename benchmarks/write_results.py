@@ -204,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         failed += code != 0
         results[key] = {
             "code": code,
+            "command": command,
             "output": output.strip(),
             "seconds": seconds,
             "device": device_of(key, output),
@@ -233,8 +234,9 @@ def render(results: dict) -> str:
         device = r.get("device") or r["machine"].split(",")[0]  # results written before the device was stored
         summary.append(f"| {title} | {device} | {cell} |")
         host = f"{device}, host: " if device != r["machine"].split(",")[0] else ""
+        as_run = " ".join(r.get("command", command))  # what produced these figures (the RUNS entry may have moved)
         sections.append(
-            f"## {title}\n\n`python {' '.join(command)}`: {r['seconds'] / 60:.1f} min on {r['date']}, "
+            f"## {title}\n\n`python {as_run}`: {r['seconds'] / 60:.1f} min on {r['date']}, "
             f"{host}{r['machine']}\n\n```\n{r['output']}\n```\n"
         )
     return "\n".join(
