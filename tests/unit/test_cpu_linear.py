@@ -233,8 +233,9 @@ def test_a_weight_that_would_crowd_memory_keeps_torch_path(monkeypatch):
     layer = torch.nn.Linear(16, 8)
     layer.weight.requires_grad_(False)
     x = torch.randn(3, 16, requires_grad=True)
-    assert cpu_linear.available_memory() > 0
-    monkeypatch.setattr(cpu_linear, "available_memory", lambda: cpu_linear.MIN_FREE_MEMORY + layer.weight.nbytes - 1)
+    assert cpu_linear.available_memory() > 0 and cpu_linear.memory_floor() >= cpu_linear.MIN_FREE_MEMORY
+    monkeypatch.setattr(cpu_linear, "memory_floor", lambda: 3 << 30)
+    monkeypatch.setattr(cpu_linear, "available_memory", lambda: (3 << 30) + layer.weight.nbytes - 1)
     with _installed(layer) as packed:
         out = layer(x)
         out.sum().backward()

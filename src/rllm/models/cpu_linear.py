@@ -20,8 +20,8 @@ routing, but it intercepts every torch call of the forward: 10 ms of a 40 ms dec
   weights are packed once.
 - The copies cost the model's fp32 size again in memory (twice for a trainer's frozen LoRA base, whose backward
   uses a transposed copy); a copy goes when its weight is freed, or with `clear()`. A weight whose copy would leave
-  less than 2 GiB of the machine's (or the container's) memory available is not packed and keeps torch's path:
-  slower, never out of memory.
+  less than a quarter of the machine's (or the container's) memory available, and at least 2 GiB, is not packed
+  and keeps torch's path: the copies never take the room the run needs later.
 - The results are the same dot products summed in another order: logits move by float rounding (about 1e-6
   relative), so log-probabilities against a plain fp32 forward move by ~1e-5 and seeded samples match torch's path
   except where a draw falls within that rounding of a token boundary.
@@ -45,10 +45,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["PackedLinears", "available_memory", "linear", "packed_linears_active", "packed_linears_available"]
+__all__ = [
+    "PackedLinears",
+    "available_memory",
+    "linear",
+    "memory_floor",
+    "packed_linears_active",
+    "packed_linears_available",
+]
 
 _thread = threading.local()  # .packer: the PackedLinears active on this thread
-MIN_FREE_MEMORY = 2 << 30  # bytes a new packed copy must leave available (else that weight keeps torch's path)
+MIN_FREE_MEMORY = 2 << 30  # the least a new packed copy must leave available (see `memory_floor`)
 
 
 def packed_linears_available() -> bool:
@@ -130,12 +137,12 @@ class PackedLinears:
 
     def _weight(self, weight: Tensor, *, transposed: bool = False) -> Tensor | None:
         """The packed copy of `weight` (or of its transpose), packed now if missing or stale; None when packing
-        it would leave less than `MIN_FREE_MEMORY` of the machine's memory available (torch's path then runs)."""
+        it would leave less than `memory_floor()` available (torch's path then runs)."""
         key, state = (id(weight), transposed), (weight._version, weight.data_ptr())
         entry = self._packed.get(key)
         if entry is not None and entry[0]() is weight and entry[1] == state:
             return entry[2]
-        if entry is None and available_memory() - weight.nbytes < MIN_FREE_MEMORY:
+        if entry is None and available_memory() - weight.nbytes < memory_floor():
             self.skipped += 1
             return None
         source = weight.detach().t().contiguous() if transposed else weight.detach()
@@ -192,7 +199,26 @@ def _packable(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
 def available_memory() -> int:
     """Bytes this process can still take: Linux's MemAvailable, lowered to what the cgroup's memory limit leaves (a
     container's); unbounded where neither can be read."""
-    free = _meminfo_available()
+    return _memory()[0]
+
+
+def memory_floor() -> int:
+    """What a new packed copy must leave available: a quarter of the machine's memory (or of the container's limit),
+    at least 2 GiB, so the copies never take the room a run's activations, optimizer and K/V need later."""
+    return max(MIN_FREE_MEMORY, _memory()[1] // 4)
+
+
+def _memory() -> tuple[int, int]:
+    """(available, total) bytes, see `available_memory`."""
+    fields = {}
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                name, _, rest = line.partition(":")
+                fields[name] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    available, total = fields.get("MemAvailable", 1 << 62), fields.get("MemTotal", 1 << 62)
     for limit_file, usage_file in (
         ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
         ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
@@ -202,20 +228,9 @@ def available_memory() -> int:
         except OSError:
             continue
         if limit.isdigit() and usage.isdigit():
-            free = min(free, int(limit) - int(usage))
+            available, total = min(available, int(limit) - int(usage)), min(total, int(limit))
         break
-    return free
-
-
-def _meminfo_available() -> int:
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 1 << 62
+    return available, total
 
 
 @functools.cache
