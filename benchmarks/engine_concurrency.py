@@ -23,10 +23,12 @@ compact): less of the CPU that client and server share.
   no sleep), wall time / steps — the engine's own cost per step.
 Client and server share the machine's cores, so at high concurrency the CPU, not the engine, sets the limit: at
 n_parallel rollouts the ideal rate is n_parallel / 50 ms steps a second, and the client's one event loop can give
-at most 1 / (client CPU/step) of them (256 rollouts ask for 5120 a second, i.e. 0.195 ms of client CPU a step). At
-lower concurrency the replies of rollouts that started together come back together and wait their turn on the loop,
-about n_parallel / 2 x client CPU/step each. On a shared machine the CPU's speed drifts (1.5x within a day here):
-compare code against code in runs interleaved on the same machine, not against an old table.
+at most 1 / (client CPU/step) of them (256 rollouts ask for 5120 a second, i.e. 0.195 ms of client CPU a step).
+Rollouts that start together come back together (the server takes 50 ms for each), so the loop gets their replies
+in bursts. On Python 3.11 aiohttp sent each next request only after the whole burst had been processed, so the bursts
+never spread and each step waited about n_parallel / 2 x client CPU/step. `rllm.models.eager_writes` sends each
+request when it is posted, as aiohttp itself does from 3.12. On a shared machine the CPU's speed drifts (1.5x within
+a day here): compare code against code in runs interleaved on the same machine, not against an old table.
 """
 
 from __future__ import annotations
