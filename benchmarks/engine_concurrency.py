@@ -19,6 +19,8 @@ compact): less of the CPU that client and server share.
 - added latency    = (measured - ideal) / (turns per slot): what each step costs beyond the 50 ms wait;
 - client CPU/step  = CPU time of this process / steps (engine + chat rendering + HTTP client);
 - server CPU/step  = CPU time of the fake server's process / steps (Linux: read from /proc);
+- loop ceiling     = the efficiency one event loop could reach at this client CPU/step, busy all the time:
+                     latency / (n_parallel x client CPU/step), at most 1;
 - framework overhead per step: the same episodes against an in-process model that answers at once (no HTTP,
   no sleep), wall time / steps — the engine's own cost per step.
 Client and server share the machine's cores, so at high concurrency the CPU, not the engine, sets the limit: at
@@ -126,6 +128,7 @@ async def run_http(server, tokenizer, args, n_parallel: int) -> dict:
         "added_ms": (wall - ideal) / (waves * args.turns) * 1000,
         "cpu_ms": cpu / steps * 1000,
         "server_cpu_ms": server_cpu / steps * 1000,
+        "ceiling": min(1.0, args.latency_ms / (n_parallel * cpu / steps * 1000)),
     }
 
 
@@ -180,14 +183,14 @@ def main() -> None:
     )
     print(
         f"{'n_parallel':>10} {'ideal s':>8} {'wall s':>8} {'efficiency':>10} {'added ms/step':>13} "
-        f"{'client CPU ms/step':>18} {'server CPU ms/step':>18}"
+        f"{'client CPU ms/step':>18} {'server CPU ms/step':>18} {'loop ceiling':>12}"
     )
     with spawn_fake_server(latency_ms=args.latency_ms, tokenizer=args.tokenizer) as server:
         for n_parallel in args.parallel:
             r = asyncio.run(run_http(server, tokenizer, args, n_parallel))
             print(
                 f"{r['n_parallel']:>10} {r['ideal']:>8.2f} {r['wall']:>8.2f} {r['efficiency']:>10.3f} "
-                f"{r['added_ms']:>13.2f} {r['cpu_ms']:>18.3f} {r['server_cpu_ms']:>18.3f}"
+                f"{r['added_ms']:>13.2f} {r['cpu_ms']:>18.3f} {r['server_cpu_ms']:>18.3f} {r['ceiling']:>12.3f}"
             )
     overhead = asyncio.run(run_instant(tokenizer, args))
     print(f"framework overhead per step (engine + chat rendering, instant in-process model): {overhead:.3f} ms")
