@@ -16,6 +16,8 @@ from rllm.models.openai import OpenAIClient
 from rllm.testing.fake_openai_server import run_fake_server
 
 seen = contextvars.ContextVar("seen", default="unset")
+# The factory is installed on Python 3.11 only, and written to 3.11's factory protocol (3.12 and later pass more).
+only_311 = pytest.mark.skipif(sys.version_info >= (3, 12), reason="from Python 3.12 aiohttp starts its writers eagerly")
 
 
 async def writer(log: list, gate: asyncio.Future | None = None, fail: str | None = None, bare_yield: bool = False):
@@ -51,6 +53,7 @@ def run_on(loop: asyncio.AbstractEventLoop, main):
         loop.close()
 
 
+@only_311
 def test_a_writer_that_never_waits_runs_in_the_callers_turn_and_comes_back_finished():
     log: list = []
 
@@ -67,6 +70,7 @@ def test_a_writer_that_never_waits_runs_in_the_callers_turn_and_comes_back_finis
     run_on(eager_loop(), main)
 
 
+@only_311
 def test_a_writer_that_waits_continues_in_a_task_with_its_own_context():
     log: list = []
 
@@ -82,6 +86,7 @@ def test_a_writer_that_waits_continues_in_a_task_with_its_own_context():
     run_on(eager_loop(), main)
 
 
+@only_311
 def test_a_bare_yield_resumes_the_writer():
     log: list = []
 
@@ -94,6 +99,7 @@ def test_a_bare_yield_resumes_the_writer():
     run_on(eager_loop(), main)
 
 
+@only_311
 def test_cancelling_the_task_cancels_the_writer_where_it_waits():
     log: list = []
 
@@ -110,6 +116,7 @@ def test_cancelling_the_task_cancels_the_writer_where_it_waits():
     run_on(eager_loop(), main)
 
 
+@only_311
 def test_errors_before_and_after_the_first_wait_reach_whoever_awaits_the_task():
     async def main():
         early = asyncio.create_task(writer([], fail="before"))
@@ -125,6 +132,7 @@ def test_errors_before_and_after_the_first_wait_reach_whoever_awaits_the_task():
     run_on(eager_loop(), main)
 
 
+@only_311
 def test_other_coroutines_go_to_the_previous_factory_and_are_not_started_early():
     made: list = []
 
@@ -148,7 +156,7 @@ def test_other_coroutines_go_to_the_previous_factory_and_are_not_started_early()
     assert log[0] == "other ran" and log[-1] == "finished, seen set by the writer"
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 12), reason="from Python 3.12 aiohttp starts its writers eagerly itself")
+@only_311
 def test_install_is_idempotent_and_keeps_a_factory_the_loop_had():
     loop = asyncio.new_event_loop()
     try:
@@ -200,7 +208,7 @@ def test_a_posted_body_is_on_the_wire_before_callbacks_already_queued_run(server
     assert order == ["body sent", "a callback queued before"]
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 12), reason="from Python 3.12 aiohttp starts its writers eagerly itself")
+@only_311
 def test_the_openai_client_installs_it_on_the_loop_it_posts_from(server):
     async def main():
         async with OpenAIClient(server.base_url, server.model) as client:
@@ -208,3 +216,32 @@ def test_the_openai_client_installs_it_on_the_loop_it_posts_from(server):
             return asyncio.get_running_loop().get_task_factory()
 
     assert isinstance(asyncio.run(main()), EagerTaskFactory)
+
+
+def test_a_body_too_large_to_write_at_once_is_finished_by_its_task(server):
+    """A body beyond the socket's buffer makes the writer wait for the transport to drain: it must go on in its
+    task and deliver every byte (the server reads the whole JSON back)."""
+    returned: list = []
+
+    async def main():
+        eager_writes.install(asyncio.get_running_loop())
+        factory = asyncio.get_running_loop().get_task_factory()
+
+        def recording(loop, coro, **kwargs):
+            task = factory(loop, coro, **kwargs)
+            if factory.eager(coro):
+                returned.append(task.done())
+            return task
+
+        asyncio.get_running_loop().set_task_factory(recording)
+        body = {"model": server.model, "prompt": "Hi", "max_tokens": 2, "padding": "x" * (48 * 1024**2)}
+        async with aiohttp.ClientSession() as session:
+            async with session.post(server.base_url + "/completions", json=body) as response:
+                assert response.status == 200
+                await response.read()
+
+    asyncio.run(main())
+    path, received = server.requests[-1]
+    assert path == "/v1/completions" and len(received["padding"]) == 48 * 1024**2
+    if sys.version_info < (3, 12):
+        assert returned == [False]  # it waited for the transport, and its task finished the body

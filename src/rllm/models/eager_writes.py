@@ -60,6 +60,8 @@ class EagerTaskFactory:
     def __call__(
         self, loop: asyncio.AbstractEventLoop, coro: Coroutine, *, context: contextvars.Context | None = None
     ) -> asyncio.Future:
+        # The factory signature of Python 3.11 (`install` sets it there only): no `name`, which 3.11 sets afterwards
+        # and only when given (never, for aiohttp's writers).
         if not self.eager(coro):
             return self._task(loop, coro, context)
         context = contextvars.copy_context() if context is None else context
