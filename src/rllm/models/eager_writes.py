@@ -10,7 +10,7 @@ queued behind every callback already ready on the event loop. Many rollouts make
 - so the next requests go out together again, and the burst never spreads out.
 
 Every step then waits for the whole burst. On the engine benchmark (64 rollouts, 50 ms a call, 2 cores) that added
-9-10 ms to each step; with the body written at once it added about 4 (docs/training/speed.md).
+7-10 ms to each step; with the body written at once it adds about 3.5 (docs/training/speed.md).
 
 `install(loop)` gives 3.11 the 3.12 behaviour for that one coroutine. It sets a task factory that starts aiohttp's
 `write_bytes` coroutines eagerly and hands every other coroutine to the loop's previous factory (or to `Task`).
@@ -18,7 +18,8 @@ Started eagerly, the coroutine runs up to its first suspension in the caller's t
 connection is written and the coroutine finishes there. A coroutine that does suspend continues in a real task
 (`_Continue`), where cancellation and errors reach it as they would in the task it would have had.
 
-From Python 3.12 on `install` does nothing.
+The factory stays on the loop, so any other aiohttp session on it writes its bodies at once too, as on 3.12. From
+Python 3.12 on `install` does nothing.
 """
 
 from __future__ import annotations
