@@ -155,16 +155,23 @@ def test_render_text_equals_apply_chat_template(shipped_tokenizer, tools, add_ge
             with pytest.raises(type(exc)):
                 render_text(shipped_tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt)
             continue
+        before = copy.deepcopy(messages)
         assert (
             render_text(shipped_tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt)
             == expected
         )
+        assert messages == before  # the messages are handed to the template uncopied where they hold no None
     import transformers.utils.chat_template_utils as chat_utils
 
     from rllm.models.chat import _fast_template
 
     if hasattr(chat_utils, "_normalize_chat_messages"):  # transformers >= 5.11 (not the verl venv's 5.10)
-        assert _fast_template(shipped_tokenizer, tools) is not None  # the fast path was taken for plain inputs
+        fast = _fast_template(shipped_tokenizer, tools)
+        assert fast is not None  # the fast path was taken for plain inputs
+        # rendered with transformers' globals (raise_exception, strftime_now, ...) held in one plain dict
+        compiled = chat_utils._compile_jinja_template(shipped_tokenizer.chat_template)
+        assert type(fast.globals) is dict and fast.globals == dict(compiled.globals)
+        assert fast.environment is compiled.environment
     copy.deepcopy(shipped_tokenizer)  # rendering left nothing on the tokenizer that cannot be copied
 
 

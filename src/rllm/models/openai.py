@@ -196,7 +196,7 @@ class OpenAIClient:
             return await self._generate_chat_with_ids(prompt.messages, sampling, prompt.images, sent=prompt.ids)
         is_messages = bool(prompt) and isinstance(prompt[0], dict)
         if not is_messages:
-            return await self._generate_from_ids(list(prompt), sampling)
+            return await self._generate_from_ids(prompt if type(prompt) is list else list(prompt), sampling)
         tokenizer = self.tokenizer
         if tokenizer is None:
             return await self._generate_chat(prompt, sampling)
