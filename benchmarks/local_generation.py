@@ -117,8 +117,10 @@ def run_baseline(model, tokenizer, prompts, *, new_tokens: int, greedy: bool, re
 def profile_line(local: LocalModel, prompts, *, new_tokens: int) -> str:
     """Where a LocalModel run's time goes, from torch.profiler: the run's wall time per decode step (its prefills
     included) against the time the device was busy (the sum of its kernels' time; CPU: n/a) and the kernels a step
-    launched, plus the costliest kernels. Wall well above busy means the host is what to speed up; busy near wall,
-    the kernels."""
+    launched, plus the costliest kernels and those under 5 us a launch. Wall well above busy means the host is what
+    to speed up; busy near wall, the kernels: many short ones (a decode step of a small model is ~1,000 elementwise
+    kernels, each a few microseconds however little it computes) call for fewer, fused kernels; a few long ones, for
+    faster kernels."""
     from torch.profiler import ProfilerActivity, profile
 
     on_cuda = local.model.device.type == "cuda"
@@ -133,12 +135,16 @@ def profile_line(local: LocalModel, prompts, *, new_tokens: int) -> str:
     kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
     busy = sum(e.self_device_time_total for e in kernels) / 1e3  # microseconds -> ms
     launched = sum(e.count for e in kernels)
+    short = [e for e in kernels if e.count and e.self_device_time_total / e.count < 5.0]  # microseconds a launch
+    short_launched = sum(e.count for e in short)
+    short_busy = sum(e.self_device_time_total for e in short) / 1e3
     top = sorted(kernels, key=lambda e: -e.self_device_time_total)[:5]
     named = ", ".join(f"{e.key[:40]} {e.self_device_time_total / 1e3 / steps:.2f}" for e in top)
     share = busy / (seconds * 1e3)
     return (
         f"{line}, device busy {busy / steps:.2f} ms a step ({share:.0%} of wall), "
-        f"{launched / steps:.0f} kernels a step; top kernels (ms a step): {named}"
+        f"{launched / steps:.0f} kernels a step, {short_launched / steps:.0f} of them under 5 us "
+        f"({short_busy / steps:.2f} ms a step); top kernels (ms a step): {named}"
     )
 
 
