@@ -61,15 +61,23 @@ def client(gateway: Gateway, sid: str = "s1") -> openai.OpenAI:
 
 
 def assert_strict(model: type[BaseModel], data: typing.Any, where: str = "") -> None:
-    """Every key of `data` is a field of the SDK's pydantic model, recursively (the SDK itself allows extras)."""
+    """Every key of `data` is a field of the SDK's pydantic model, recursively (the SDK itself allows extras). A
+    field that is a union told apart by `type` (content blocks, output items, tools) holds each item to the members
+    its `type` names, not to all of them."""
     if not isinstance(data, dict):
         return
     fields = {(f.alias or name): f for name, f in model.model_fields.items()}
     assert set(data) <= set(fields), f"{where}: unknown fields {set(data) - set(fields)}"
     for key, value in data.items():
-        for inner in _models(fields[key].annotation):
-            for item in value if isinstance(value, list) else [value]:
+        for item in value if isinstance(value, list) else [value]:
+            for inner in _members(_models(fields[key].annotation), item):
                 assert_strict(inner, item, f"{where}.{key}")
+
+
+def _members(models: list[type[BaseModel]], item: typing.Any) -> list[type[BaseModel]]:
+    kind = item.get("type") if isinstance(item, dict) else None
+    named = [m for m in models if kind in typing.get_args(getattr(m.model_fields.get("type"), "annotation", None))]
+    return named or models
 
 
 def _models(annotation: typing.Any) -> list[type[BaseModel]]:

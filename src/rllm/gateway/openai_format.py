@@ -94,6 +94,7 @@ class Reply:
     completion_tokens: int
     token_entries: list[dict[str, Any]] | None = None  # OpenAI logprob entries, one per completion token
     pieces: list[str] | None = None  # content split per token (for streaming), when they add up to `content`
+    stop_sequence: str | None = None  # the request's stop string the content was cut at, if any
 
 
 # ---- requests ----------------------------------------------------------------------------------------------------

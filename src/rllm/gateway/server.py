@@ -8,7 +8,11 @@
 
 Routes (every rollout gets its own session URL `http://host:port/sessions/{sid}/v1`):
 
-    POST   /sessions/{sid}/v1/chat/completions   the OpenAI API (stream or not)
+    POST   /sessions/{sid}/v1/chat/completions   OpenAI chat completions (stream or not)
+    POST   /sessions/{sid}/v1/responses          the OpenAI Responses API (`rllm.gateway.responses_format`)
+    POST   /sessions/{sid}/v1/messages           the Anthropic Messages API (`rllm.gateway.anthropic_format`); also
+                                                 at /v1/v1/messages, where the `anthropic` SDK lands when given the
+                                                 OpenAI-style session URL (it appends /v1/messages itself)
     GET    /sessions/{sid}/v1/models             the served model's name
     GET    /sessions/{sid}/calls                 the recorded calls as JSON (ids, logprobs, text, ...)
     DELETE /sessions/{sid}                       forget a session
@@ -23,8 +27,16 @@ Two kinds of sessions, the same serving path (`rllm.gateway.session`):
 - Supplied (`open_session(handler)`): the rollout workflow (`rllm.gateway.rollout`) hands its own `generate`,
   so gateway calls are part of the episode like native ones. Unknown sessions are 404 then.
 
-Failures become OpenAI error objects: a spent length budget is 400 `context_length_exceeded`, a model or
-infrastructure failure 502, a bug 500; the session keeps the first such failure for its rollout to re-raise.
+All three flavours go through the same `GatewaySession.complete` (one chat rendering, one token record): a turn's
+prompt extends the previous turn's tokens whichever API each turn used. The Responses API's `previous_response_id`
+is resolved within the session (each response keeps its conversation as chat messages, for the session's life).
+
+Failures become error objects in the flavour's own shape (OpenAI's, or Anthropic's on /messages): a spent length
+budget is a 400 worded as the APIs word it ("This model's maximum context length is ...", code
+`context_length_exceeded`; Anthropic's "prompt is too long"), so clients such as litellm recognise a context-length
+error and stop instead of retrying; a model or infrastructure failure 502, a bug 500; the session keeps the first
+such failure for its rollout to re-raise. Any route not served answers a JSON 404 that lists the routes served. The
+API key is taken from `Authorization: Bearer` or from `x-api-key` (the header the `anthropic` SDK sends).
 
 `shared_gateway()` gives the one gateway of the running event loop, started on first use on 127.0.0.1 with a free
 port and stopped when the loop's `asyncio.run` ends (a keeper task that the shutdown cancels), so rollouts never
@@ -41,13 +53,16 @@ import logging
 import time
 import uuid
 import weakref
+from collections.abc import Callable
 from typing import Any, Self
 
 from aiohttp import web
 
 from rllm.errors import InfraError
+from rllm.gateway.anthropic_format import anthropic_error_body, message_body, message_events, parse_messages_request
 from rllm.gateway.boundary import BodyError, HostCheck, json_safe, parse_json_body
 from rllm.gateway.openai_format import RequestError, completion_body, error_body, parse_request, stream_chunks
+from rllm.gateway.responses_format import parse_responses_request, reply_message, response_body, response_events
 from rllm.gateway.session import GatewaySession, Handler, SessionClosedError
 from rllm.models.base import ModelClient, SamplingParams
 from rllm.types import TerminationReason
@@ -119,6 +134,9 @@ class Gateway:
         self._host_check = HostCheck(host, self.allowed_hosts)
         app = web.Application(client_max_size=64 * 1024**2, middlewares=[self._guard])
         app.router.add_post("/sessions/{sid}/v1/chat/completions", self._chat_completions)
+        app.router.add_post("/sessions/{sid}/v1/responses", self._responses)
+        app.router.add_post("/sessions/{sid}/v1/messages", self._messages)
+        app.router.add_post("/sessions/{sid}/v1/v1/messages", self._messages)
         app.router.add_get("/sessions/{sid}/v1/models", self._models)
         app.router.add_get("/sessions/{sid}/calls", self._calls)
         app.router.add_delete("/sessions/{sid}", self._delete)
@@ -212,47 +230,49 @@ class Gateway:
         """What every request must pass first: a `Host` naming this server, the API key when one is set, and a JSON
         content type on POST (a cross-site page can send `text/plain` or untyped bodies without a CORS preflight,
         but not `application/json`). See `rllm.gateway.boundary` for the threat model."""
+        error = _error_for(request.path)
         refusal = self._host_check.refusal(request.headers.get("Host"))
         if refusal is not None:
-            return _error(403, refusal, code="host_not_allowed")
+            return error(403, refusal, code="host_not_allowed")
         if self.api_key is not None and request.path not in _OPEN_ROUTES and not self._authorized(request):
-            return _error(
+            return error(
                 401,
-                f"this gateway needs its API key: send `Authorization: Bearer <key>` (openai.OpenAI(api_key=...)), "
-                f"the key given to `rllm serve gateway --api-key` or ${API_KEY_ENV}",
+                "this gateway needs its API key: send `Authorization: Bearer <key>` (openai.OpenAI(api_key=...)) or "
+                f"`x-api-key: <key>` (anthropic.Anthropic(api_key=...)), the key given to `rllm serve gateway "
+                f"--api-key` or ${API_KEY_ENV}",
                 code="invalid_api_key",
             )
         if request.method == "POST" and request.content_type != "application/json":
-            return _error(
+            return error(
                 415,
                 f"send the body as JSON with `Content-Type: application/json` (got {request.content_type!r})",
                 code="unsupported_media_type",
             )
-        return await handler(request)
+        try:
+            return await handler(request)
+        except _Refused as refused:
+            return refused.response
+        except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:  # aiohttp's own answer is a plain-text page
+            return error(exc.status, self._not_served(request), code="not_found")
 
     def _authorized(self, request: web.Request) -> bool:
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key.encode())
+        if scheme.lower() != "bearer":
+            token = request.headers.get("x-api-key", "")
+        return hmac.compare_digest(token.strip().encode(), self.api_key.encode())
+
+    def _not_served(self, request: web.Request) -> str:
+        where = self.base_url if self._runner is not None else "http://host:port"
+        return (
+            f"{request.method} {request.path} is not served by this gateway; it serves POST "
+            f"{where}/sessions/<id>/v1/chat/completions, /v1/responses and /v1/messages (Anthropic), "
+            "GET /sessions/<id>/v1/models and /sessions/<id>/calls, DELETE /sessions/<id>, GET /health"
+        )
 
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
-        sid = request.match_info["sid"]
-        try:
-            body = parse_json_body(await request.read())
-        except BodyError as exc:
-            return _error(400, str(exc), param=exc.param)
-        session = self._session(sid)
-        if session is None:
-            return _unknown_session(sid)
-        try:
-            chat = parse_request(body)
-        except RequestError as exc:
-            return _error(exc.status, str(exc), param=exc.param, code=exc.code)
-        try:
-            reply = await session.complete(chat)
-        except SessionClosedError as exc:
-            return _error(404, str(exc), code="session_closed")
-        except Exception as exc:
-            return _failure_response(exc)
+        session, body = await self._open(request, _error)
+        chat = _checked(parse_request, body, error=_error)
+        reply = await _complete(session, chat, _error)
         meta = {
             "completion_id": f"chatcmpl-{uuid.uuid4().hex}",
             "created": int(time.time()),
@@ -261,13 +281,42 @@ class Gateway:
         }
         if not chat.stream:
             return _json_response(completion_body(reply, **meta))
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await response.prepare(request)
-        for chunk in stream_chunks(reply, include_usage=chat.include_usage, **meta):
-            await response.write(f"data: {_strict_dumps(chunk)}\n\n".encode())
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response
+        chunks = stream_chunks(reply, include_usage=chat.include_usage, **meta)
+        return await _stream(request, [f"data: {_strict_dumps(chunk)}\n\n" for chunk in chunks] + ["data: [DONE]\n\n"])
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        session, body = await self._open(request, _error)
+        wanted = _checked(parse_responses_request, body, error=_error)
+        history = _checked(_response_history, session, wanted.previous_response_id, error=_error)
+        chat = wanted.chat_request(history)
+        reply = await _complete(session, chat, _error)
+        response_id = f"resp_{uuid.uuid4().hex}"
+        session.responses[response_id] = [*history, *wanted.input_messages, reply_message(reply)]
+        meta = {"response_id": response_id, "created_at": int(time.time()), "model": chat.model or self.model_name}
+        if not chat.stream:
+            return _json_response(response_body(reply, wanted, **meta))
+        return await _stream(request, [_event(event) for event in response_events(reply, wanted, **meta)])
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        session, body = await self._open(request, _anthropic_error)
+        chat = _checked(parse_messages_request, body, error=_anthropic_error)
+        reply = await _complete(session, chat, _anthropic_error)
+        meta = {"message_id": f"msg_{uuid.uuid4().hex}", "model": chat.model or self.model_name}
+        if not chat.stream:
+            return _json_response(message_body(reply, **meta))
+        return await _stream(request, [_event(event) for event in message_events(reply, **meta)])
+
+    async def _open(self, request: web.Request, error: Callable[..., web.Response]) -> tuple[GatewaySession, Any]:
+        """(the session of the URL, the JSON body) of a model call, or `_Refused` with the error to send."""
+        sid = request.match_info["sid"]
+        try:
+            body = parse_json_body(await request.read())
+        except BodyError as exc:
+            raise _Refused(error(400, str(exc), param=exc.param)) from None
+        session = self._session(sid)
+        if session is None:
+            raise _Refused(_unknown_session(sid, error))
+        return session, body
 
     async def _models(self, request: web.Request) -> web.Response:
         sid = request.match_info["sid"]
@@ -293,7 +342,7 @@ class Gateway:
 
     async def _no_session(self, request: web.Request) -> web.Response:
         where = self.base_url if self._runner is not None else "http://host:port"
-        return _error(
+        return _error_for(request.path)(
             404,
             f"this gateway serves per-session URLs: use base_url={where}/sessions/<any id>/v1 "
             "(one id per conversation or rollout)",
@@ -313,11 +362,80 @@ _json_response = functools.partial(web.json_response, dumps=_strict_dumps)
 
 
 def _error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> web.Response:
+    """An OpenAI error object (chat completions, responses, and every route but Anthropic's)."""
     return _json_response(error_body(message, status=status, param=param, code=code), status=status)
 
 
-def _unknown_session(sid: str) -> web.Response:
-    return _error(
+def _anthropic_error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> web.Response:
+    """An Anthropic error object; it has no `param`/`code`, so the field at fault is named in the message."""
+    if param is not None and f"`{param}" not in message and param not in message:
+        message = f"{param}: {message}"
+    return _json_response(anthropic_error_body(message, status=status), status=status)
+
+
+class _Refused(Exception):
+    """Raised by a route's steps to answer with `response` at once (caught by the `_guard` middleware)."""
+
+    def __init__(self, response: web.Response) -> None:
+        super().__init__(response.status)
+        self.response = response
+
+
+def _checked(parse: Callable[..., Any], *args: Any, error: Callable[..., web.Response]) -> Any:
+    """`parse(*args)`, a `RequestError` becoming the flavour's error response."""
+    try:
+        return parse(*args)
+    except RequestError as exc:
+        raise _Refused(error(exc.status, str(exc), param=exc.param, code=exc.code)) from None
+
+
+async def _complete(session: GatewaySession, chat: Any, error: Callable[..., web.Response]) -> Any:
+    """The session's reply to `chat`, or `_Refused` with the flavour's error for a failure while serving it."""
+    try:
+        return await session.complete(chat)
+    except SessionClosedError as exc:
+        raise _Refused(error(404, str(exc), code="session_closed")) from None
+    except Exception as exc:
+        raise _Refused(_failure_response(exc, error)) from None
+
+
+def _error_for(path: str) -> Callable[..., web.Response]:
+    return _anthropic_error if path.endswith("/messages") else _error
+
+
+async def _stream(request: web.Request, lines: list[str]) -> web.StreamResponse:
+    """Server-sent events: the reply is complete before the first line (streaming is emulated)."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    for line in lines:
+        await response.write(line.encode())
+    await response.write_eof()
+    return response
+
+
+def _event(event: dict) -> str:
+    """An SSE event named by its type (the Responses and Messages APIs name theirs)."""
+    return f"event: {event['type']}\ndata: {_strict_dumps(event)}\n\n"
+
+
+def _response_history(session: GatewaySession, previous_response_id: str | None) -> list[dict]:
+    """The conversation of the response a Responses request continues (module docstring)."""
+    if previous_response_id is None:
+        return []
+    history = session.responses.get(previous_response_id)
+    if history is None:
+        raise RequestError(
+            f"previous_response_id {previous_response_id!r} is not a response of this session: responses are kept "
+            "per session (one per rollout), for its life; send the whole conversation as `input` instead",
+            status=404,
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
+    return history
+
+
+def _unknown_session(sid: str, error: Callable[..., web.Response] = _error) -> web.Response:
+    return error(
         404,
         f"no session {sid!r} on this gateway: rollouts open one per episode and close it when the "
         "episode ends; use the base_url your rollout function was given",
@@ -325,22 +443,28 @@ def _unknown_session(sid: str) -> web.Response:
     )
 
 
-def _failure_response(exc: Exception) -> web.Response:
-    """The OpenAI error for a failure while serving a call (module docstring)."""
-    if isinstance(exc, TerminationEvent):
-        if exc.reason in _LENGTH_REASONS:
-            message = f"the conversation is over its token budget ({exc.reason.value}: {exc})"
-            return _error(400, message, param="messages", code="context_length_exceeded")
-        return _error(400, f"the rollout ended: {exc.reason.value} ({exc})", code=exc.reason.value)
-    if type(exc).__name__ == "PromptTooLongError":  # LocalModel's; not imported (it pulls torch)
-        return _error(400, str(exc), param="messages", code="context_length_exceeded")
+def _failure_response(exc: Exception, error: Callable[..., web.Response] = _error) -> web.Response:
+    """The error for a failure while serving a call, in the flavour's shape (module docstring)."""
+    if isinstance(exc, TerminationEvent) and exc.reason not in _LENGTH_REASONS:
+        return error(400, f"the rollout ended: {exc.reason.value} ({exc})", code=exc.reason.value)
+    if isinstance(exc, TerminationEvent) or type(exc).__name__ == "PromptTooLongError":  # LocalModel's (pulls torch)
+        return error(400, _context_length_message(exc, error), param="messages", code="context_length_exceeded")
     status = getattr(exc, "status", None)
     if isinstance(status, int) and 400 <= status < 500:  # the upstream server refused the request
-        return _error(status, str(exc))
+        return error(status, str(exc))
     if isinstance(exc, (InfraError, OSError)) or error_site(exc) == "model":
-        return _error(502, f"the model failed: {type(exc).__name__}: {exc}", code="model_error")
+        return error(502, f"the model failed: {type(exc).__name__}: {exc}", code="model_error")
     logger.error("gateway call failed", exc_info=exc)
-    return _error(500, f"{type(exc).__name__}: {exc}", code="internal_error")
+    return error(500, f"{type(exc).__name__}: {exc}", code="internal_error")
+
+
+def _context_length_message(exc: Exception, error: Callable[..., web.Response]) -> str:
+    """Worded as OpenAI ("This model's maximum context length is") and Anthropic ("prompt is too long") word it:
+    clients recognise a context-length error by these words (litellm reads the message, not the code)."""
+    why = f"{exc.reason.value}: {exc}" if isinstance(exc, TerminationEvent) else str(exc)
+    if error is _anthropic_error:
+        return f"prompt is too long: the conversation is over its token budget ({why})"
+    return f"This model's maximum context length is reached for this conversation: it is over its token budget ({why})"
 
 
 # ---- one gateway per running event loop -----------------------------------------------------------------------

@@ -134,6 +134,7 @@ class GatewaySession:
         self.records: list[CallRecord] = []
         self.failure: BaseException | None = None  # the first exception of the handler (budget, infra, bug)
         self.ignored: Counter[str] = Counter()  # request sampling fields that were not applied
+        self.responses: dict[str, list[dict]] = {}  # Responses API: response id -> its conversation (chat messages)
         self.closed = False
         self._produced: list[_Produced] = []
         self._next_call_id = 0
@@ -230,7 +231,7 @@ class GatewaySession:
 
     def _reply(self, output: ModelOutput, request: ChatRequest) -> tuple[Reply, list[dict]]:
         content = output.content if output.content is not None else output.text
-        content = _cut_at_stop(content, request.stop)
+        content, stop_sequence = _cut_at_stop(content, request.stop)
         tool_calls, errors = [], []
         if request.tools:
             content, tool_calls, errors = self._tool_calls(output, content)
@@ -240,6 +241,7 @@ class GatewaySession:
             finish_reason=finish_reason(output.finish_reason, bool(tool_calls)),
             prompt_tokens=output.prompt_length,
             completion_tokens=output.completion_length,
+            stop_sequence=stop_sequence,
         )
         if request.stream or request.logprobs:
             self._add_tokens(reply, output)
@@ -318,7 +320,11 @@ def _tool_calls_as_text(message: dict) -> dict:
     return {key: value for key, value in message.items() if key != "tool_calls"} | {"content": text}
 
 
-def _cut_at_stop(text: str, stop: list[str]) -> str:
-    """OpenAI returns the text before the stop string; the sampled text (and ids) keep it."""
-    cuts = [i for i in (text.find(s) for s in stop) if i >= 0]
-    return text[: min(cuts)] if cuts else text
+def _cut_at_stop(text: str, stop: list[str]) -> tuple[str, str | None]:
+    """(the text before the first stop string, that stop string or None): OpenAI returns the text before it (and
+    Anthropic names it); the sampled text (and ids) keep it."""
+    cuts = [(i, s) for s in stop if (i := text.find(s)) >= 0]
+    if not cuts:
+        return text, None
+    index, string = min(cuts)
+    return text[:index], string

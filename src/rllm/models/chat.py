@@ -109,7 +109,9 @@ def describe_ignored_tools(tokenizer: Any, messages: list[dict], tools: list[Any
     as it is by any system message). The first time per model, a `UserWarning` says so. A template that ignores
     tools but writes calls in another format (Mistral's `[TOOL_CALLS]`, Llama 3's `<|python_tag|>`) is refused
     (`RllmError`): rllm could not parse the calls the model was told to write. `tokenizer` may also be a VLM's
-    processor (anything with `apply_chat_template` and `chat_template`)."""
+    processor (anything with `apply_chat_template` and `chat_template`). Idempotent: messages whose system message
+    already ends with the description are returned as they are, so the messages a step records (the description
+    included) render with their tools to the prompt that was sampled from."""
     first = messages[0] if messages else None
     has_system = isinstance(first, dict) and first.get("role") == "system"
     if chat_template_renders_tools(tokenizer, with_system=has_system):
@@ -124,16 +126,25 @@ def describe_ignored_tools(tokenizer: Any, messages: list[dict], tools: list[Any
             "cannot parse (it parses <tool_call> JSON): describe the tools in your system prompt yourself and parse "
             "the replies, or use a model whose template renders tools"
         )
+    description = tools_system_prompt([_tool_schema(tool) for tool in tools])
+    if has_system and _describes(first.get("content"), description):
+        return messages  # already described (messages a step recorded, rendered again): the render is the same
     _warn_once(tokenizer, name, len(tools))
-    schemas = [_tool_schema(tool) for tool in tools]
     if not has_system:
-        return [{"role": "system", "content": tools_system_prompt(schemas)}, *messages]
+        return [{"role": "system", "content": description}, *messages]
     content = first.get("content")
     if isinstance(content, list):  # content parts: the description is one more text part
-        content = [*content, {"type": "text", "text": "\n\n" + tools_system_prompt(schemas)}]
+        content = [*content, {"type": "text", "text": "\n\n" + description}]
     else:
-        content = tools_system_prompt(schemas, content)
+        content = f"{content}\n\n{description}" if content else description
     return [{**first, "content": content}, *messages[1:]]
+
+
+def _describes(content: Any, description: str) -> bool:
+    """Whether a system message's content already ends with the tools' description (`describe_ignored_tools`)."""
+    if isinstance(content, list) and content and isinstance(content[-1], dict):
+        return content[-1].get("text") == "\n\n" + description
+    return isinstance(content, str) and content.endswith(description)
 
 
 def chat_template_renders_tools(tokenizer: Any, *, with_system: bool = False) -> bool:

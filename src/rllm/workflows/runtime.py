@@ -123,10 +123,16 @@ class Conversation:
             if not self.first_prompt_length:
                 self.first_prompt_length = len(ids)
             if len(ids) > self.max_prompt_length:
-                raise TerminationEvent(_Reason.MAX_PROMPT_LENGTH, f"prompt of {len(ids)} tokens")
-        remaining = self.max_response_length - (len(ids) - self._row_prompt_length)
+                raise TerminationEvent(
+                    _Reason.MAX_PROMPT_LENGTH,
+                    f"prompt of {len(ids)} tokens, over max_prompt_length {self.max_prompt_length}",
+                )
+        used = len(ids) - self._row_prompt_length
+        remaining = self.max_response_length - used
         if remaining <= 0:
-            raise TerminationEvent(_Reason.MAX_RESPONSE_LENGTH)
+            raise TerminationEvent(
+                _Reason.MAX_RESPONSE_LENGTH, f"{used} response tokens, max_response_length {self.max_response_length}"
+            )
         if self.renderer.images:
             return ImagePrompt(ids, self.renderer.images, messages=messages), remaining
         return ids, remaining
