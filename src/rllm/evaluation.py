@@ -18,7 +18,7 @@ The run directory (`rllm.runs`) holds config.yaml, manifest.json, episodes.jsonl
 
 Before any rollout, the config's `agent_args`, `env_args` and `workflow_args` are checked against what they go to
 (`rllm.workflows.resolve.check_config_args`) and an `openai` endpoint gets one request (`rllm.models.endpoint`): a
-typo or an unreachable URL is one line at once. An eval whose every episode still ends in an infrastructure error
+typo or an unreachable URL is one line at once. An eval whose every episode ends in an error (infrastructure or agent)
 raises `AllEpisodesFailedError` with the cause after writing its episodes (`rllm.engine.failures`).
 """
 
@@ -31,7 +31,7 @@ from time import perf_counter
 from typing import Any
 
 from rllm.config import ConfigError, TrainConfig
-from rllm.engine.failures import raise_if_all_infra_errors
+from rllm.engine.failures import raise_if_all_failed
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.metrics import summarize_episodes
 from rllm.models.base import close_model
@@ -92,7 +92,7 @@ async def evaluate_async(
     summary = {**summarize_episodes(episodes, wall), "wall_time_s": wall}
     RunLog(run_dir).log_episodes(0, episodes, "eval")
     write_json(run_dir / "summary.json", summary)
-    raise_if_all_infra_errors(episodes, "this eval", kept_in=str(run_dir / "episodes.jsonl"))
+    raise_if_all_failed(episodes, "this eval", kept_in=str(run_dir / "episodes.jsonl"))
     return summary, run_dir
 
 

@@ -192,3 +192,20 @@ def test_workflow_by_file_path(monkeypatch):
         get_workflow("examples/missing.py:solve")
     with pytest.raises(ValueError, match="path/to/file.py:Class"):
         get_workflow("nothing_here")
+
+
+def test_an_agent_calling_an_api_the_gateway_does_not_serve_errors_every_episode_and_the_batch_stops():
+    """Every call 404s (legacy completions): each episode is an error naming what is served, never a 0 reward, and
+    an eval or training step of only such episodes stops with that error instead of reporting a score."""
+    from rllm.engine.failures import AllEpisodesFailedError, raise_if_all_failed
+
+    def legacy(task: dict, base_url: str) -> str:
+        with openai.OpenAI(base_url=base_url, api_key="none", max_retries=0) as client:
+            return client.completions.create(model="m", prompt=task["question"]).choices[0].text
+
+    episodes, model = run(rollout(reward_fn=exact)(legacy), "unused", n=2)
+    assert [ep.termination_reason for ep in episodes] == [R.ERROR, R.ERROR] and not model.calls
+    assert "/v1/responses and /v1/messages" in episodes[0].info["error"]
+    with pytest.raises(AllEpisodesFailedError, match=r"all 2 episodes of this eval ended in an error .* NotFound"):
+        raise_if_all_failed(episodes, "this eval")
+    raise_if_all_failed([*episodes, *run(rollout(reward_fn=exact)(two_turns), ["42", "42"])[0]], "a mixed batch")

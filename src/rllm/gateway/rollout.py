@@ -6,6 +6,9 @@
         reply = client.chat.completions.create(model="policy", messages=[...])
         return reply.choices[0].message.content            # the answer, scored by my_reward(task, answer)
 
+`base_url` serves OpenAI chat completions, the Responses API and the Anthropic Messages API (`rllm.gateway.server`),
+so `client.responses.create(...)` or `anthropic.Anthropic(base_url=base_url).messages.create(...)` work the same.
+
     AgentTrainer(workflow_class=solve, config=...)          # or `workflow: module:solve` in a config
     solve.fn(task, "https://api.openai.com/v1")            # the plain function, against any endpoint
 
@@ -102,8 +105,11 @@ class RolloutWorkflow(Workflow):
             raise session.failure
         if not trajectory.steps:
             raise RolloutFunctionError(
-                f"{type(self).__name__} returned without calling the model: pass the base_url it is given to the "
-                "client, openai.OpenAI(base_url=base_url, api_key=...), and make at least one chat.completions call"
+                f"{type(self).__name__} returned without calling the model through the base_url it was given: pass "
+                "it to the client (openai.OpenAI(base_url=base_url, api_key=...), anthropic.Anthropic(base_url="
+                "base_url, ...)) created inside the function, once per episode; a process-global client (the Agents "
+                "SDK's set_default_openai_client, a module-level OpenAI()) sends every episode's calls to the "
+                "base_url it was given last"
             )
         await self._score(trajectory, task, answer)
 

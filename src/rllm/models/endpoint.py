@@ -10,7 +10,7 @@ timeout, no retries:
 - a 4xx other than 429 (401/403: a wrong or missing key; 404: often the API prefix `/v1` missing from the URL): the
   server is there but will refuse every request, so `EndpointError` with the status and the server's own words;
 - 429 and 5xx: the server is there and busy or failing now; the rollouts' own retries deal with that, and a run whose
-  every episode still fails stops with the cause (`rllm.metrics.raise_if_all_infra_errors`);
+  every episode still fails stops with the cause (`rllm.engine.failures.raise_if_all_failed`);
 - 200: the served model names, so a caller can say which names would work.
 
 Stdlib only (urllib): it runs once, before the client's connection pool exists, from sync and async code alike.

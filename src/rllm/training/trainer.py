@@ -76,7 +76,7 @@ from typing import Any
 from rllm import runs
 from rllm._deprecation import moved_attribute
 from rllm.config import ConfigError, TrainConfig, override_config
-from rllm.engine.failures import raise_if_all_infra_errors
+from rllm.engine.failures import raise_if_all_failed
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.errors import RllmError
 from rllm.metrics import summarize_episodes
@@ -404,7 +404,7 @@ class AgentTrainer:
         log.log(step, metrics)
         if cfg.trainer.log_episodes:
             log.log_episodes(step, episodes, "train", trained_steps(batch.trajectories, rows))
-        raise_if_all_infra_errors(episodes, f"training step {step}")  # nothing was trained: stop with the cause
+        raise_if_all_failed(episodes, f"training step {step}")  # nothing was trained: stop with the cause
         self._check_finite(step, update, batch.rewards)
         return metrics
 
@@ -451,7 +451,7 @@ class AgentTrainer:
         log.log(step, {f"val/{k}": v for k, v in summary.items()})
         if self.config.trainer.log_episodes:
             log.log_episodes(step, episodes, "val")
-        raise_if_all_infra_errors(episodes, f"the validation at step {step}")
+        raise_if_all_failed(episodes, f"the validation at step {step}")
         kept = ("success_rate", "reward_mean", "turns_mean", "episodes")
         return {k: v for k, v in summary.items() if k in kept or k.startswith("termination/")}
 
