@@ -100,6 +100,12 @@ RUNS = [
         r"^\s+\d+ |^framework",
     ),
     (
+        "gateway-flavours",
+        "The gateway's three APIs (chat completions, Responses, Anthropic Messages), 64 sessions, instant model",
+        ["benchmarks/gateway_flavours.py"],
+        r"^(chat|responses|messages) |^worst",
+    ),
+    (
         "vlm",
         "The embedded VLM vs its text model (SmolLM2-135M): rollout and update time, exactness",
         ["benchmarks/vlm_step.py"],
