@@ -45,6 +45,7 @@ ROWS: dict[str, tuple[str, list[str]]] = {
     "code_repair": ("code_grpo", _MULTI_TURN),
     "mcp_tool_agent": ("mcp_tool_agent", []),
     "openai_agent_grpo": ("openai_agent_grpo", []),
+    "openai_agents_grpo": ("openai_agents_grpo", []),  # the OpenAI Agents SDK's agent, a harness (agent:)
     "web_grpo": ("web_grpo", []),
     "swe_grpo": ("swe_grpo", []),
     "shapes_grpo": ("shapes_grpo", []),  # the vision-language agent, from the base model (no SFT warm start)

@@ -789,7 +789,14 @@ class TrainConfig(_Section):
     distill: DistillConfig = Field(
         default_factory=DistillConfig, description="On-policy distillation from a teacher (rllm train)."
     )
-    agent_args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the agent class.")
+    agent: str | None = Field(
+        None,
+        description="A harness that plays the task through the gateway (rllm.harnesses): react, openai-agents, "
+        "anthropic, or your own as 'package.module:function'; null: the workflow's agent.",
+    )
+    agent_args: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments of the agent class (or the harness: tools, instructions)."
+    )
     env_args: dict[str, Any] = Field(
         default_factory=dict, description="Defaults for every env (a task's own fields win)."
     )

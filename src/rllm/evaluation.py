@@ -4,8 +4,9 @@
 
 It reads the same config tree as training, so an eval and a training run of one config cannot drift: the tasks are
 the config's validation split (`data.val_size` rows from `data.val_seed`), each rolled out `rollout.val_n` times with
-the validation sampling (`rollout.val_temperature`, seeded by `trainer.seed`), played by the workflow training
-would use (`rllm.workflows.resolve.workflow_for_config`). The model is `rollout.server`'s:
+the validation sampling (`rollout.val_temperature`, seeded by `trainer.seed`), played by what training would use
+(`rllm.harnesses.workflow_for_config`: the harness named by `agent`, else the workflow). The model is
+`rollout.server`'s:
 
 - `local`: the embedded model or local folder `model.name` (`LocalModel`, `model.dtype`), with another run's trained
   weights when `model.init_from` names one (`rllm.training.init_from`);
@@ -33,10 +34,11 @@ from typing import Any
 from rllm.config import ConfigError, TrainConfig
 from rllm.engine.failures import raise_if_all_failed
 from rllm.engine.workflow_engine import AgentWorkflowEngine
+from rllm.harnesses import workflow_for_config
 from rllm.metrics import summarize_episodes
 from rllm.models.base import close_model
 from rllm.runs import RunLog, create_run_dir, holds_nothing, write_json, write_manifest
-from rllm.workflows.resolve import check_config_args, workflow_for_config
+from rllm.workflows.resolve import check_config_args
 
 __all__ = ["evaluate", "evaluate_async", "make_eval_model"]
 

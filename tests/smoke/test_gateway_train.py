@@ -149,3 +149,21 @@ def test_rllm_eval_runs_the_openai_sdk_agent_against_an_endpoint(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "success rate   1.000  (3 episodes)" in out.stdout and "mean turns     2.00" in out.stdout
     assert len(chat_requests) == 6  # two turns each, forwarded to the endpoint's chat API (no tokenizer given)
+
+
+def test_harnesses_by_name_evaluate_and_train_from_the_command_line(tmp_path, tiny_model_dir, capsys):
+    """`rllm eval arithmetic --agent openai-agents` (the Agents SDK over /v1/responses) and `rllm train arithmetic
+    --agent langgraph` (LangGraph over /v1/chat/completions), with the calculator tool, as a user types them."""
+    pytest.importorskip("agents")
+    pytest.importorskip("langchain")
+    from rllm.cli.main import main
+
+    common = [f"model.name={tiny_model_dir}", f"trainer.run_dir={tmp_path}", "agent_args.tools=[calculator]"]
+    assert main(["eval", "arithmetic", "--agent", "openai-agents", *common, "data.val_size=2", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "(2 episodes)" in out and "token mismatch 0" in out and '"error"' not in out, out
+    train = ["train", "arithmetic", "--agent", "langgraph", *common, *TINY, "trainer.total_steps=1", "trainer.name=lg"]
+    assert main([*train, "data.val_size=0", "--no-progress"]) == 0
+    [step] = [m for m in load_metrics(tmp_path / "lg") if "reward_mean" in m]
+    assert step["token_mismatch"] == 0 and step["batch/rows_split"] == 0 and step["episodes"] == 4
+    assert step.get("termination/error", 0) == 0 and step.get("termination/infra_error", 0) == 0

@@ -110,9 +110,10 @@ def test_eval_keeps_a_task_name_a_task(monkeypatch):
 
 
 def test_an_unknown_name_is_one_line_listing_the_names(capsys):
-    assert main(["train", "arithmetic", "trainer.total_steps=1"]) == 2
+    # neither a shipped config nor a built-in task (`rllm train arithmetic` trains that task with the defaults)
+    assert main(["train", "arithmetic_ppo", "trainer.total_steps=1"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith("error: no config 'arithmetic'") and "arithmetic_grpo" in line and "rllm configs" in line
+    assert line.startswith("error: no config 'arithmetic_ppo'") and "arithmetic_grpo" in line and "rllm configs" in line
 
 
 def test_resolve_raises_the_project_error():

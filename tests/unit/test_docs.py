@@ -24,6 +24,7 @@ RUN_BY_TESTS = {
     "class DraftAndCheck": "test_workflow_example_runs_and_scores_both_roles",
     "@tool": "test_tool_example_derives_the_schema_from_signature_and_docstring",
     "@rllm.rollout": "test_openai_sdk_agent_example_runs",
+    "agents.Runner.run": "test_agents_sdk_example_runs",
     'name="reverse"': "test_add_a_task_example_registers_generates_and_runs",
     '"reverse": "rllm.tasks.reverse",': "test_add_a_task_example_registers_generates_and_runs",
     "class Add(Tool)": "test_coming_from_rllm_block_runs_a_custom_rllm_tool_and_deepscalers_reward",
@@ -160,6 +161,14 @@ def test_openai_sdk_agent_example_runs(capsys):
     """The `@rllm.rollout` example: an openai-SDK agent through the gateway, with a scripted model."""
     code = _block("@rllm.rollout")
     exec(compile(code, "docs", "exec"), {"__name__": "readme_rollout"})
+    assert capsys.readouterr().out.splitlines()[-1] == "1.0 2 0"
+
+
+def test_agents_sdk_example_runs(capsys):
+    """The OpenAI Agents SDK example: a Responses-API agent with a tool through the gateway, scripted model."""
+    pytest.importorskip("agents")
+    code = _block("agents.Runner.run")
+    exec(compile(code, "docs", "exec"), {"__name__": "docs_agents_sdk"})
     assert capsys.readouterr().out.splitlines()[-1] == "1.0 2 0"
 
 

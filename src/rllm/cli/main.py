@@ -95,15 +95,18 @@ def _require_config(args: argparse.Namespace) -> None:
 
 def _resolve_config_name(args: argparse.Namespace) -> None:
     """A shipped config's name (`rllm train arithmetic_grpo`) becomes its file. `rllm eval` also takes a built-in
-    task's name, so there only shipped names and paths resolve and anything else stays a task."""
+    task's name, so there only shipped names and paths resolve and anything else stays a task; `rllm train` takes
+    one too (`rllm train arithmetic --agent react`: the default config on that task)."""
     config = getattr(args, "config", None)
     if args.command not in (*_CONFIG_EXAMPLES, "eval") or not config or ("=" in config and not Path(config).exists()):
         return
     try:
         args.config = configs_cmd.resolve_config(config)
     except RllmError:
-        if args.command != "eval":
-            raise  # eval: a built-in task's name
+        from rllm.tasks import REGISTRY
+
+        if args.command != "eval" and not (args.command == "train" and config in REGISTRY):
+            raise  # eval, train: a built-in task's name
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@ rllm train configs/frozenlake_grpo.yaml trainer.total_steps=20 rollout.n=8
 rllm train --resume runs/train-frozenlake-grpo-20261121-120000     # continue a run with its own config
 rllm train --resume runs/train-frozenlake-grpo-20261121-120000 trainer.total_steps=40   # longer (rllm.training.resume)
 rllm train --help-config          # every key, its type, default and meaning
+rllm train arithmetic --agent openai-agents agent_args.tools=[calculator]   # a task, the default config, a harness
 rllm train configs/arithmetic_grpo.yaml trainer.backend=verl trainer.workers_per_node=2   # verl's workers on Ray
 
 verl pins its own transformers, so it lives in its own environment (`make verl` builds `.venv-verl`). With
@@ -33,7 +34,12 @@ def _verl_python() -> str | None:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an agent with RL (config file + key=value overrides)")
-    p.add_argument("config", nargs="?", help="YAML config or shipped config name (rllm configs): frozenlake_grpo")
+    p.add_argument(
+        "config",
+        nargs="?",
+        help="YAML config, shipped config name (rllm configs): frozenlake_grpo, or a built-in task with the "
+        "default config: arithmetic",
+    )
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.total_steps=20")
     p.add_argument(
         "--resume",
@@ -41,6 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="continue a run directory from its latest checkpoint, with the "
         "run's own config (no CONFIG needed; a CONFIG given must match it)",
     )
+    p.add_argument("--agent", default=None, help="a harness that plays the task (rllm.harnesses): react, ...")
     p.add_argument("--help-config", action="store_true", help="list every config key and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(run=run)
@@ -53,8 +60,13 @@ def run(args: argparse.Namespace) -> int:
     if args.help_config:
         print(config_help())
         return 0
+    config_arg, overrides = args.config, list(args.overrides)
+    if args.resume is None and config_arg is not None and _names_a_task(config_arg):
+        config_arg, overrides = None, [f"data.task={config_arg}", *overrides]
+    if args.agent is not None:
+        overrides.append(f"agent={args.agent}")
     try:
-        config = load_run_config(args.config, list(args.overrides), args.resume)
+        config = load_run_config(config_arg, overrides, args.resume)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
@@ -71,6 +83,14 @@ def run(args: argparse.Namespace) -> int:
         return report_interrupted(exc, "rllm train")
     print(format_result_table(result))
     return 0
+
+
+def _names_a_task(name: str) -> bool:
+    """A built-in task's name that is neither a file nor a shipped config: trained with the default config."""
+    from rllm.cli.configs import shipped_configs
+    from rllm.tasks import REGISTRY
+
+    return name in REGISTRY and not Path(name).exists() and name not in shipped_configs()
 
 
 def _run_in_verl_environment(argv: list[str]) -> int:

@@ -38,8 +38,10 @@ Choices:
 - Failures: a spent length budget, an infra error or any other failure while serving a call is kept by the session
   and re-raised when fn returns (or instead of the error fn raised because of it), so the episode ends with the
   right termination reason (`max_response_length`, `infra_error` retried by the engine, ...); the steps so far are
-  committed. fn's own exceptions propagate (`error`). A run with no model call is an error (usually a client that
-  was not given `base_url`).
+  committed. fn's own exceptions propagate (`error`), except one raised right after a reply cut at `max_tokens`:
+  agents that refuse a truncated reply (the Agents SDK raises on an "incomplete" response) end the episode as
+  `max_response_length`, as a truncated native rollout does, not as a bug. A run with no model call is an error
+  (usually a client that was not given `base_url`).
 """
 
 from __future__ import annotations
@@ -55,8 +57,9 @@ from rllm.errors import RllmError
 from rllm.gateway.server import shared_gateway
 from rllm.rewards.base import RewardOutput, to_reward_output
 from rllm.tools.base import is_json_value
-from rllm.types import Step, Trajectory
+from rllm.types import Step, TerminationReason, Trajectory
 from rllm.workflows.base import Workflow
+from rllm.workflows.runtime import TerminationEvent
 
 __all__ = ["RolloutFunctionError", "RolloutWorkflow", "rollout"]
 
@@ -99,6 +102,13 @@ class RolloutWorkflow(Workflow):
             self._finish(session)
             if session.failure is not None:  # the root cause, e.g. the budget behind an HTTP 400 in fn
                 raise session.failure from exc
+            if isinstance(exc, TerminationEvent):
+                raise
+            if session.records and session.records[-1].finish_reason == "length":
+                raise TerminationEvent(
+                    TerminationReason.MAX_RESPONSE_LENGTH,
+                    f"the agent stopped on a reply cut at max_tokens ({type(exc).__name__}: {exc})",
+                ) from exc
             raise
         trajectory = self._finish(session)
         if session.failure is not None:

@@ -6,7 +6,9 @@ reads the LAST integer in the reply (so "347 * 6 = 2082" counts) and gives rewar
 Prompts are short on purpose: every prompt token is paid for once per sample in generation and again in training.
 
 Parts: `make_arithmetic_tasks` (the generator), `ArithmeticAgent` (the system prompt; the question is the env's
-observation), `ArithmeticEnv` (one step, scored by `parse_last_integer`).
+observation), `ArithmeticEnv` (one step, scored by `parse_last_integer`); `arithmetic_prompt` and
+`arithmetic_reward`, the same question and rule for what plays it with one instruction and a reward (a harness,
+`agent: react`; the `single_turn` workflow).
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from rllm.agents.base import BaseAgent
 from rllm.envs.base import BaseEnv
 from rllm.tasks import Task
 
-__all__ = ["ArithmeticAgent", "ArithmeticEnv", "make_arithmetic_tasks", "parse_last_integer"]
+__all__ = [
+    "ArithmeticAgent",
+    "ArithmeticEnv",
+    "arithmetic_prompt",
+    "arithmetic_reward",
+    "make_arithmetic_tasks",
+    "parse_last_integer",
+]
 
 _INTEGER = re.compile(r"-?\d+")
 _OPERATORS = {"*": lambda a, b: a * b, "+": lambda a, b: a + b, "-": lambda a, b: a - b}
@@ -78,10 +87,21 @@ def make_arithmetic_tasks(
     return tasks
 
 
+def arithmetic_prompt(task: dict) -> str:
+    return task["question"]
+
+
+def arithmetic_reward(task: dict, response: Any) -> float:
+    """1 when the last integer of the response is the answer (the env's rule)."""
+    return float(parse_last_integer(response) == int(task["answer"]))
+
+
 TASK = Task(
     name="arithmetic",
     description="Answer a generated multiplication question (single-turn); reward 1 for the right number.",
     make_tasks=make_arithmetic_tasks,
     agent=ArithmeticAgent,
     env=ArithmeticEnv,
+    prompt_fn=arithmetic_prompt,
+    reward_fn=arithmetic_reward,
 )

@@ -79,6 +79,7 @@ from rllm.config import ConfigError, TrainConfig, override_config
 from rllm.engine.failures import raise_if_all_failed
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.errors import RllmError
+from rllm.harnesses import workflow_for_config
 from rllm.metrics import summarize_episodes
 from rllm.models.base import close_model
 from rllm.runs import (
@@ -112,7 +113,7 @@ from rllm.training.interrupt import TrainingInterrupted, say, stop_signals
 from rllm.training.off_policy import merge_mismatch_sums, mismatch_metrics, mismatch_sums
 from rllm.training.resume import ResumeError, check_resumed_config, resume_run_dir
 from rllm.types import Episode
-from rllm.workflows.resolve import check_config_args, workflow_for_config
+from rllm.workflows.resolve import check_config_args
 
 __all__ = ["AgentTrainer"]
 
