@@ -104,3 +104,33 @@ def test_bad_names_and_tasks_that_do_not_fit_are_one_line_each(monkeypatch):
     both = load_config(None, ["data.task=arithmetic", "agent=react", "workflow=single_turn"])
     with pytest.raises(HarnessError, match="both agent='react' and workflow='single_turn'"):
         workflow_for_config(both)
+
+
+def crashing_harness(job: HarnessJob) -> str:
+    job.output = {"stdout": "step 1: thinking\n", "stderr": "Traceback: the agent program fell over\n"}
+    raise RuntimeError("the agent program exited with status 3")
+
+
+def hanging_harness(job: HarnessJob) -> str:
+    import time
+
+    time.sleep(0.8)
+    return "too late"
+
+
+def test_a_harness_that_crashes_or_hangs_costs_its_episode_and_keeps_what_it_printed(smollm2_tokenizer):
+    arithmetic = get_task("arithmetic")
+    model = FakeModel("unused", tokenizer=smollm2_tokenizer)
+    crashing = harness_workflow(f"{__name__}:crashing_harness", arithmetic)
+    hanging = harness_workflow(f"{__name__}:hanging_harness", arithmetic)
+    runs = [(crashing, None), (hanging, 0.3), (harness_workflow(f"{__name__}:my_harness", arithmetic), None)]
+    crashed, timed_out, fine = (
+        AgentWorkflowEngine(
+            workflow_class=cls, workflow_args=args, model=model, episode_timeout=timeout, retry_limit=0
+        ).execute_tasks([TASK])[0]
+        for (cls, args), timeout in runs
+    )
+    assert crashed.termination_reason is TerminationReason.ERROR and "status 3" in crashed.info["error"]
+    assert crashed.info["harness_output"]["stderr"] == "Traceback: the agent program fell over\n"
+    assert timed_out.termination_reason is TerminationReason.TIMEOUT
+    assert fine.termination_reason is TerminationReason.ENV_DONE  # the engine goes on after the others

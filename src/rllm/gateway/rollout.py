@@ -61,7 +61,7 @@ from rllm.types import Step, TerminationReason, Trajectory
 from rllm.workflows.base import Workflow
 from rllm.workflows.runtime import TerminationEvent
 
-__all__ = ["RolloutFunctionError", "RolloutWorkflow", "rollout"]
+__all__ = ["RolloutFunctionError", "RolloutWorkflow", "rollout", "run_in_thread"]
 
 _MAX_WORKER_THREADS = 1024  # threads are made on demand: this is a ceiling, not a cost
 
@@ -97,7 +97,7 @@ class RolloutWorkflow(Workflow):
         )
         self._session = session
         try:
-            answer = await _run_in_thread(type(self).fn, task, gateway.session_url(session.sid))
+            answer = await self.play(task, gateway.session_url(session.sid))
         except Exception as exc:
             self._finish(session)
             if session.failure is not None:  # the root cause, e.g. the budget behind an HTTP 400 in fn
@@ -122,6 +122,11 @@ class RolloutWorkflow(Workflow):
                 "base_url it was given last"
             )
         await self._score(trajectory, task, answer)
+
+    async def play(self, task: dict, base_url: str) -> Any:
+        """Run the agent program for one episode against its session URL and return its answer: `fn` on a worker
+        thread (module docstring). Subclasses that run something else (a harness) override this."""
+        return await run_in_thread(type(self).fn, task, base_url)
 
     async def cleanup(self) -> None:
         if self._session is not None:  # an attempt that timed out or was cancelled: keep what it recorded
@@ -226,17 +231,17 @@ _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
 
 
-async def _run_in_thread(fn: Callable, task: dict, base_url: str) -> Any:
-    """fn(task, base_url) on a worker thread; a coroutine it returns runs to completion in that thread's own loop."""
+async def run_in_thread(fn: Callable, *args: Any) -> Any:
+    """fn(*args) on a worker thread; a coroutine it returns runs to completion in that thread's own loop."""
     global _executor
     with _executor_lock:
         if _executor is None:
             _executor = ThreadPoolExecutor(_MAX_WORKER_THREADS, thread_name_prefix="rllm-rollout")
-    return await asyncio.get_running_loop().run_in_executor(_executor, _call, fn, task, base_url)
+    return await asyncio.get_running_loop().run_in_executor(_executor, _call, fn, *args)
 
 
-def _call(fn: Callable, task: dict, base_url: str) -> Any:
-    result = fn(task, base_url)
+def _call(fn: Callable, *args: Any) -> Any:
+    result = fn(*args)
     if inspect.isawaitable(result):
         return asyncio.run(_wait(result))
     return result

@@ -4,8 +4,8 @@
 A harness is a function `harness(job: HarnessJob) -> answer` (sync or async): it runs one episode of an agent
 program, unchanged but for its base URL, against `job.base_url` (a gateway session, which records the exact tokens),
 with the task's instruction and tools, and returns the answer the task's reward scores. `rllm.harnesses.base` turns
-one into a `RolloutWorkflow` (`@rllm.rollout`), so training, evaluation, token exactness and failure handling are
-those of every gateway rollout.
+one into a `HarnessWorkflow`, a `RolloutWorkflow` (what `@rllm.rollout` makes), so training, evaluation, token
+exactness and failure handling are those of every gateway rollout.
 
 Built-in names (`HARNESSES`), each in its own module, imported only when named (each framework is an optional
 dependency, in the `harnesses` extra; a missing one is one line naming the extra):
@@ -25,9 +25,18 @@ from rllm.harnesses.base import (
     HARNESSES,
     HarnessError,
     HarnessJob,
+    HarnessWorkflow,
     get_harness,
     harness_workflow,
     workflow_for_config,
 )
 
-__all__ = ["HARNESSES", "HarnessError", "HarnessJob", "get_harness", "harness_workflow", "workflow_for_config"]
+__all__ = [
+    "HARNESSES",
+    "HarnessError",
+    "HarnessJob",
+    "HarnessWorkflow",
+    "get_harness",
+    "harness_workflow",
+    "workflow_for_config",
+]

@@ -18,12 +18,13 @@ Choices:
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from rllm.errors import RllmError
-from rllm.gateway.rollout import RolloutWorkflow, rollout
+from rllm.gateway.rollout import RolloutWorkflow, run_in_thread
 from rllm.tools.base import Tool, ToolRegistry
 from rllm.tools.builtin import BUILTIN_TOOLS
 from rllm.types import TerminationReason
@@ -34,6 +35,7 @@ __all__ = [
     "HARNESSES",
     "HarnessError",
     "HarnessJob",
+    "HarnessWorkflow",
     "get_harness",
     "harness_workflow",
     "turn_limit",
@@ -67,6 +69,7 @@ class HarnessJob:
     max_turns: int = 8
     args: dict[str, Any] = field(default_factory=dict)
     model: str = "policy"
+    output: dict[str, str] = field(default_factory=dict)  # what the program printed (stdout, stderr): kept
 
     def __post_init__(self) -> None:
         self.registry = ToolRegistry(self.tools)
@@ -113,13 +116,36 @@ def get_harness(name: str) -> Callable[[HarnessJob], Any]:
     return harness
 
 
+class HarnessWorkflow(RolloutWorkflow):
+    """A harness playing a task as a gateway rollout; `harness_workflow` makes one subclass per harness and task.
+    Whatever the harness put in `job.output` (a program's stdout and stderr) is kept in `episode.info`, also when
+    the episode fails."""
+
+    harness: Callable[[HarnessJob], Any]
+    prompt_fn: Callable[[dict], str]
+    tools: tuple[Tool, ...] = ()
+    max_turns: int = 8
+    harness_args: dict[str, Any] = {}  # noqa: RUF012 - set per subclass, never mutated
+
+    async def play(self, task: dict, base_url: str) -> Any:
+        cls = type(self)
+        job = HarnessJob(
+            task, base_url, cls.prompt_fn(task), tools=list(cls.tools), max_turns=cls.max_turns, args=cls.harness_args
+        )
+        try:
+            return await run_in_thread(cls.harness, job)
+        finally:
+            if job.output:
+                self.episode_info["harness_output"] = job.output
+
+
 def harness_workflow(
     name: str,
     task_spec: Any,
     *,
     agent_args: dict[str, Any] | None = None,
     max_turns: int = 8,
-) -> tuple[type[RolloutWorkflow], dict[str, Any]]:
+) -> tuple[type[HarnessWorkflow], dict[str, Any]]:
     """(the workflow class that plays `task_spec` with harness `name`, its arguments)."""
     harness = get_harness(name)
     if task_spec.prompt_fn is None or task_spec.reward_fn is None:
@@ -128,17 +154,17 @@ def harness_workflow(
             f"play tasks with one instruction and a reward: {', '.join(_fitting_tasks())}"
         )
     args = dict(agent_args or {})
-    tools = [_builtin_tool(tool) for tool in args.pop("tools", [])]
-    prompt_fn = task_spec.prompt_fn
-
-    def play(task: dict, base_url: str) -> Any:
-        job = HarnessJob(task, base_url, prompt_fn(task), tools=tools, max_turns=max_turns, args=args)
-        return harness(job)
-
-    play.__name__ = play.__qualname__ = f"{name.replace('-', '_').replace(':', '_').replace('.', '_')}_harness"
-    play.__module__ = __name__
-    workflow_class = rollout(play, name=name)
-    return workflow_class, {"reward_fn": task_spec.reward_fn}
+    attributes = {
+        "harness": staticmethod(harness),
+        "prompt_fn": staticmethod(task_spec.prompt_fn),
+        "tools": tuple(_builtin_tool(tool) for tool in args.pop("tools", [])),
+        "max_turns": max_turns,
+        "harness_args": args,
+        "default_name": name,
+        "__module__": __name__,
+    }
+    class_name = "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", name)) + "Harness"
+    return type(class_name, (HarnessWorkflow,), attributes), {"reward_fn": task_spec.reward_fn}
 
 
 def workflow_for_config(config: Any, **explicit: Any) -> tuple[type, dict[str, Any]]:
