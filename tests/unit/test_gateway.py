@@ -237,6 +237,39 @@ def _create(sdk: openai.OpenAI, messages: list, stream: bool) -> dict:
     return {"role": "assistant", "content": content or None, "tool_calls": list(calls.values()) or None}
 
 
+def test_tool_calls_resent_as_text_are_restored(smollm2_tokenizer):
+    model = fake([f"Let me add.\n{CALL_TEXT}", "The sum is 3."], tokenizer=smollm2_tokenizer)
+    with serving(model) as gateway, client(gateway) as sdk:
+        messages = [{"role": "user", "content": "What is 1 + 2?"}]
+        first = sdk.chat.completions.create(model="m", messages=messages, tools=TOOLS).choices[0].message
+        [call] = first.tool_calls
+        # as smolagents' memory replays it: the content, then the calls printed as a Python list, no `tool_calls`
+        printed = [{"id": call.id, "type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}]
+        text = f"{first.content}\nCalling tools:\n{printed}"
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "Observation:\n3"}]
+        sdk.chat.completions.create(model="m", messages=messages, tools=TOOLS)
+        session = gateway.sessions["s1"]
+    assert session.records[1].rendered_messages[-2] == {"role": "assistant", "content": f"Let me add.\n{CALL_TEXT}"}
+    assert session.token_mismatches() == 0
+    assert_extends(session.records)
+
+
+def test_text_naming_an_id_the_session_did_not_produce_is_not_restored(smollm2_tokenizer):
+    model = fake([f"Let me add.\n{CALL_TEXT}", "The sum is 3."], tokenizer=smollm2_tokenizer)
+    with serving(model) as gateway, client(gateway) as sdk:
+        messages = [{"role": "user", "content": "What is 1 + 2?"}]
+        first = sdk.chat.completions.create(model="m", messages=messages, tools=TOOLS).choices[0].message
+        produced = first.tool_calls[0].id
+        # another call's id, and one the produced id is a prefix of: neither names the produced reply
+        text = f"Earlier I ran call_other_1 and {produced}0."
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "And now?"}]
+        sdk.chat.completions.create(model="m", messages=messages, tools=TOOLS)
+        session = gateway.sessions["s1"]
+    assert produced == "call_s1_1"
+    assert session.records[1].rendered_messages[-2] == {"role": "assistant", "content": text}
+    assert session.token_mismatches() == 1  # not the sampled reply: the history really changed
+
+
 def test_local_model_session_is_token_exact(smollm2_tokenizer):
     from rllm.models.local import LocalModel
     from rllm.models.registry import build_tiny_model

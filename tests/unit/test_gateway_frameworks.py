@@ -140,3 +140,87 @@ def test_litellm_recognises_a_spent_prompt_budget(monkeypatch):
                 client=client,
             )
     assert paths == ["/sessions/long/v1/chat/completions"]  # not retried
+
+
+def test_smolagents_tool_calling_agent_tool_loop(smollm2_tokenizer):
+    """smolagents replays its tool-calling turn as text, not `tool_calls`; the session still knows it by its call id."""
+    smolagents = pytest.importorskip("smolagents")
+    tool = smolagents.tool  # by this name: smolagents warns about any other decorator on a tool function
+
+    @tool
+    def add(a: float, b: float) -> float:
+        """Add two numbers.
+
+        Args:
+            a: The first number.
+            b: The second number.
+        """
+        return a + b
+
+    call = CALL_TEXT.replace('"a": 1, "b": 2', '"a": 1.5, "b": 2')
+    final = '<tool_call>\n{"name": "final_answer", "arguments": {"answer": "3.5"}}\n</tool_call>'
+    model = fake([f"I will add.\n{call}", f"The sum is 3.5.\n{final}"], tokenizer=smollm2_tokenizer)
+    with serving(model) as gateway:
+        llm = smolagents.OpenAIServerModel(model_id="m", api_base=gateway.session_url("smol"), api_key="none")
+        agent = smolagents.ToolCallingAgent(tools=[add], model=llm, max_steps=3, verbosity_level=0)
+        answer = agent.run("What is 1.5 + 2?")
+        session = gateway.sessions["smol"]
+    assert answer == "3.5"
+    [call_id] = [c["id"] for c in session.records[0].tool_calls]
+    sent = session.records[1].messages[-2]  # as sent: "I will add.\nCalling tools:\n[{'id': 'call_smol_1', ...}]"
+    assert sent["role"] == "assistant" and "tool_calls" not in sent
+    assert sent["content"][0]["text"].startswith(f"I will add.\nCalling tools:\n[{{'id': '{call_id}'")
+    assert session.records[1].rendered_messages[-2] == {"role": "assistant", "content": f"I will add.\n{call}"}
+    assert session.records[1].rendered_messages[-1]["content"] == "Observation:\n3.5"  # the tool ran
+    assert session.token_mismatches() == 0
+    assert_extends(session.records)
+    assert_recorded_prompts_render(session, smollm2_tokenizer)
+
+
+def _play_smolagents_harness(monkeypatch, script, tokenizer, max_turns: int):
+    """The arithmetic task played by the smolagents harness with the calculator, as `agent: smolagents` would."""
+    pytest.importorskip("smolagents")
+    from rllm.engine.workflow_engine import AgentWorkflowEngine
+    from rllm.harnesses import HARNESSES, harness_workflow
+    from rllm.models.fake import FakeModel
+    from rllm.tasks import get_task
+
+    monkeypatch.setitem(HARNESSES, "smolagents", "rllm.harnesses.smolagents:smolagents_agent")
+    workflow_class, workflow_args = harness_workflow(
+        "smolagents",
+        get_task("arithmetic"),
+        agent_args={"tools": ["calculator"], "instructions": "Be exact."},
+        max_turns=max_turns,
+    )
+    model = FakeModel(script, tokenizer=tokenizer)
+    engine = AgentWorkflowEngine(workflow_class=workflow_class, workflow_args=workflow_args, model=model)
+    [episode] = engine.execute_tasks([{"id": "q", "question": "What is 347 * 6?", "answer": 2082}])
+    return episode, model
+
+
+SMOL_CALCULATOR = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "347 * 6"}}\n</tool_call>'
+
+
+def test_smolagents_harness_uses_the_tool_then_answers_in_one_token_exact_row(smollm2_tokenizer, monkeypatch):
+    from rllm.types import TerminationReason
+
+    final = '<tool_call>\n{"name": "final_answer", "arguments": {"answer": "2082"}}\n</tool_call>'
+    script = [f"Let me compute.\n{SMOL_CALCULATOR}", f"It is 2082.\n{final}"]
+    episode, _ = _play_smolagents_harness(monkeypatch, script, smollm2_tokenizer, max_turns=4)
+    assert episode.termination_reason is TerminationReason.ENV_DONE, episode.info.get("error")
+    [trajectory] = episode.trajectories
+    assert trajectory.reward == 1.0 and len(trajectory.steps) == 2
+    assert episode.metrics["token_mismatch"] == 0
+    seen = trajectory.steps[1].chat_completions
+    assert seen[0]["role"] == "system" and "Be exact." in seen[0]["content"]  # in smolagents' own system prompt
+    assert seen[-1] == {"role": "user", "content": "Observation:\n2082"}  # the calculator ran, its result came back
+
+
+def test_smolagents_harness_past_its_turn_limit_ends_as_max_turns(smollm2_tokenizer, monkeypatch):
+    from rllm.types import TerminationReason
+
+    episode, model = _play_smolagents_harness(
+        monkeypatch, lambda prompt, sampling: SMOL_CALCULATOR, smollm2_tokenizer, max_turns=2
+    )
+    assert episode.termination_reason is TerminationReason.MAX_TURNS, episode.info.get("error")
+    assert len(model.calls) == 2  # not the extra call smolagents makes past max_steps to ask for a summary answer

@@ -10,6 +10,12 @@ tool-call id this session generated, or whose content equals the content this se
 replies are told apart), and tool-call ids are unique within a session. Then `ChatRenderer` sees a history that
 extends its previous prompt + completion, and the turns of the session merge into one training row.
 
+Tool calls a client re-sends as text: some agents replay a tool-calling turn without `tool_calls`, writing the calls
+into the content instead (smolagents' ToolCallingAgent sends "I will add.\nCalling tools:\n[{'id': 'call_..', ...}]").
+An assistant message without `tool_calls` whose content names every tool-call id of a reply this session produced
+is that reply. The ids must appear whole (not inside a longer word: `call_x_1` is not found in `call_x_10`), and only
+ids this session produced count, so ordinary text that mentions some other id is rendered as it is.
+
 Templates that ignore `tools=` (SmolLM2's) get the tools described in the system message instead, by the renderer
 (`rllm.models.chat.describe_ignored_tools`), the same way on every call, so prompts still extend; the session hands
 the handler the messages and tools as they are, and records what was rendered (the description included). Such a
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -225,6 +232,8 @@ class GatewaySession:
                 return index
             if not ids and content is not None and content == produced.content and not produced.call_ids:
                 return index
+            if not ids and isinstance(content, str) and _names_all_calls(content, produced.call_ids):
+                return index  # its tool calls re-sent as text (module docstring)
         return None
 
     # ---- replies ----------------------------------------------------------------------------------------------
@@ -318,6 +327,14 @@ def _tool_calls_as_text(message: dict) -> dict:
     content = message.get("content") or ""
     text = "\n".join([content, *blocks] if content else blocks)
     return {key: value for key, value in message.items() if key != "tool_calls"} | {"content": text}
+
+
+def _names_all_calls(text: str, call_ids: set[str]) -> bool:
+    """Whether `text` contains each of `call_ids` as a whole word: not preceded or followed by a character that could
+    continue an id, so one id is never found inside a longer one."""
+    return bool(call_ids) and all(
+        re.search(rf"(?<![\w-]){re.escape(call_id)}(?![\w-])", text) is not None for call_id in call_ids
+    )
 
 
 def _cut_at_stop(text: str, stop: list[str]) -> tuple[str, str | None]:

@@ -14,7 +14,8 @@ dependency, in the `harnesses` extra; a missing one is one line naming the extra
 - `openai-agents`: an OpenAI Agents SDK `Agent` with the task's tools, its default Responses model
   (`agent_args: {api: chat_completions}` for its chat-completions model);
 - `anthropic`: the `anthropic` SDK's tool loop over the Messages API;
-- `langgraph`: LangChain's prebuilt ReAct agent (a LangGraph graph) over `ChatOpenAI`.
+- `langgraph`: LangChain's prebuilt ReAct agent (a LangGraph graph) over `ChatOpenAI`;
+- `smolagents`: a smolagents `ToolCallingAgent` over its `OpenAIServerModel`.
 
 Anything else is `package.module:function`, a user's own harness.
 """

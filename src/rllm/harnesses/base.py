@@ -48,6 +48,7 @@ HARNESSES: dict[str, str] = {
     "openai-agents": "rllm.harnesses.openai_agents:openai_agents",
     "anthropic": "rllm.harnesses.anthropic_loop:anthropic_loop",
     "langgraph": "rllm.harnesses.langgraph:langgraph",
+    "smolagents": "rllm.harnesses.smolagents:smolagents_agent",
 }
 EXTRA_HINT = "pip install 'rllm[harnesses]' (make install does)"
 
