@@ -11,13 +11,13 @@ STAMP := $(VENV)/.installed
 # (several GB) on machines whose disk can be nearly full.
 export PIP_NO_CACHE_DIR := 1
 
-.PHONY: demo test check docs lint install models sandbox chromium vllm verl browsergym bench bench-busy clean wheel-test
+.PHONY: demo test check docs lint install models sandbox chromium codex vllm verl browsergym bench bench-busy clean wheel-test
 
 # The main job: GRPO + LoRA on the embedded Qwen2.5-Coder-0.5B, on a CPU (about 8 minutes on 2 cores).
 demo: models
 	$(RLLM) train configs/arithmetic_grpo.yaml
 
-test: models sandbox chromium vllm verl lint docs wheel-test
+test: models sandbox chromium codex vllm verl lint docs wheel-test
 	$(PY) -m pytest -q tests
 	$(VERL_PY) -m pytest -q tests/verl
 
@@ -64,6 +64,15 @@ sandbox:
 	  else echo "code rewards need bubblewrap: sudo apt-get install bubblewrap"; exit 1; fi; }
 	@command -v git >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq git; \
 	  else echo "SWE tasks need git: sudo apt-get install git"; exit 1; fi; }
+
+# The codex-cli harness (rllm.harnesses.codex_cli): OpenAI's Codex CLI from the npm registry, whose Linux binary is an
+# npm package too (nothing else is downloaded); node and npm from Debian when missing. Pinned: the harness's config was
+# checked against this version (codex --strict-config refuses keys it does not know).
+CODEX_VERSION := 0.171.0
+codex:
+	@command -v npm >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq nodejs npm; \
+	  else echo "the codex-cli harness needs npm: sudo apt-get install nodejs npm"; exit 1; fi; }
+	@codex --version 2>/dev/null | grep -q "$(CODEX_VERSION)" || npm install -g --silent @openai/codex@$(CODEX_VERSION)
 
 # Web environments (rllm.tasks.web) drive Debian's headless Chromium through Playwright; nothing downloads a browser.
 chromium:

@@ -280,7 +280,8 @@ DOCUMENT = {"type": "document", "source": {"type": "text", "media_type": "text/p
         ({"messages": USER}, "max_tokens", "required"),
         ({"max_tokens": 0, "messages": USER}, "max_tokens", "integer"),
         ({"max_tokens": 9, "messages": []}, "messages", "non-empty"),
-        ({"max_tokens": 9, "messages": [{"role": "system", "content": "x"}]}, "messages", "top-level `system`"),
+        ({"max_tokens": 9, "messages": [{"role": "tool", "content": "x"}]}, "messages", "top-level `system`"),
+        ({"max_tokens": 9, "messages": [{"role": "system", "content": [{"type": "image"}]}]}, "messages", "text only"),
         ({"max_tokens": 9, "messages": [{"role": "tool", "content": "x"}]}, "messages", "user or assistant"),
         (
             {"max_tokens": 9, "messages": [*USER, {"role": "user", "content": [IMAGE]}]},

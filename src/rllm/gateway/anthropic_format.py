@@ -10,7 +10,8 @@ Choices:
   `tool` messages placed before the rest of their user message (chat templates want them right after the call); a
   turn's assistant text blocks are concatenated (as Anthropic does) and a user's joined by "\\n" (as for OpenAI text
   parts). So an assistant turn the gateway produced, echoed back by the SDK, normalises exactly as the
-  chat-completions echo of the same reply does.
+  chat-completions echo of the same reply does. A `system` message among the messages (Claude Code's beta requests
+  carry one) is kept in place as a system message of text.
 - `thinking`/`redacted_thinking` blocks are dropped (the gateway restores its own sampled text); `cache_control`,
   `citations` and other unknown keys are ignored. Images become OpenAI `image_url` parts, so they meet the same
   text-only refusal as on the OpenAI route; documents, search results and server-tool blocks are refused by type.
@@ -114,13 +115,16 @@ def _raw_messages(system: Any, messages: list[Any]) -> list[Any]:
 def _chat_messages(message: Any, index: int) -> list[dict[str, Any]]:
     """One Anthropic message as normalised chat messages (a user turn with tool results gives several)."""
     role = message.get("role") if isinstance(message, dict) else None
-    if role not in ("user", "assistant"):
-        hint = "; send a system prompt in the top-level `system` field" if role == "system" else ""
+    if role not in ("user", "assistant", "system"):
         raise RequestError(
-            f"messages[{index}] has role {role!r}: messages are user or assistant turns{hint}", param="messages"
+            f"messages[{index}] has role {role!r}: messages are user or assistant turns (a system prompt goes in the "
+            "top-level `system` field)",
+            param="messages",
         )
     content = message.get("content")
-    if isinstance(content, str):
+    if role == "system":  # Claude Code sends one among its messages (beta API): kept where it is, as text
+        chat = [{"role": "system", "content": content if isinstance(content, str) else _texts(content, index)}]
+    elif isinstance(content, str):
         chat = [{"role": role, "content": content}]
     elif isinstance(content, list):
         blocks = [_block(block, index) for block in content]
@@ -131,6 +135,14 @@ def _chat_messages(message: Any, index: int) -> list[dict[str, Any]]:
         return normalize_messages(chat)
     except RequestError as error:  # its index counts chat messages: name the Anthropic message instead
         raise RequestError(_MESSAGE_INDEX.sub(f"messages[{index}]", str(error)), param="messages") from None
+
+
+def _texts(content: Any, index: int) -> str:
+    if isinstance(content, list) and all(_is_text_block(block) for block in content):
+        return "\n".join(block["text"] for block in content)
+    raise RequestError(
+        f"messages[{index}]: a system message holds text only (a string or text blocks)", param="messages"
+    )
 
 
 def _block(block: Any, index: int) -> dict[str, Any]:

@@ -8,14 +8,15 @@ one into a `HarnessWorkflow`, a `RolloutWorkflow` (what `@rllm.rollout` makes), 
 exactness and failure handling are those of every gateway rollout.
 
 Built-in names (`HARNESSES`), each in its own module, imported only when named (each framework is an optional
-dependency, in the `harnesses` extra; a missing one is one line naming the extra):
+dependency, in the `harnesses` extra, or an npm package for the CLI; a missing one is one line naming the install):
 
 - `react`: the `openai` SDK's chat completions in a ReAct loop (call, run the tools asked for, call again);
 - `openai-agents`: an OpenAI Agents SDK `Agent` with the task's tools, its default Responses model
   (`agent_args: {api: chat_completions}` for its chat-completions model);
 - `anthropic`: the `anthropic` SDK's tool loop over the Messages API;
 - `langgraph`: LangChain's prebuilt ReAct agent (a LangGraph graph) over `ChatOpenAI`;
-- `smolagents`: a smolagents `ToolCallingAgent` over its `OpenAIServerModel`.
+- `smolagents`: a smolagents `ToolCallingAgent` over its `OpenAIServerModel`;
+- `codex-cli`: OpenAI's Codex CLI (`codex exec`, from npm), a terminal coding agent, over the Responses API.
 
 Anything else is `package.module:function`, a user's own harness.
 """

@@ -49,6 +49,7 @@ HARNESSES: dict[str, str] = {
     "anthropic": "rllm.harnesses.anthropic_loop:anthropic_loop",
     "langgraph": "rllm.harnesses.langgraph:langgraph",
     "smolagents": "rllm.harnesses.smolagents:smolagents_agent",
+    "codex-cli": "rllm.harnesses.codex_cli:codex_cli",
 }
 EXTRA_HINT = "pip install 'rllm[harnesses]' (make install does)"
 
