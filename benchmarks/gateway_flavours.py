@@ -1,7 +1,7 @@
 """What each of the gateway's three APIs costs per call: chat completions, the Responses API and the Anthropic Messages
 API, streamed and not, at 64 concurrent sessions against an instant model.
 
-    .venv/bin/python benchmarks/gateway_flavours.py              # 64 sessions x 6 turns, 5 interleaved rounds
+    .venv/bin/python benchmarks/gateway_flavours.py              # 64 sessions x 6 turns, 9 interleaved rounds
 
 The gateway runs in its own process (`--serve`: a standalone `Gateway` over a `FakeModel` that answers at once with
 SmolLM2's real tokenizer, so every call renders the real chat template, tokenizes, records and builds its reply
@@ -104,7 +104,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=64)
     parser.add_argument("--turns", type=int, default=6)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     add_smoke_flag(parser)
     args = parser.parse_args()
