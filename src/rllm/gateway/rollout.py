@@ -30,7 +30,8 @@ Choices:
 - Reward: `reward_fn(task, answer)` (run by `call_reward`), where `reward_fn` is, first to last: the workflow
   argument `reward_fn` given explicitly (`workflow_args`), the decorator's, the built-in task's (handed over by the
   resolver only when the decorator has none). With none of them, fn may return the reward itself (a float or a
-  `RewardOutput`); anything else is an error that names the fix.
+  `RewardOutput`); anything else is an error that names the fix. That is `RolloutWorkflow.score`, the one hook for
+  a subclass that scores otherwise (a harness on a workspace task: its environment's grade).
 - Sampling: in training the trainer's temperature/top_p/seed win (the on-policy loss assumes them); a request's own
   values are ignored and counted in `episode.info["ignored_sampling_overrides"]`. `honor_sampling=True` applies
   them (evaluation of an agent that sets its own). A request's `max_tokens` and `stop` always apply, within the
@@ -156,18 +157,23 @@ class RolloutWorkflow(Workflow):
             self.episode_info["ignored_sampling_fields"] = sorted(session.ignored)
         return trajectory
 
-    async def _score(self, trajectory: Trajectory, task: dict, answer: Any) -> None:
+    async def score(self, task: dict, answer: Any) -> RewardOutput:
+        """The reward of the episode's answer: `reward_fn(task, answer)`, or the answer itself when it is a reward
+        (module docstring). Subclasses whose reward comes from elsewhere override this: a harness on a workspace
+        task returns its environment's grade (`rllm.harnesses.base`)."""
         if self.reward_fn is not None:
-            result = to_reward_output(await self.call_reward(self.reward_fn, task, answer), self.reward_fn)
-        elif isinstance(answer, RewardOutput) or (isinstance(answer, (int, float)) and not isinstance(answer, bool)):
-            result = to_reward_output(answer)
-        else:
-            raise RolloutFunctionError(
-                f"{type(self).__name__} returned {type(answer).__name__} {_short(answer)} and has no reward "
-                "function: give one with @rllm.rollout(reward_fn=fn(task, answer) -> float), or "
-                "workflow_args={'reward_fn': ...}, or train on a built-in task that has one (countdown, math, code), "
-                "or return the reward itself (a float or rllm.rewards.RewardOutput)"
-            )
+            return to_reward_output(await self.call_reward(self.reward_fn, task, answer), self.reward_fn)
+        if isinstance(answer, RewardOutput) or (isinstance(answer, (int, float)) and not isinstance(answer, bool)):
+            return to_reward_output(answer)
+        raise RolloutFunctionError(
+            f"{type(self).__name__} returned {type(answer).__name__} {_short(answer)} and has no reward "
+            "function: give one with @rllm.rollout(reward_fn=fn(task, answer) -> float), or "
+            "workflow_args={'reward_fn': ...}, or train on a built-in task that has one (countdown, math, code), "
+            "or return the reward itself (a float or rllm.rewards.RewardOutput)"
+        )
+
+    async def _score(self, trajectory: Trajectory, task: dict, answer: Any) -> None:
+        result = await self.score(task, answer)
         last = trajectory.steps[-1]
         last.reward, last.done = result.reward, True
         last.info.update(result.info, is_correct=result.correct)

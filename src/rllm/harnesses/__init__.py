@@ -16,7 +16,10 @@ dependency, in the `harnesses` extra, or an npm package for the CLI; a missing o
 - `anthropic`: the `anthropic` SDK's tool loop over the Messages API;
 - `langgraph`: LangChain's prebuilt ReAct agent (a LangGraph graph) over `ChatOpenAI`;
 - `smolagents`: a smolagents `ToolCallingAgent` over its `OpenAIServerModel`;
-- `codex-cli`: OpenAI's Codex CLI (`codex exec`, from npm), a terminal coding agent, over the Responses API.
+- `codex-cli`: OpenAI's Codex CLI (`codex exec`, from npm), a terminal coding agent, over the Responses API;
+- `bash` and `mini-swe-agent` play workspace tasks (swe: `job.workspace`, a repository in rllm's sandbox; see
+  `rllm.harnesses.base`): a ReAct loop with one `bash` tool, and mini-swe-agent's `DefaultAgent` unchanged, each
+  command run in the workspace.
 
 Anything else is `package.module:function`, a user's own harness.
 """

@@ -10,6 +10,9 @@ A task is a dataset row in SWE-bench's format (`instance_id`, `problem_statement
   the session, each with `step_timeout` s, outputs cut to `max_output_chars` with a marker. Bad calls (unknown tool,
   bad arguments, a path outside the repository) are answered with an error message and counted in
   `info["tool_errors"]`; a reply with no call is told to call a tool. `finish`/`submit` ends the episode.
+- `run_command(command)` runs one bash command as the scaffold's bash tool does: the workspace of a harness that
+  plays the task with its own shell and turns (rllm.harnesses: `bash`, `mini-swe-agent`), graded at the end by
+  `compute_final_reward()`.
 - The reward: the diff of /testbed against the base, graded in a fresh sandbox (rllm.tasks.swe.grading). At the
   end of an episode that ran out of turns, `compute_final_reward()` grades what the repository holds then.
 - `info["termination"]` on the last step says why it ended: submitted, sandbox_died (the session was killed: memory,
@@ -23,6 +26,7 @@ SWE-Gym), workspace and grader both (rllm.tasks.swe.docker); without Docker, res
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,9 @@ from rllm.tasks.swe.tools import FINISH_TOOLS, server_call, tool_schemas
 __all__ = ["SWEEnv", "issue_prompt"]
 
 _HERE = Path(__file__).parent
+# scaffold -> (its bash tool, that tool's command argument): what `run_command` calls
+_SHELL_TOOL = {"r2egym": ("execute_bash", "cmd"), "sweagent": ("bash", "command")}
+_EXIT_CODE = re.compile(r"\[exit code -?\d+\]\Z")  # how the workspace server ends a failed command's output
 _BIN_MOUNT = "/opt/rllm-bin"
 _OPTIONS = (
     "scaffold",
@@ -170,6 +177,25 @@ class SWEEnv(BaseEnv):
             self._grade()
         return self.result.reward
 
+    def run_command(self, command: str) -> str:
+        """Run one bash command in /testbed, as the scaffold's bash tool runs it (the step timeout, the output cap,
+        counted in `tool_calls` under that tool): the workspace a harness's shell uses (`rllm.harnesses.base`).
+        Returns the output (stdout and stderr together), ending in a line `[exit code N]` when the command failed:
+        its own code, 137 when it was killed for running too long (as SIGKILL's), 1 when it was refused (an
+        interactive program). A sandbox that died under the agent (memory, pids, its wall clock) is told as text, as
+        a step tells it, and graded as it is then (nothing to grade: reward 0)."""
+        from rllm.sandbox import SessionClosedError
+
+        tool, argument = _SHELL_TOOL[self.scaffold]
+        try:
+            _, output, failure = self._call({"name": tool, "arguments": {argument: command}})
+        except SessionClosedError as e:
+            self._count("sandbox_died")
+            return f"Error: the workspace's sandbox has ended ({e}); no command can run any more\n[exit code 1]"
+        if failure is not None and not _EXIT_CODE.search(output):
+            output += f"\n[exit code {137 if failure == 'timeout' else 1}]"
+        return output
+
     def close(self) -> None:
         session, self.session = self.session, None
         if session is not None:
@@ -178,11 +204,16 @@ class SWEEnv(BaseEnv):
     # ---- helpers -----------------------------------------------------------------------------------------------
 
     def _run(self, call: dict) -> dict:
+        name, output, _ = self._call(call)
+        return _tool_message(call, name, output)
+
+    def _call(self, call: dict) -> tuple[str, str, str | None]:
+        """(the scaffold's tool name, the output, why it failed or None) of one tool call, counted."""
         name, arguments = str(call.get("name")), call.get("arguments")
         target = server_call(self.scaffold, name, arguments if arguments is not None else {})
         if isinstance(target, str):
             self._count("bad_call")
-            return _tool_message(call, name, f"Error: {target}")
+            return name, f"Error: {target}", "bad_call"
         tool, args = target
         request = {
             "op": "tool",
@@ -192,12 +223,13 @@ class SWEEnv(BaseEnv):
             "max_chars": self.max_output_chars,
         }
         reply = self.session.request(request, timeout_s=self.step_timeout + 30)
-        if reply.get("is_error"):
-            self._count(str(reply.get("error_kind") or "tool_error"))
+        failure = str(reply.get("error_kind") or "tool_error") if reply.get("is_error") else None
+        if failure:
+            self._count(failure)
         counts = self.tool_calls.setdefault(name, {"calls": 0, "ok": 0})  # a tool of the scaffold (server_call)
         counts["calls"] += 1
-        counts["ok"] += int(not reply.get("is_error"))
-        return _tool_message(call, name, str(reply.get("output", "")))
+        counts["ok"] += int(failure is None)
+        return name, str(reply.get("output", "")), failure
 
     def _grade(self, detail: str = "") -> None:
         from rllm.sandbox import SessionClosedError
