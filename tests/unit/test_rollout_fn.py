@@ -209,3 +209,30 @@ def test_an_agent_calling_an_api_the_gateway_does_not_serve_errors_every_episode
     with pytest.raises(AllEpisodesFailedError, match=r"all 2 episodes of this eval ended in an error .* NotFound"):
         raise_if_all_failed(episodes, "this eval")
     raise_if_all_failed([*episodes, *run(rollout(reward_fn=exact)(two_turns), ["42", "42"])[0]], "a mixed batch")
+
+
+SHARED = openai.OpenAI(base_url="http://127.0.0.1:9/unset", api_key="none", max_retries=0)  # one for the process
+
+
+def with_a_process_global_client(task: dict, base_url: str) -> str:
+    """The usual mistake: one module-level client, its base_url set by each episode as it starts."""
+    SHARED.base_url = base_url
+    messages = [{"role": "user", "content": task["question"]}]
+    first = SHARED.chat.completions.create(model="m", messages=messages)
+    time.sleep(0.2)  # the other episodes start meanwhile and move the client to their sessions
+    messages += [first.choices[0].message, {"role": "user", "content": "Only the number."}]
+    return SHARED.chat.completions.create(model="m", messages=messages).choices[0].message.content
+
+
+def test_a_client_shared_by_concurrent_episodes_is_never_silent():
+    """Where the calls went depends on the threads' timing; whatever it was, every episode is an error naming the
+    process-global client (its calls went elsewhere, or its connection also carried another open session's), or
+    shows the foreign calls it received as token mismatches, or is a clean two-turn episode of its own."""
+    tasks = [{**TASK, "id": f"q{i}"} for i in range(3)]
+    episodes, _ = run(rollout(reward_fn=exact)(with_a_process_global_client), "42", tasks=tasks, retry_limit=0)
+    failed = [ep for ep in episodes if ep.termination_reason is R.ERROR]
+    assert failed, [ep.termination_reason for ep in episodes]
+    assert all("process-global client" in ep.info["error"] for ep in failed), [ep.info["error"] for ep in failed]
+    for episode in (ep for ep in episodes if ep.termination_reason is not R.ERROR):
+        own = len(episode.trajectories[0].steps) == 2 and episode.metrics["token_mismatch"] == 0
+        assert own or episode.metrics["token_mismatch"] > 0, episode

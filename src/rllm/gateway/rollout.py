@@ -39,10 +39,12 @@ Choices:
 - Failures: a spent length budget, an infra error or any other failure while serving a call is kept by the session
   and re-raised when fn returns (or instead of the error fn raised because of it), so the episode ends with the
   right termination reason (`max_response_length`, `infra_error` retried by the engine, ...); the steps so far are
-  committed. fn's own exceptions propagate (`error`), except one raised right after a reply cut at `max_tokens`:
-  agents that refuse a truncated reply (the Agents SDK raises on an "incomplete" response) end the episode as
-  `max_response_length`, as a truncated native rollout does, not as a bug. A run with no model call is an error
-  (usually a client that was not given `base_url`).
+  committed. An episode whose client also carried another concurrent episode's calls (one HTTP connection serving
+  two open sessions: a client shared between episodes, `rllm.gateway.server`) is an error naming that cause, never
+  a silently mixed trajectory. fn's own exceptions propagate (`error`), except one raised right after a reply cut
+  at `max_tokens`: agents that refuse a truncated reply (the Agents SDK raises on an "incomplete" response) end
+  the episode as `max_response_length`, as a truncated native rollout does, not as a bug. A run with no model call
+  is an error (usually a client that was not given `base_url`).
 """
 
 from __future__ import annotations
@@ -103,6 +105,8 @@ class RolloutWorkflow(Workflow):
             self._finish(session)
             if session.failure is not None:  # the root cause, e.g. the budget behind an HTTP 400 in fn
                 raise session.failure from exc
+            if session.shared_with:  # e.g. its calls went to another episode's session, since closed
+                raise _shared_client_error(self, session) from exc
             if isinstance(exc, TerminationEvent):
                 raise
             if session.records and session.records[-1].finish_reason == "length":
@@ -114,6 +118,8 @@ class RolloutWorkflow(Workflow):
         trajectory = self._finish(session)
         if session.failure is not None:
             raise session.failure
+        if session.shared_with:
+            raise _shared_client_error(self, session)
         if not trajectory.steps:
             raise RolloutFunctionError(
                 f"{type(self).__name__} returned without calling the model through the base_url it was given: pass "
@@ -255,6 +261,16 @@ def _call(fn: Callable, *args: Any) -> Any:
 
 async def _wait(awaitable: Any) -> Any:
     return await awaitable
+
+
+def _shared_client_error(workflow: Any, session: Any) -> RolloutFunctionError:
+    return RolloutFunctionError(
+        f"{type(workflow).__name__}: this episode's client also carried the calls of {len(session.shared_with)} "
+        "other concurrent episode(s) over one HTTP connection, so their conversations mixed: the client is shared "
+        "between episodes (a process-global client such as the Agents SDK's set_default_openai_client, or a "
+        "module-level OpenAI() whose base_url each episode resets); create the client inside the rollout function, "
+        "once per episode, with the base_url it is given"
+    )
 
 
 def _step_info(record: Any) -> dict[str, Any]:

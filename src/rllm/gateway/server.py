@@ -35,7 +35,13 @@ Failures become error objects in the flavour's own shape (OpenAI's, or Anthropic
 budget is a 400 worded as the APIs word it ("This model's maximum context length is ...", code
 `context_length_exceeded`; Anthropic's "prompt is too long"), so clients such as litellm recognise a context-length
 error and stop instead of retrying; a model or infrastructure failure 502, a bug 500; the session keeps the first
-such failure for its rollout to re-raise. Any route not served answers a JSON 404 that lists the routes served. The
+such failure for its rollout to re-raise. Any route not served answers a JSON 404 that lists the routes served.
+
+A client that talks to two sessions is seen by the gateway when one of its HTTP connections (a keep-alive connection
+of its pool) carries calls of both while both are open: each session then records the other in `shared_with`. A
+client created per conversation never does that; one shared by concurrent rollouts (the Agents SDK's
+`set_default_openai_client`, a module-level `OpenAI()` whose base_url each episode resets) mixes their calls, and
+the rollout fails such episodes, naming the cause (`rllm.gateway.rollout`). The
 API key is taken from `Authorization: Bearer` or from `x-api-key` (the header the `anthropic` SDK sends).
 
 `shared_gateway()` gives the one gateway of the running event loop, started on first use on 127.0.0.1 with a free
@@ -74,6 +80,7 @@ __all__ = ["Gateway", "shared_gateway"]
 logger = logging.getLogger(__name__)
 
 _NO_LIMIT = 1 << 30
+_CLOSED_REMEMBERED = 4096  # closed session ids kept, to tell a late call why its session is gone
 API_KEY_ENV = "RLLM_GATEWAY_API_KEY"
 _OPEN_ROUTES = frozenset({"/health"})  # answered without the API key (a liveness probe learns nothing else)
 _LENGTH_REASONS = {TerminationReason.MAX_PROMPT_LENGTH, TerminationReason.MAX_RESPONSE_LENGTH}
@@ -114,6 +121,8 @@ class Gateway:
         if self.auto_sessions and model is None:
             raise ValueError("auto_sessions=True needs a model to serve them: Gateway(model, ...)")
         self.sessions: dict[str, GatewaySession] = {}
+        self._connection_sessions: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._closed_sids: dict[str, None] = {}  # the last sessions closed, oldest first
         self.host, self.port = "127.0.0.1", 0
         self._runner: web.AppRunner | None = None
 
@@ -198,6 +207,9 @@ class Gateway:
         session = self.sessions.pop(sid, None)
         if session is not None:
             session.close()
+            self._closed_sids[sid] = None  # a later call for it is told why (`_call_for_closed_session`)
+            if len(self._closed_sids) > _CLOSED_REMEMBERED:
+                del self._closed_sids[next(iter(self._closed_sids))]
         return session
 
     def _standalone_handler(self) -> Handler:
@@ -314,9 +326,26 @@ class Gateway:
         except BodyError as exc:
             raise _Refused(error(400, str(exc), param=exc.param)) from None
         session = self._session(sid)
+        if session is None and sid in self._closed_sids:
+            raise _Refused(error(404, _call_for_closed_session(sid), code="session_closed"))
         if session is None:
             raise _Refused(_unknown_session(sid, error))
+        self._note_connection(request, session)
         return session, body
+
+    def _note_connection(self, request: web.Request, session: GatewaySession) -> None:
+        """One HTTP connection that carries the calls of two open sessions comes from one client used by two
+        conversations: for rollouts, a client shared between concurrent episodes (module docstring). Both sessions
+        are told (`GatewaySession.shared_with`); what that means is the rollout's to say."""
+        transport = request.transport
+        if transport is None:
+            return
+        previous = self._connection_sessions.get(transport)
+        self._connection_sessions[transport] = session.sid
+        other = self.sessions.get(previous) if previous not in (None, session.sid) else None
+        if other is not None and not other.closed:
+            other.shared_with.add(session.sid)
+            session.shared_with.add(other.sid)
 
     async def _models(self, request: web.Request) -> web.Response:
         sid = request.match_info["sid"]
@@ -437,6 +466,15 @@ def _response_history(session: GatewaySession, previous_response_id: str | None)
             code="previous_response_not_found",
         )
     return history
+
+
+def _call_for_closed_session(sid: str) -> str:
+    return (
+        f"session {sid!r} is closed: its episode has ended, so this call comes from a client that outlived it or is "
+        "shared between episodes (a process-global client such as the Agents SDK's set_default_openai_client, or a "
+        "module-level OpenAI() whose base_url each episode resets); create the client inside the rollout function, "
+        "once per episode, with the base_url it is given"
+    )
 
 
 def _unknown_session(sid: str, error: Callable[..., web.Response] = _error) -> web.Response:

@@ -142,6 +142,7 @@ class GatewaySession:
         self.failure: BaseException | None = None  # the first exception of the handler (budget, infra, bug)
         self.ignored: Counter[str] = Counter()  # request sampling fields that were not applied
         self.responses: dict[str, list[dict]] = {}  # Responses API: response id -> its conversation (chat messages)
+        self.shared_with: set[str] = set()  # open sessions whose calls came over one HTTP connection with ours
         self.closed = False
         self._produced: list[_Produced] = []
         self._next_call_id = 0
