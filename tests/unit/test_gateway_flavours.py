@@ -32,6 +32,14 @@ def assert_recorded_prompts_render(session, tokenizer) -> None:
         assert render_messages(tokenizer, record.rendered_messages, tools=record.tools) == record.prompt_ids
 
 
+def assert_one_exact_row(session, tokenizer) -> None:
+    """The session's calls train as one row of exactly the sampled ids: no mismatch, every prompt extends the last
+    prompt + completion, and what each step records renders to the prompt it sampled from."""
+    assert session.token_mismatches() == 0
+    assert_extends(session.records)
+    assert_recorded_prompts_render(session, tokenizer)
+
+
 # ---- the Responses API -------------------------------------------------------------------------------------------
 
 
@@ -52,9 +60,7 @@ def test_responses_tool_loop_with_previous_response_id_is_token_exact(shipped_to
         session = gateway.sessions["s1"]
     assert second.output_text == "3 and 7." and second.status == "completed"
     assert second.usage.output_tokens == session.records[1].output.completion_length
-    assert session.token_mismatches() == 0
-    assert_extends(session.records)
-    assert_recorded_prompts_render(session, shipped_tokenizer)
+    assert_one_exact_row(session, shipped_tokenizer)
     restored = session.records[1].rendered_messages
     assert restored[0]["role"] == "system" and restored[0]["content"].startswith("Use tools.")
     assert {"role": "assistant", "content": f"Adding both.\n{CALL_TEXT}\n{CALL_2}"} in restored
@@ -111,9 +117,7 @@ def test_anthropic_tool_loop_is_token_exact(shipped_tokenizer, stream):
         session = gateway.sessions["s1"]
     assert second.content[0].text == "The sum is 3. " and second.stop_reason == "stop_sequence"
     assert second.stop_sequence == "DONE" and second.usage.input_tokens == len(session.records[1].prompt_ids)
-    assert session.token_mismatches() == 0
-    assert_extends(session.records)
-    assert_recorded_prompts_render(session, shipped_tokenizer)
+    assert_one_exact_row(session, shipped_tokenizer)
     assert session.records[1].rendered_messages[-2] == {"role": "assistant", "content": f"Let me add.\n{CALL_TEXT}"}
 
 
