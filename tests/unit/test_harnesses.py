@@ -134,3 +134,13 @@ def test_a_harness_that_crashes_or_hangs_costs_its_episode_and_keeps_what_it_pri
     assert crashed.info["harness_output"]["stderr"] == "Traceback: the agent program fell over\n"
     assert timed_out.termination_reason is TerminationReason.TIMEOUT
     assert fine.termination_reason is TerminationReason.ENV_DONE  # the engine goes on after the others
+
+
+def test_a_malformed_tool_call_ends_the_episode_as_a_policy_error(smollm2_tokenizer):
+    """The model tries the calculator with broken JSON: the gateway gives the reply back as text (the parse error in
+    the step's info), the agent ends on it, and the episode is the model's mistake, not a success or a bug."""
+    broken = '<tool_call>\n{"name": "calculator", "arguments": {"expression": 347 * 6}}\n</tool_call>'
+    episode, _ = play("react", [broken], smollm2_tokenizer)
+    assert episode.termination_reason is TerminationReason.POLICY_ERROR, episode.info.get("error")
+    assert "malformed tool call (invalid_json" in episode.info["error"]
+    assert episode.trajectories[0].steps[-1].info["tool_call_errors"][0]["kind"] == "invalid_json"

@@ -44,7 +44,9 @@ Choices:
   a silently mixed trajectory. fn's own exceptions propagate (`error`), except one raised right after a reply cut
   at `max_tokens`: agents that refuse a truncated reply (the Agents SDK raises on an "incomplete" response) end
   the episode as `max_response_length`, as a truncated native rollout does, not as a bug. A run with no model call
-  is an error (usually a client that was not given `base_url`).
+  is an error (usually a client that was not given `base_url`). An episode whose last reply tried a tool call that
+  did not parse (so the agent got it back as text and ended on it) is scored, then ends as `policy_error`: the
+  model's mistake, rewarded as `algorithm.policy_error_reward` says.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rllm.errors import RllmError
+from rllm.errors import PolicyError, RllmError
 from rllm.gateway.server import shared_gateway
 from rllm.rewards.base import RewardOutput, to_reward_output
 from rllm.tools.base import is_json_value
@@ -129,6 +131,12 @@ class RolloutWorkflow(Workflow):
                 "base_url it was given last"
             )
         await self._score(trajectory, task, answer)
+        malformed = _malformed_last_call(trajectory)
+        if malformed is not None:
+            raise PolicyError(
+                f"the model's last reply held a malformed tool call ({malformed}); the agent took its text as the "
+                f"answer (scored {trajectory.steps[-1].reward:g}; algorithm.policy_error_reward replaces it if set)"
+            )
 
     async def play(self, task: dict, base_url: str) -> Any:
         """Run the agent program for one episode against its session URL and return its answer: `fn` on a worker
@@ -261,6 +269,15 @@ def _call(fn: Callable, *args: Any) -> Any:
 
 async def _wait(awaitable: Any) -> Any:
     return await awaitable
+
+
+def _malformed_last_call(trajectory: Trajectory) -> str | None:
+    """The parse error of a tool call the last reply tried and failed to make (none parsed), as "kind: message"."""
+    info = trajectory.steps[-1].info
+    errors = [e for e in info.get("tool_call_errors", []) if e.get("kind") != "unsupported_family"]
+    if not errors or info.get("tool_calls"):
+        return None
+    return f"{errors[0]['kind']}: {errors[0]['message']}"
 
 
 def _shared_client_error(workflow: Any, session: Any) -> RolloutFunctionError:
