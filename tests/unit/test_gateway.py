@@ -432,3 +432,16 @@ def test_training_mode_ignores_request_sampling_and_counts_it():
                 )
     assert seen == [{"max_tokens": 50}, {"max_tokens": 10}]  # the request's max_tokens only lowers the trainer's
     assert dict(session.ignored) == {"temperature": 2, "seed": 2, "frequency_penalty": 2}  # top_p=1.0 changes nothing
+
+
+def test_a_reply_the_client_strips_is_still_its_sampled_text(smollm2_tokenizer):
+    """smolagents keeps `content.strip()`: the echo of "Action:\\n" comes back as "Action:" and is still that reply."""
+    model = fake(["Thinking it over,\n", "It is 4."], tokenizer=smollm2_tokenizer)
+    with serving(model) as gateway, client(gateway) as sdk:
+        messages = [{"role": "user", "content": "2+2?"}]
+        first = sdk.chat.completions.create(model="m", messages=messages).choices[0].message.content
+        messages += [{"role": "assistant", "content": first.strip()}, {"role": "user", "content": "And?"}]
+        sdk.chat.completions.create(model="m", messages=messages)
+        session = gateway.sessions["s1"]
+    assert first == "Thinking it over,\n" and session.token_mismatches() == 0
+    assert session.records[1].rendered_messages[1] == {"role": "assistant", "content": "Thinking it over,\n"}

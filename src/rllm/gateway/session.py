@@ -10,6 +10,10 @@ tool-call id this session generated, or whose content equals the content this se
 replies are told apart), and tool-call ids are unique within a session. Then `ChatRenderer` sees a history that
 extends its previous prompt + completion, and the turns of the session merge into one training row.
 
+Replies a client strips: an assistant message whose content equals a reply's content once surrounding whitespace is
+removed is that reply (smolagents keeps `content.strip()`, so a reply cut by max_tokens after a newline came back
+one character short and the turn did not extend).
+
 Tool calls a client re-sends as text: some agents replay a tool-calling turn without `tool_calls`, writing the calls
 into the content instead (smolagents' ToolCallingAgent sends "I will add.\nCalling tools:\n[{'id': 'call_..', ...}]").
 An assistant message without `tool_calls` whose content names every tool-call id of a reply this session produced
@@ -231,7 +235,7 @@ class GatewaySession:
             produced = self._produced[index]
             if ids and ids & produced.call_ids:
                 return index
-            if not ids and content is not None and content == produced.content and not produced.call_ids:
+            if not ids and not produced.call_ids and _same_text(content, produced.content):
                 return index
             if not ids and isinstance(content, str) and _names_all_calls(content, produced.call_ids):
                 return index  # its tool calls re-sent as text (module docstring)
@@ -328,6 +332,14 @@ def _tool_calls_as_text(message: dict) -> dict:
     content = message.get("content") or ""
     text = "\n".join([content, *blocks] if content else blocks)
     return {key: value for key, value in message.items() if key != "tool_calls"} | {"content": text}
+
+
+def _same_text(content: Any, produced: str | None) -> bool:
+    """Whether an echoed content is the content returned, up to surrounding whitespace (agents strip replies:
+    smolagents keeps `content.strip()` in its memory). Empty text matches only empty text."""
+    if not isinstance(content, str) or produced is None:
+        return False
+    return content == produced or (content.strip() == produced.strip() and content.strip() != "")
 
 
 def _names_all_calls(text: str, call_ids: set[str]) -> bool:
