@@ -224,15 +224,13 @@ def with_a_process_global_client(task: dict, base_url: str) -> str:
     return SHARED.chat.completions.create(model="m", messages=messages).choices[0].message.content
 
 
-def test_a_client_shared_by_concurrent_episodes_is_never_silent():
-    """Where the calls went depends on the threads' timing; whatever it was, every episode is an error naming the
-    process-global client (its calls went elsewhere, or its connection also carried another open session's), or
-    shows the foreign calls it received as token mismatches, or is a clean two-turn episode of its own."""
+def test_a_client_shared_by_concurrent_episodes_is_named():
+    """Where the calls went depends on the threads' timing. Whatever it was, the batch says so: every failed episode
+    names the process-global client (its calls went elsewhere, to a closed session, or over a connection that also
+    carried another open session's), and the batch is not silent: an episode failed that way, or one counts the
+    calls it received from another as token mismatches."""
     tasks = [{**TASK, "id": f"q{i}"} for i in range(3)]
     episodes, _ = run(rollout(reward_fn=exact)(with_a_process_global_client), "42", tasks=tasks, retry_limit=0)
     failed = [ep for ep in episodes if ep.termination_reason is R.ERROR]
-    assert failed, [ep.termination_reason for ep in episodes]
+    assert failed or any(ep.metrics["token_mismatch"] > 0 for ep in episodes), episodes
     assert all("process-global client" in ep.info["error"] for ep in failed), [ep.info["error"] for ep in failed]
-    for episode in (ep for ep in episodes if ep.termination_reason is not R.ERROR):
-        own = len(episode.trajectories[0].steps) == 2 and episode.metrics["token_mismatch"] == 0
-        assert own or episode.metrics["token_mismatch"] > 0, episode

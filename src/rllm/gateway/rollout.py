@@ -111,6 +111,8 @@ class RolloutWorkflow(Workflow):
                 raise _shared_client_error(self, session) from exc
             if isinstance(exc, TerminationEvent):
                 raise
+            if not session.records and any(words in str(exc) for words in _OTHER_SESSION_WORDS):
+                raise _elsewhere_error(self, exc) from exc
             if session.records and session.records[-1].finish_reason == "length":
                 raise TerminationEvent(
                     TerminationReason.MAX_RESPONSE_LENGTH,
@@ -278,6 +280,20 @@ def _malformed_last_call(trajectory: Trajectory) -> str | None:
     if not errors or info.get("tool_calls"):
         return None
     return f"{errors[0]['kind']}: {errors[0]['message']}"
+
+
+# What the gateway answers a call for another episode's session (closed, or never open): `rllm.gateway.server`
+_OTHER_SESSION_WORDS = ("is closed: its episode has ended", "rollouts open one per episode")
+
+
+def _elsewhere_error(workflow: Any, exc: Exception) -> RolloutFunctionError:
+    """An agent whose call reached another episode's (closed) session before any reached its own."""
+    return RolloutFunctionError(
+        f"{type(workflow).__name__}: its client called another episode's session before any call reached this "
+        "episode's: pass the base_url it is given to a client created inside the "
+        "function, once per episode; a process-global client (the Agents SDK's set_default_openai_client, a "
+        f"module-level OpenAI()) follows whichever episode set it last ({type(exc).__name__}: {exc})"
+    )
 
 
 def _shared_client_error(workflow: Any, session: Any) -> RolloutFunctionError:
