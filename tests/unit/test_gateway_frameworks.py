@@ -216,3 +216,20 @@ def test_smolagents_harness_past_its_turn_limit_ends_as_max_turns(smollm2_tokeni
     )
     assert episode.termination_reason is TerminationReason.MAX_TURNS, episode.info.get("error")
     assert len(model.calls) == 2  # not the extra call smolagents makes past max_steps to ask for a summary answer
+
+
+def test_litellm_responses_with_previous_response_id(smollm2_tokenizer, monkeypatch):
+    """`litellm.responses` (the Responses API through litellm): a tool call, then its output sent with
+    previous_response_id, continue one token-exact conversation."""
+    litellm = _litellm(monkeypatch)
+    model = fake([f"I will add.\n{CALL_TEXT}", "The sum is 3."], tokenizer=smollm2_tokenizer)
+    tools = [{"type": "function", **TOOLS[0]["function"]}]
+    with serving(model) as gateway:
+        common = {"model": "openai/m", "api_base": gateway.session_url("lr"), "api_key": "none", "tools": tools}
+        first = litellm.responses(input="What is 1 + 2?", **common)
+        [call] = [item for item in first.output if item.type == "function_call"]
+        output = {"type": "function_call_output", "call_id": call.call_id, "output": "3"}
+        second = litellm.responses(input=[output], previous_response_id=first.id, **common)
+        session = gateway.sessions["lr"]
+    assert call.name == "add" and second.output_text == "The sum is 3."
+    assert_one_exact_row(session, smollm2_tokenizer)
