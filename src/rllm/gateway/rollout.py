@@ -59,7 +59,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rllm.errors import PolicyError, RllmError
-from rllm.gateway.server import shared_gateway
+from rllm.gateway.server import CLOSED_SESSION_WORDS, SHARED_CLIENT_ADVICE, UNKNOWN_SESSION_WORDS, shared_gateway
 from rllm.rewards.base import RewardOutput, to_reward_output
 from rllm.tools.base import is_json_value
 from rllm.types import Step, TerminationReason, Trajectory
@@ -111,7 +111,9 @@ class RolloutWorkflow(Workflow):
                 raise _shared_client_error(self, session) from exc
             if isinstance(exc, TerminationEvent):
                 raise
-            if not session.records and any(words in str(exc) for words in _OTHER_SESSION_WORDS):
+            if not session.records and any(
+                words in str(exc) for words in (CLOSED_SESSION_WORDS, UNKNOWN_SESSION_WORDS)
+            ):
                 raise _elsewhere_error(self, exc) from exc
             if session.records and session.records[-1].finish_reason == "length":
                 raise TerminationEvent(
@@ -128,9 +130,7 @@ class RolloutWorkflow(Workflow):
             raise RolloutFunctionError(
                 f"{type(self).__name__} returned without calling the model through the base_url it was given: pass "
                 "it to the client (openai.OpenAI(base_url=base_url, api_key=...), anthropic.Anthropic(base_url="
-                "base_url, ...)) created inside the function, once per episode; a process-global client (the Agents "
-                "SDK's set_default_openai_client, a module-level OpenAI()) sends every episode's calls to the "
-                "base_url it was given last"
+                f"base_url, ...)); {SHARED_CLIENT_ADVICE}"
             )
         await self._score(trajectory, task, answer)
         malformed = _malformed_last_call(trajectory)
@@ -282,27 +282,18 @@ def _malformed_last_call(trajectory: Trajectory) -> str | None:
     return f"{errors[0]['kind']}: {errors[0]['message']}"
 
 
-# What the gateway answers a call for another episode's session (closed, or never open): `rllm.gateway.server`
-_OTHER_SESSION_WORDS = ("is closed: its episode has ended", "rollouts open one per episode")
-
-
 def _elsewhere_error(workflow: Any, exc: Exception) -> RolloutFunctionError:
     """An agent whose call reached another episode's (closed) session before any reached its own."""
     return RolloutFunctionError(
         f"{type(workflow).__name__}: its client called another episode's session before any call reached this "
-        "episode's: pass the base_url it is given to a client created inside the "
-        "function, once per episode; a process-global client (the Agents SDK's set_default_openai_client, a "
-        f"module-level OpenAI()) follows whichever episode set it last ({type(exc).__name__}: {exc})"
+        f"episode's: {SHARED_CLIENT_ADVICE} ({type(exc).__name__}: {exc})"
     )
 
 
 def _shared_client_error(workflow: Any, session: Any) -> RolloutFunctionError:
     return RolloutFunctionError(
         f"{type(workflow).__name__}: this episode's client also carried the calls of {len(session.shared_with)} "
-        "other concurrent episode(s) over one HTTP connection, so their conversations mixed: the client is shared "
-        "between episodes (a process-global client such as the Agents SDK's set_default_openai_client, or a "
-        "module-level OpenAI() whose base_url each episode resets); create the client inside the rollout function, "
-        "once per episode, with the base_url it is given"
+        f"other concurrent episode(s) over one HTTP connection, so their conversations mixed: {SHARED_CLIENT_ADVICE}"
     )
 
 

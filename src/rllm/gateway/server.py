@@ -75,7 +75,7 @@ from rllm.types import TerminationReason
 from rllm.workflows.base import Workflow, WorkflowServices
 from rllm.workflows.runtime import EnvRunner, TerminationEvent, error_site
 
-__all__ = ["Gateway", "shared_gateway"]
+__all__ = ["CLOSED_SESSION_WORDS", "SHARED_CLIENT_ADVICE", "UNKNOWN_SESSION_WORDS", "Gateway", "shared_gateway"]
 
 logger = logging.getLogger(__name__)
 
@@ -468,19 +468,26 @@ def _response_history(session: GatewaySession, previous_response_id: str | None)
     return history
 
 
+# What a call for a session that is not (or no longer) open is told, and what a rollout recognises it by.
+CLOSED_SESSION_WORDS = "is closed: its episode has ended"
+UNKNOWN_SESSION_WORDS = "rollouts open one per episode"
+SHARED_CLIENT_ADVICE = (
+    "a client shared between episodes (a process-global client such as the Agents SDK's set_default_openai_client, "
+    "or a module-level OpenAI() whose base_url each episode resets) follows whichever episode set it last; create "
+    "the client inside the rollout function, once per episode, with the base_url it is given"
+)
+
+
 def _call_for_closed_session(sid: str) -> str:
-    return (
-        f"session {sid!r} is closed: its episode has ended, so this call comes from a client that outlived it or is "
-        "shared between episodes (a process-global client such as the Agents SDK's set_default_openai_client, or a "
-        "module-level OpenAI() whose base_url each episode resets); create the client inside the rollout function, "
-        "once per episode, with the base_url it is given"
+    return f"session {sid!r} {CLOSED_SESSION_WORDS}, so this call comes from a client that outlived it: " + (
+        SHARED_CLIENT_ADVICE
     )
 
 
 def _unknown_session(sid: str, error: Callable[..., web.Response] = _error) -> web.Response:
     return error(
         404,
-        f"no session {sid!r} on this gateway: rollouts open one per episode and close it when the "
+        f"no session {sid!r} on this gateway: {UNKNOWN_SESSION_WORDS} and close it when the "
         "episode ends; use the base_url your rollout function was given",
         code="session_not_found",
     )
