@@ -595,13 +595,23 @@ _SET_BY_DATA = {
     "n": "data.train_size / data.val_size",
     "seed": "data.seed / data.val_seed",
     "split": "data.train_size / data.val_size (each split is made by its own call)",
+    "data_dir": "data.data_dir",
 }
 
 
 class DataConfig(_Section):
     """Which tasks to train and validate (and `rllm eval`) on."""
 
-    task: str = Field("frozenlake", description="Built-in task name (its agent, env and task generator).")
+    task: str = Field(
+        "frozenlake",
+        description="The task: a built-in task name, a benchmark of the catalog (`rllm datasets list`), or an "
+        "environment hub's 'hub:name' (e.g. reasoning_gym:leg_counting).",
+    )
+    data_dir: str | None = Field(
+        None,
+        description="A catalog benchmark's local copy: a folder holding <source>/ as `rllm datasets pull` writes it "
+        "(default: $RLLM_DATA; neither: the Hugging Face hub).",
+    )
     train_size: int = Field(256, ge=1, description="Training tasks to generate.")
     val_size: int = Field(32, ge=0, description="Validation (and eval) tasks to generate; 0: no validation.")
     seed: int = Field(0, description="Seed of the training task generator.")
@@ -617,13 +627,17 @@ class DataConfig(_Section):
     @field_validator("task")
     @classmethod
     def _known_task(cls, task: str) -> str:
-        from rllm.tasks import TASK_NAMES  # light, but only needed here
+        from rllm.tasks import REGISTRY, get_task, is_task_name  # light, but only needed here
+        from rllm.tasks.catalog import CATALOG
 
-        if task not in TASK_NAMES:
+        if not is_task_name(task):
+            known = [*REGISTRY, *CATALOG]
             raise ValueError(
-                f"unknown built-in task {task!r}{_did_you_mean(task, TASK_NAMES)}; "
-                f"built-in tasks: {', '.join(sorted(TASK_NAMES))}"
+                f"unknown task {task!r}{_did_you_mean(task, known)}; built-in tasks: {', '.join(sorted(REGISTRY))}; "
+                "benchmarks: `rllm datasets list`; environment hubs: hub:name (e.g. reasoning_gym:leg_counting)"
             )
+        if ":" in task:
+            get_task(task)  # the hub checks the environment's name (and that its package is installed)
         return task
 
     def make_tasks(self, split: Literal["train", "val"]) -> list[dict]:
@@ -635,7 +649,12 @@ class DataConfig(_Section):
 
         size, seed = (self.train_size, self.seed) if split == "train" else (self.val_size, self.val_seed)
         make = get_task(self.task).make_tasks
-        extra = {"split": split} if "split" in inspect.signature(make).parameters else {}
+        takes = inspect.signature(make).parameters
+        extra = {"split": split} if "split" in takes else {}
+        if self.data_dir is not None:
+            if "data_dir" not in takes:
+                raise ValueError(f"data.data_dir is set but task {self.task!r} reads no data files; remove it")
+            extra["data_dir"] = self.data_dir
         self._check_task_args(make)
         return make(size, seed=seed, **extra, **self.task_args) if size else []
 

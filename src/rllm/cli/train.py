@@ -37,8 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "config",
         nargs="?",
-        help="YAML config, shipped config name (rllm configs): frozenlake_grpo, or a built-in task with the "
-        "default config: arithmetic",
+        help="YAML config, shipped config name (rllm configs): frozenlake_grpo, or a task with the default config: "
+        "arithmetic, a benchmark (gsm8k), a hub environment (reasoning_gym:leg_counting)",
     )
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.total_steps=20")
     p.add_argument(
@@ -48,6 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "run's own config (no CONFIG needed; a CONFIG given must match it)",
     )
     p.add_argument("--agent", default=None, help="a harness that plays the task (rllm.harnesses): react, ...")
+    p.add_argument("--data-dir", default=None, help="a benchmark's local copy (rllm datasets pull): data.data_dir")
     p.add_argument("--help-config", action="store_true", help="list every config key and exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(run=run)
@@ -65,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         config_arg, overrides = None, [f"data.task={config_arg}", *overrides]
     if args.agent is not None:
         overrides.append(f"agent={args.agent}")
+    if args.data_dir is not None:
+        overrides.append(f"data.data_dir={args.data_dir}")
     try:
         config = load_run_config(config_arg, overrides, args.resume)
     except ConfigError as exc:
@@ -86,11 +89,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _names_a_task(name: str) -> bool:
-    """A built-in task's name that is neither a file nor a shipped config: trained with the default config."""
+    """A task's name (built-in, benchmark, hub:name) that is neither a file nor a shipped config: trained with the
+    default config."""
     from rllm.cli.configs import shipped_configs
-    from rllm.tasks import REGISTRY
+    from rllm.tasks import is_task_name
 
-    return name in REGISTRY and not Path(name).exists() and name not in shipped_configs()
+    return is_task_name(name) and not Path(name).exists() and name not in shipped_configs()
 
 
 def _run_in_verl_environment(argv: list[str]) -> int:

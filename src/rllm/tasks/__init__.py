@@ -22,7 +22,7 @@ from typing import Any
 from rllm._deprecation import moved_attribute, warn_renamed
 from rllm.errors import RllmError
 
-__all__ = ["REGISTRY", "TASK_NAMES", "Task", "UnknownTaskError", "get_task"]
+__all__ = ["HUBS", "REGISTRY", "TASK_NAMES", "Task", "UnknownTaskError", "get_task", "is_task_name"]
 
 # task name -> the module whose TASK it is
 REGISTRY: dict[str, str] = {
@@ -90,10 +90,18 @@ class Task:
         return value
 
 
+# environment hubs: "prefix:name" (e.g. "reasoning_gym:leg_counting") -> the module whose `hub_task(name)` builds it
+HUBS: dict[str, str] = {
+    "reasoning_gym": "rllm.tasks.hubs.reasoning_gym",
+    "textarena": "rllm.tasks.hubs.textarena",
+}
+
+
 def get_task(name: str) -> Task:
-    """The task registered as `name`, importing its module (and no other task's)."""
+    """The task called `name`: a built-in task (importing its module and no other task's), a catalog benchmark
+    (`rllm.tasks.catalog`), or a hub's environment named "hub:name"."""
     if name not in REGISTRY:
-        raise UnknownTaskError(f"unknown task {name!r}; built-in tasks: {', '.join(sorted(REGISTRY))}")
+        return _catalog_or_hub_task(name)
     module = importlib.import_module(REGISTRY[name])
     task = getattr(module, "TASK", None)
     if not isinstance(task, Task) or task.name != name:
@@ -101,6 +109,40 @@ def get_task(name: str) -> Task:
             f"{module.__name__} must define TASK = Task(name={name!r}, ...): the registry names it for task {name!r}"
         )
     return task
+
+
+def _catalog_or_hub_task(name: str) -> Task:
+    hub, colon, env = name.partition(":")
+    if colon:
+        if hub not in HUBS:
+            raise UnknownTaskError(
+                f"unknown environment hub {hub!r} in {name!r}{_close(hub, HUBS)}; hubs: {', '.join(HUBS)}"
+            )
+        return importlib.import_module(HUBS[hub]).hub_task(env)
+    from rllm.tasks.catalog import CATALOG
+    from rllm.tasks.catalog.task import benchmark_task
+
+    if name in CATALOG:
+        return benchmark_task(CATALOG[name])
+    raise UnknownTaskError(
+        f"unknown task {name!r}{_close(name, [*REGISTRY, *CATALOG])}; built-in tasks: {', '.join(sorted(REGISTRY))}; "
+        "benchmarks: `rllm datasets list`; environment hubs: " + ", ".join(f"{hub}:NAME" for hub in HUBS)
+    )
+
+
+def _close(name: str, names: Any) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(names), n=3)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
+def is_task_name(name: str) -> bool:
+    """Whether `name` names a task: built-in, a catalog benchmark, or "hub:name" of a known hub (the hub checks
+    the name when the task is built)."""
+    from rllm.tasks.catalog import CATALOG
+
+    return name in REGISTRY or name in CATALOG or (":" in name and name.partition(":")[0] in HUBS)
 
 
 def __getattr__(name: str) -> Any:
