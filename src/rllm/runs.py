@@ -153,7 +153,8 @@ def create_run_dir(root: str | os.PathLike, name: str | None, *parts: str) -> Pa
                 f"run directory {path} exists already; choose another trainer.name or resume it (--resume {path})"
             ) from None
         return path
-    base = Path(root) / "-".join([*parts, time.strftime("%Y%m%d-%H%M%S")])
+    # a task named hub:name gives a folder name without the colon, which some file systems and tools refuse
+    base = Path(root) / "-".join([*(part.replace(":", "-") for part in parts), time.strftime("%Y%m%d-%H%M%S")])
     path, i = base, 1
     while True:
         try:

@@ -97,7 +97,7 @@ def _require_config(args: argparse.Namespace) -> None:
 
 
 def _resolve_config_name(args: argparse.Namespace) -> None:
-    """A shipped config's name (`rllm train arithmetic_grpo`) becomes its file. `rllm eval` also takes a built-in
+    """A shipped config's name (`rllm train arithmetic_grpo`) becomes its file. `rllm eval` also takes a
     task's name, so there only shipped names and paths resolve and anything else stays a task; `rllm train` takes
     one too (`rllm train arithmetic --agent react`: the default config on that task)."""
     config = getattr(args, "config", None)
@@ -106,10 +106,10 @@ def _resolve_config_name(args: argparse.Namespace) -> None:
     try:
         args.config = configs_cmd.resolve_config(config)
     except RllmError:
-        from rllm.tasks import REGISTRY
+        from rllm.tasks import is_task_name
 
-        if args.command != "eval" and not (args.command == "train" and config in REGISTRY):
-            raise  # eval, train: a built-in task's name
+        if args.command != "eval" and not (args.command == "train" and is_task_name(config)):
+            raise  # eval, train: a task's name (built-in, a benchmark, hub:name)
 
 
 def main(argv: list[str] | None = None) -> int:
