@@ -213,3 +213,14 @@ def test_the_cli_lists_shows_and_refuses_in_one_line(capsys):
         capsys.readouterr().err.strip()
         == "error: unknown benchmark 'gsm8kk'; did you mean gsm8k? (`rllm datasets list` shows them all)"
     )
+
+
+def test_the_docs_page_lists_every_entry_as_the_cli_does(capsys):
+    from rllm.cli.main import main
+
+    assert main(["datasets", "list", "--markdown"]) == 0
+    table = capsys.readouterr().out.strip()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "catalog.md").read_text()
+    shown = page.split("<!-- catalog:start -->\n")[1].split("\n<!-- catalog:end -->")[0]
+    assert shown == table, "docs/catalog.md is out of date: paste `rllm datasets list --markdown` between its markers"
+    assert all(f"| `{name}` |" in shown for name in CATALOG)

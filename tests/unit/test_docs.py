@@ -28,6 +28,7 @@ RUN_BY_TESTS = {
     'name="reverse"': "test_add_a_task_example_registers_generates_and_runs",
     '"reverse": "rllm.tasks.reverse",': "test_add_a_task_example_registers_generates_and_runs",
     "class Add(Tool)": "test_coming_from_rllm_block_runs_a_custom_rllm_tool_and_deepscalers_reward",
+    'source="openai/gsm8k",          # the Hugging Face dataset': "test_the_catalog_page_shows_the_real_gsm8k_entry",
 }
 # Blocks no test runs, by a marker they contain, with the reason. Keep this short.
 ILLUSTRATIVE: dict[str, str] = {}
@@ -217,3 +218,18 @@ def test_readme_is_short_and_its_links_reach_files_in_the_repository():
     targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
     missing = [t for t in targets if not t.startswith("http") and not (ROOT / t).exists()]
     assert targets and not missing, missing
+
+
+def test_the_catalog_page_shows_the_real_gsm8k_entry():
+    from dataclasses import fields
+
+    from rllm.tasks.catalog import CATALOG
+    from rllm.tasks.catalog.entries import BOXED
+    from rllm.tasks.catalog.entry import Benchmark
+
+    block = _block('source="openai/gsm8k",          # the Hugging Face dataset', ROOT / "docs" / "catalog.md")
+    shown = eval(block, {"Benchmark": Benchmark, "BOXED": BOXED})  # the block is one expression
+    real = CATALOG["gsm8k"]
+    assert {f.name: getattr(shown, f.name) for f in fields(Benchmark) if f.name != "homepage"} == {
+        f.name: getattr(real, f.name) for f in fields(Benchmark) if f.name != "homepage"
+    }
