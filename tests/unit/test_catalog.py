@@ -224,3 +224,26 @@ def test_the_docs_page_lists_every_entry_as_the_cli_does(capsys):
     shown = page.split("<!-- catalog:start -->\n")[1].split("\n<!-- catalog:end -->")[0]
     assert shown == table, "docs/catalog.md is out of date: paste `rllm datasets list --markdown` between its markers"
     assert all(f"| `{name}` |" in shown for name in CATALOG)
+
+
+def test_a_verifier_that_hangs_or_raises_ends_the_row_as_a_named_reward_error(monkeypatch):
+    import time
+
+    from rllm.tasks.catalog import task as catalog_task
+
+    row = load_tasks(get_benchmark("gsm8k"), "val", str(FIXTURES))[0]
+    reward_fn = get_task("gsm8k").reward_fn
+    monkeypatch.setattr(catalog_task, "verifier_fn", lambda name: lambda task, response: time.sleep(30))
+    started = time.monotonic()
+    with pytest.raises(
+        RewardError, match=rf"the math verifier of gsm8k did not return within 0.5 s on row {row['id']}"
+    ):
+        reward_fn(row, "\\boxed{1}", verifier_timeout_s=0.5)
+    assert time.monotonic() - started < 5
+
+    def broken(task, response):
+        return {}["missing"]
+
+    monkeypatch.setattr(catalog_task, "verifier_fn", lambda name: broken)
+    with pytest.raises(RewardError, match=rf"the math verifier of gsm8k raised KeyError on row {row['id']}: 'missing'"):
+        reward_fn(row, "\\boxed{1}")

@@ -19,9 +19,12 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import threading
 from typing import Any
 
+from rllm.errors import RllmError
 from rllm.images import image_part
+from rllm.rewards.base import refuse_reward
 from rllm.tasks import Task
 from rllm.tasks.catalog import rows as converters
 from rllm.tasks.catalog.entry import Benchmark
@@ -32,6 +35,7 @@ __all__ = ["benchmark_task", "convert_row", "load_tasks"]
 
 logger = logging.getLogger(__name__)
 
+VERIFIER_TIMEOUT_S = 120.0
 MAX_ROW_CHARS = 2_000_000  # characters of one prompt; ~500K tokens, beyond every context window
 
 
@@ -186,7 +190,35 @@ def catalog_prompt(task: dict) -> str | list[dict]:
 
 
 def _score(name: str, verifier: str, task: dict, response: Any, **reward_args: Any) -> Any:
-    """The verifier's reward; `reward_args` (data.reward_args) go to it, e.g. the judge's endpoint."""
+    """The verifier's reward; `reward_args` (data.reward_args) go to it, e.g. the judge's endpoint. A verifier that
+    raises or does not return within `verifier_timeout_s` (default 120) ends the episode as a reward error naming
+    it and the row (counted, left out of training), never as a 0."""
     if "invalid" in task:
         raise BenchmarkDataError(task["invalid"])
-    return verifier_fn(verifier)(task, response, **reward_args)
+    timeout_s = float(reward_args.pop("verifier_timeout_s", VERIFIER_TIMEOUT_S))
+    fn = verifier_fn(verifier)
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def call() -> None:
+        try:
+            box["result"] = fn(task, response, **reward_args)
+        except BaseException as error:  # handed to the caller below
+            box["error"] = error
+        finally:
+            done.set()
+
+    # a thread of its own, so that a verifier stuck in C code (a regex, sympy) cannot hold the episode forever
+    threading.Thread(target=call, name=f"verifier-{verifier}", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise refuse_reward(
+            f"the {verifier} verifier of {name} did not return within {timeout_s:g} s on row {task.get('id')}"
+        )
+    error = box.get("error")
+    if error is None:
+        return box["result"]
+    if isinstance(error, (RllmError, KeyboardInterrupt, SystemExit)):
+        raise error
+    raise refuse_reward(
+        f"the {verifier} verifier of {name} raised {type(error).__name__} on row {task.get('id')}: {error}"
+    ) from error
