@@ -11,15 +11,24 @@ STAMP := $(VENV)/.installed
 # (several GB) on machines whose disk can be nearly full.
 export PIP_NO_CACHE_DIR := 1
 
-.PHONY: demo test check docs lint install models sandbox chromium codex vllm verl browsergym bench bench-busy clean wheel-test
+.PHONY: demo test test-setup check docs lint install models sandbox chromium codex vllm verl browsergym bench bench-busy clean wheel-test
 
 # The main job: GRPO + LoRA on the embedded Qwen2.5-Coder-0.5B, on a CPU (about 8 minutes on 2 cores).
 demo: models
 	$(RLLM) train configs/arithmetic_grpo.yaml
 
-test: models sandbox chromium codex vllm verl lint docs wheel-test
-	$(PY) -m pytest -q tests
+# Its set-up steps run side by side (`-j4`, each step's output printed whole when it ends); the orderings below keep
+# apart what must not overlap: the apt-get calls (one dpkg lock), and the builds that write the checkout's
+# egg-info (the main venv's editable install, then verl's, then the wheel's build).
+# The tests run in two worker processes (pytest-xdist), a test file to each at a time: much of the suite waits on
+# subprocesses, servers and sandboxes, which the other worker fills. TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
+test:
+	$(MAKE) --no-print-directory -j4 -O test-setup
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 	$(VERL_PY) -m pytest -q tests/verl
+
+test-setup: models sandbox chromium codex vllm verl lint docs wheel-test
 
 # The documentation site, strict: a warning or a broken link fails the build (site/ is not committed).
 docs: install
@@ -145,3 +154,10 @@ bench-busy: install models
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(VERL_VENV) $(BROWSERGYM_VENV) runs .pytest_cache
+
+# `make -j` orderings for test-setup (after every variable they name is defined): one apt-get at a time, and one
+# build writing the checkout's egg-info at a time.
+chromium: | sandbox
+codex: | chromium
+$(VERL_STAMP): | $(STAMP)
+wheel-test: | $(VERL_STAMP)

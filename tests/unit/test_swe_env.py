@@ -3,6 +3,7 @@ outputs, killed commands, hidden tests out of reach, and the grade of a fix, of 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -223,21 +224,41 @@ def test_fixture_sanity():
     assert BUGGY != CALC
 
 
+def _swe_servers() -> dict[int, int]:
+    """Live workspace-server processes: pid -> parent pid."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if b"rllm_swe_server" in (entry / "cmdline").read_bytes() and stat[0] not in ("Z", "X"):
+                    found[int(entry.name)] = int(stat[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    return found
+
+
+def _descends_from_us(pid: int) -> bool:
+    while pid > 1:
+        if pid == os.getpid():
+            return True
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
+
+
 def test_closing_leaves_nothing_running(calc_task):
     env = SWEEnv.from_dict(calc_task)
     env.reset()
     env.step(call("execute_bash", cmd="(sleep 300 &) ; echo started"))
+    servers = _swe_servers()
+    ours = {pid for pid in servers if _descends_from_us(pid)}  # other test processes may run servers too
+    assert ours
     env.close()
     env.close()  # twice is fine
-    leftovers = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if b"rllm_swe_server" in (entry / "cmdline").read_bytes():
-                    leftovers.append(entry.name)
-            except OSError:
-                pass
-    assert leftovers == []
+    assert ours & set(_swe_servers()) == set()  # gone, even one that was orphaned
 
 
 def test_a_task_whose_bug_does_not_apply_is_named(calc_task):

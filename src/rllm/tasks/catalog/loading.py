@@ -110,7 +110,12 @@ def _load(bench: Benchmark, copy: Path | None, config: str | None, split: str) -
 
 
 def _read(bench: Benchmark, copy: Path | None, config: str | None, split: str) -> Any:
-    import datasets
+    try:
+        import datasets
+    except ModuleNotFoundError:
+        raise BenchmarkDataError(
+            f"{bench.name}: benchmarks are read with the datasets library: pip install 'rllm[tasks]'"
+        ) from None
 
     datasets.disable_progress_bars()
     if copy is not None and copy.is_file():
