@@ -1,6 +1,6 @@
-"""Each environment hub through rllm's real loop: `evaluate` (what `rllm eval` runs) with a scripted model that plays
-well, so the hub's reward reaches the summary, then one training step of a tiny random-init model (`AgentTrainer`,
-what `rllm train` runs). The hubs themselves are tested in tests/unit/test_hubs.py."""
+"""Each environment hub, and a catalog benchmark, through rllm's real loop: `evaluate` (what `rllm eval` runs) with a
+scripted model that plays well, so the reward reaches the summary, then one training step of a tiny random-init model
+(`AgentTrainer`, what `rllm train` runs). The hubs themselves are tested in tests/unit/test_hubs.py."""
 
 from __future__ import annotations
 
@@ -83,3 +83,26 @@ def test_textarena_evaluates_and_trains_a_step(tmp_path, monkeypatch, smollm2_to
 @pytest.fixture(autouse=True)
 def _no_leftover_cwd_runs(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # a default run directory would land in the test's own folder
+
+
+def test_a_catalog_benchmark_evaluates_and_trains_from_the_command_line_offline(
+    tmp_path, monkeypatch, capsys, tiny_model_dir
+):
+    """`rllm eval gsm8k --data-dir DIR` and `rllm train gsm8k --data-dir DIR`, as typed, on the fixture (the hub's
+    layout), with the hub unreachable."""
+    from pathlib import Path
+
+    from rllm.cli.main import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    data = str(Path(__file__).resolve().parents[1] / "fixtures" / "catalog")
+    common = [f"model.name={tiny_model_dir}", f"trainer.run_dir={tmp_path}", "--no-progress", "--data-dir", data]
+    assert main(["eval", "gsm8k", *common, "data.val_size=3", "rollout.max_tokens=4", "trainer.name=eval"]) == 0
+    assert "(3 episodes)" in capsys.readouterr().out
+    assert [e.task["data_source"] for e in read_episodes(tmp_path / "eval")] == ["gsm8k"] * 3
+    assert main(["train", "gsm8k", *common, *ONE_STEP, "trainer.name=train"]) == 0
+    (step,) = [m for m in load_metrics(tmp_path / "train") if "reward_mean" in m]
+    assert step["step"] == 1 and "loss_tokens" in step
+    questions = {e.task["question"] for e in read_episodes(tmp_path / "train", split="train")}
+    assert questions and all(q.startswith(("Tom has", "A pen costs", "A farm has")) for q in questions)  # train split
