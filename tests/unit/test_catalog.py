@@ -223,7 +223,7 @@ def test_the_docs_page_lists_every_entry_as_the_cli_does(capsys):
     page = (Path(__file__).resolve().parents[2] / "docs" / "catalog.md").read_text()
     shown = page.split("<!-- catalog:start -->\n")[1].split("\n<!-- catalog:end -->")[0]
     assert shown == table, "docs/catalog.md is out of date: paste `rllm datasets list --markdown` between its markers"
-    assert all(f"| `{name}` |" in shown for name in CATALOG)
+    assert all(f"| `rllm eval {name}` |" in shown for name in CATALOG)
 
 
 def test_a_verifier_that_hangs_or_raises_ends_the_row_as_a_named_reward_error(monkeypatch):

@@ -49,7 +49,7 @@ def plain_table(benches: list) -> str:
 
 def markdown_table(benches: list) -> str:
     rows = [
-        "| name | category | source (config) | eval / train split | verifier | what it is |",
+        "| run it | category | source (config) | eval / train split | verifier | what it is |",
         "|---|---|---|---|---|---|",
     ]
     for b in benches:
@@ -60,7 +60,7 @@ def markdown_table(benches: list) -> str:
         )
         splits = f"{b.eval_split} / {b.train_split or '-'}"
         source = f"[{b.source}]({b.homepage}){configs}" if b.homepage else f"{b.source}{configs}"
-        rows.append(f"| `{b.name}` | {b.category} | {source} | {splits} | {b.verifier} | {b.description} |")
+        rows.append(f"| `rllm eval {b.name}` | {b.category} | {source} | {splits} | {b.verifier} | {b.description} |")
     return "\n".join(rows)
 
 
