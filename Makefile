@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 # (several GB) on machines whose disk can be nearly full.
 export PIP_NO_CACHE_DIR := 1
 
-.PHONY: demo test test-setup check docs lint install models sandbox chromium codex vllm verl browsergym bench bench-busy clean wheel-test
+.PHONY: demo test test-setup check docs lint install models sandbox chromium codex vllm verl hub-verifiers browsergym bench bench-busy clean wheel-test
 
 # The main job: GRPO + LoRA on the embedded Qwen2.5-Coder-0.5B, on a CPU (about 8 minutes on 2 cores).
 demo: models
@@ -27,8 +27,9 @@ test:
 	$(MAKE) --no-print-directory -j4 -O test-setup
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 	$(VERL_PY) -m pytest -q tests/verl
+	PYTHONPATH=src $(VERIFIERS_PY) -m pytest -q -k verifiers tests/unit/test_hubs_more.py tests/integration/test_hubs_more_train.py
 
-test-setup: models sandbox chromium codex vllm verl lint docs wheel-test
+test-setup: models sandbox chromium codex vllm verl hub-verifiers lint docs wheel-test
 
 # The documentation site, strict: a warning or a broken link fails the build (site/ is not committed).
 docs: install
@@ -122,6 +123,23 @@ $(VERL_STAMP): pyproject.toml
 	$(VERL_PY) -c "import verl.workers.engine_workers"
 	touch $(VERL_STAMP)
 
+# verifiers:ENV (rllm.tasks.hubs.verifiers) in its own venv: every verifiers release pins mcp or openai against
+# rllm's. It runs rllm from src/ (PYTHONPATH) instead of installing it, so it never builds the package and can be set
+# up beside the builds that do; its requirements are read from pyproject.toml (~2 min, 1.5 GB). `make test` runs the
+# verifiers tests under it.
+VERIFIERS_VENV ?= .venv-verifiers
+VERIFIERS_PY := $(VERIFIERS_VENV)/bin/python
+
+hub-verifiers: $(VERIFIERS_VENV)/.installed
+
+$(VERIFIERS_VENV)/.installed: pyproject.toml
+	test -x $(VERIFIERS_PY) || $(PYTHON) -m venv $(VERIFIERS_VENV)
+	$(VERIFIERS_PY) -m pip install -q --upgrade pip
+	$(VERIFIERS_PY) scripts/extra_requirements.py torch dev verifiers > $(VERIFIERS_VENV)/requirements.txt
+	$(VERIFIERS_PY) -m pip install -q -r $(VERIFIERS_VENV)/requirements.txt
+	PYTHONPATH=src $(VERIFIERS_PY) -c "import verifiers, rllm.harnesses.verifiers"
+	touch $@
+
 # BrowserGym (rllm.tasks.web.browsergym, for WebArena/WorkArena/... users) in its own venv: browsergym-core pins
 # playwright==1.44, which cannot share ours. On request only (not part of `make test`); no browser is downloaded.
 # Its parity test: $(BROWSERGYM_VENV)/bin/python -m pytest tests/browsergym
@@ -153,7 +171,7 @@ bench-busy: install models
 	$(PY) benchmarks/write_results.py --only busy-machine
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(VERL_VENV) $(BROWSERGYM_VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(VERL_VENV) $(VERIFIERS_VENV) $(BROWSERGYM_VENV) runs .pytest_cache
 
 # `make -j` orderings for test-setup (after every variable they name is defined): one apt-get at a time, and one
 # build writing the checkout's egg-info at a time.

@@ -49,6 +49,8 @@ ROWS: dict[str, tuple[str, list[str]]] = {
     "web_grpo": ("web_grpo", []),
     "swe_grpo": ("swe_grpo", []),
     "shapes_grpo": ("shapes_grpo", []),  # the vision-language agent, from the base model (no SFT warm start)
+    "textarena_grpo": ("textarena_grpo", []),  # a TextArena game from its hub, multi-turn (textarena:ENV_ID)
+    "reasoning_gym_grpo": ("reasoning_gym_grpo", []),  # a reasoning-gym generator with its own scorer
     "arithmetic_rloo": ("arithmetic_grpo", ["algorithm.advantage=rloo"]),
     "arithmetic_dr_grpo": (
         "arithmetic_grpo",

@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import time
 import warnings
 from collections.abc import Iterable, Iterator
@@ -141,6 +142,10 @@ def _is_training_run(run_dir: Path) -> bool:
 # ---- creating a run --------------------------------------------------------------------------------------------
 
 
+def _name_part(part: str) -> str:
+    return re.sub(r"[^\w.+-]+", "-", part).strip("-.") or "run"
+
+
 def create_run_dir(root: str | os.PathLike, name: str | None, *parts: str) -> Path:
     """A new folder `root/name`, or `root/<parts joined by '-'>-<time>` (unique) when `name` is None."""
     if name is not None:
@@ -153,8 +158,8 @@ def create_run_dir(root: str | os.PathLike, name: str | None, *parts: str) -> Pa
                 f"run directory {path} exists already; choose another trainer.name or resume it (--resume {path})"
             ) from None
         return path
-    # a task named hub:name gives a folder name without the colon, which some file systems and tools refuse
-    base = Path(root) / "-".join([*(part.replace(":", "-") for part in parts), time.strftime("%Y%m%d-%H%M%S")])
+    # a task named hub:name or by a path (a folder of Harbor tasks) gives one folder name, without ':' or '/'
+    base = Path(root) / "-".join([*(_name_part(part) for part in parts), time.strftime("%Y%m%d-%H%M%S")])
     path, i = base, 1
     while True:
         try:

@@ -103,6 +103,12 @@ def _resolve_config_name(args: argparse.Namespace) -> None:
     config = getattr(args, "config", None)
     if args.command not in (*_CONFIG_EXAMPLES, "eval") or not config or ("=" in config and not Path(config).exists()):
         return
+    if args.command == "train" and Path(config).is_dir():  # a folder of task folders (Harbor's): the default config
+        from rllm.tasks import is_task_name
+
+        if is_task_name(config):
+            args.config, args.overrides = None, [f"data.task={config}", *args.overrides]
+            return
     try:
         args.config = configs_cmd.resolve_config(config)
     except RllmError:

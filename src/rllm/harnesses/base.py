@@ -64,6 +64,7 @@ HARNESSES: dict[str, str] = {
     "codex-cli": "rllm.harnesses.codex_cli:codex_cli",
     "bash": "rllm.harnesses.bash:bash",
     "mini-swe-agent": "rllm.harnesses.mini_swe_agent:mini_swe_agent",
+    "oracle": "rllm.harnesses.oracle:OracleWorkflow",  # a task's own solution, no model (Harbor task folders)
 }
 # the built-ins that work in a task's workspace (`HarnessJob.workspace`); the others play prompt tasks
 WORKSPACE_HARNESSES = frozenset({"bash", "mini-swe-agent"})
@@ -225,6 +226,8 @@ def harness_workflow(
 ) -> tuple[type[HarnessWorkflow], dict[str, Any]]:
     """(the workflow class that plays `task_spec` with harness `name`, its arguments)."""
     harness = get_harness(name)
+    if isinstance(harness, type) and hasattr(harness, "for_task"):  # a workflow of its own: plays without a model
+        return harness, harness.for_task(task_spec, dict(agent_args or {}))
     env_class = _fitting_env(name, harness, task_spec)
     args = dict(agent_args or {})
     attributes = {

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -92,14 +93,18 @@ class Task:
 
 # environment hubs: "prefix:name" (e.g. "reasoning_gym:leg_counting") -> the module whose `hub_task(name)` builds it
 HUBS: dict[str, str] = {
+    "openenv": "rllm.tasks.hubs.openenv",
     "reasoning_gym": "rllm.tasks.hubs.reasoning_gym",
+    "skyrl_gym": "rllm.tasks.hubs.skyrl_gym",
     "textarena": "rllm.tasks.hubs.textarena",
+    "verifiers": "rllm.tasks.hubs.verifiers",
 }
 
 
 def get_task(name: str) -> Task:
     """The task called `name`: a built-in task (importing its module and no other task's), a catalog benchmark
-    (`rllm.tasks.catalog`), or a hub's environment named "hub:name"."""
+    (`rllm.tasks.catalog`), a hub's environment named "hub:name", or a directory of Harbor task folders
+    (`rllm.tasks.harbor`)."""
     if name not in REGISTRY:
         return _catalog_or_hub_task(name)
     module = importlib.import_module(REGISTRY[name])
@@ -112,6 +117,10 @@ def get_task(name: str) -> Task:
 
 
 def _catalog_or_hub_task(name: str) -> Task:
+    if _is_harbor_dir(name):
+        from rllm.tasks.harbor import harbor_task
+
+        return harbor_task(name)
     hub, colon, env = name.partition(":")
     if colon:
         if hub not in HUBS:
@@ -133,16 +142,26 @@ def _catalog_or_hub_task(name: str) -> Task:
 def _close(name: str, names: Any) -> str:
     import difflib
 
-    close = difflib.get_close_matches(name, list(names), n=3)
+    close = difflib.get_close_matches(name, list(names), n=3, cutoff=0.75)
     return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 def is_task_name(name: str) -> bool:
-    """Whether `name` names a task: built-in, a catalog benchmark, or "hub:name" of a known hub (the hub checks
-    the name when the task is built)."""
+    """Whether `name` names a task: built-in, a catalog benchmark, "hub:name" of a known hub (the hub checks
+    the name when the task is built), or a directory holding Harbor task folders."""
     from rllm.tasks.catalog import CATALOG
 
-    return name in REGISTRY or name in CATALOG or (":" in name and name.partition(":")[0] in HUBS)
+    hub = ":" in name and name.partition(":")[0] in HUBS
+    return name in REGISTRY or name in CATALOG or hub or _is_harbor_dir(name)
+
+
+def _is_harbor_dir(name: str) -> bool:
+    """A directory with task.toml in it or in its sub-folders (rllm.tasks.harbor, imported only for a directory)."""
+    if not name or not os.path.isdir(name):
+        return False
+    from rllm.tasks.harbor import is_harbor_dir
+
+    return is_harbor_dir(name)
 
 
 def __getattr__(name: str) -> Any:

@@ -29,7 +29,7 @@ class UnknownBenchmarkError(RllmError, KeyError):
 def get_benchmark(name: str) -> Benchmark:
     """The entry called `name`; one line with the closest names otherwise."""
     if name not in CATALOG:
-        close = difflib.get_close_matches(name, CATALOG, n=3)
+        close = difflib.get_close_matches(name, CATALOG, n=3, cutoff=0.75)
         hint = f"; did you mean {' or '.join(close)}?" if close else ""
         raise UnknownBenchmarkError(f"unknown benchmark {name!r}{hint} (`rllm datasets list` shows them all)")
     return CATALOG[name]
