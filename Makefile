@@ -18,8 +18,8 @@ demo: models
 	$(RLLM) train configs/arithmetic_grpo.yaml
 
 # Its set-up steps run side by side (`-j4`, each step's output printed whole when it ends); the orderings below keep
-# apart what must not overlap: the apt-get calls (one dpkg lock), and the builds that write the checkout's
-# egg-info (the main venv's editable install, then verl's, then the wheel's build).
+# apart what must not overlap: the apt-get calls (one dpkg lock), and the editable installs that write the checkout's
+# egg-info (the main venv's, then verl's).
 # The tests run in two worker processes (pytest-xdist), a test file to each at a time: much of the suite waits on
 # subprocesses, servers and sandboxes, which the other worker fills. TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
@@ -174,8 +174,7 @@ clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(VERL_VENV) $(VERIFIERS_VENV) $(BROWSERGYM_VENV) runs .pytest_cache
 
 # `make -j` orderings for test-setup (after every variable they name is defined): one apt-get at a time, and one
-# build writing the checkout's egg-info at a time.
+# editable install writing the checkout's egg-info at a time (wheel-test builds from a copy of the checkout).
 chromium: | sandbox
 codex: | chromium
 $(VERL_STAMP): | $(STAMP)
-wheel-test: | $(VERL_STAMP)

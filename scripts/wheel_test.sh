@@ -17,7 +17,12 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/rllm-wheel-test.XXXXXX")"
 step() { printf '\n== %s (%ss)\n' "$*" "$SECONDS"; }
 
 step "build the sdist and the wheel"
-"$python" -m build --outdir "$work/dist" "$checkout" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+# from a copy of the checkout's files (tracked, and untracked but not ignored): a build writes its egg-info where it
+# builds, and `make test` runs this beside the verl venv's editable install, which writes the checkout's
+mkdir "$work/source"
+git -C "$checkout" ls-files -z --cached --others --exclude-standard |
+  tar -C "$checkout" --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -C "$work/source" -xf -
+"$python" -m build --outdir "$work/dist" "$work/source" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
 wheel="$(ls "$work"/dist/rllm-*.whl)"
 ls "$work"/dist/rllm-*.tar.gz >/dev/null
 configs_in_wheel="$("$python" -c 'import sys, zipfile; print(sum(n.startswith("rllm/configs/") and n.endswith(".yaml") for n in zipfile.ZipFile(sys.argv[1]).namelist()))' "$wheel")"

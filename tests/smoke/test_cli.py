@@ -142,7 +142,8 @@ def test_unknown_task_is_a_clear_error(tmp_path):
     out = _rllm("eval", "nosuchtask", cwd=tmp_path)
     assert out.returncode != 0
     known = "arithmetic, code, countdown, frozenlake, humaneval, math, mcp_kb"
-    assert f"data.task = 'nosuchtask': unknown built-in task 'nosuchtask'; built-in tasks: {known}" in out.stderr
+    assert f"data.task = 'nosuchtask': unknown task 'nosuchtask'; built-in tasks: {known}" in out.stderr
+    assert "benchmarks: `rllm datasets list`; environment hubs: hub:name" in out.stderr
     assert "Traceback" not in out.stderr
 
 
