@@ -42,26 +42,13 @@ MAX_ROW_CHARS = 2_000_000  # characters of one prompt; ~500K tokens, beyond ever
 def benchmark_task(bench: Benchmark) -> Task:
     """The `Task` that plays `bench`: prompt and verifier for the single-turn workflow or a harness, or, for a SWE
     benchmark, the SWE agent and environment (its rows are Docker-mode SWE tasks)."""
+    common = {"name": bench.name, "description": bench.description, "make_tasks": functools.partial(_make_tasks, bench)}
     if bench.agent == "swe":
         from rllm.tasks.swe import SWEAgent, SWEEnv
 
-        return Task(
-            name=bench.name,
-            description=bench.description,
-            make_tasks=functools.partial(_make_tasks, bench),
-            agent=SWEAgent,
-            env=SWEEnv,
-            default_workflow="agent_env",
-        )
+        return Task(**common, agent=SWEAgent, env=SWEEnv, default_workflow="agent_env")
     reward_fn = functools.partial(_score, bench.name, bench.verifier)
-    return Task(
-        name=bench.name,
-        description=bench.description,
-        make_tasks=functools.partial(_make_tasks, bench),
-        prompt_fn=catalog_prompt,
-        reward_fn=reward_fn,
-        default_workflow=bench.agent,
-    )
+    return Task(**common, prompt_fn=catalog_prompt, reward_fn=reward_fn, default_workflow=bench.agent)
 
 
 def _make_tasks(
