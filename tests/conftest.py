@@ -3,7 +3,9 @@ unit tests are tiny random-init ones built around those tokenizers, so the suite
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,16 @@ from rllm.cpus import usable_cores
 # One torch thread count for the whole suite and the CLIs it starts, whatever else the machine runs: by default rllm
 # follows the machine's load (rllm.cpus), and tests that compare two runs bitwise need the same count in both.
 os.environ.setdefault("OMP_NUM_THREADS", str(usable_cores()))
+# Every process a test starts (a CLI run, Ray's daemons, a vLLM server) inherits this mark of the test process that
+# started it (each xdist worker puts its own), so that a check for leftover processes counts only its own: `make test`
+# runs the verl tests beside the main suite, and each of them starts Ray and vLLM.
+TEST_PROCESS_MARK = "RLLM_TEST_PROCESS"
+os.environ[TEST_PROCESS_MARK] = str(os.getpid())
+# A Ray temp dir of each test process's own: a local `ray.init()` connects to the cluster whose address the latest
+# simulated cluster (ray.cluster_utils) wrote under it, which must not be another test process's. Short, since Ray
+# puts Unix sockets there.
+os.environ["RAY_TMPDIR"] = f"/tmp/rllm-ray-{os.getpid()}"
+atexit.register(shutil.rmtree, os.environ["RAY_TMPDIR"], ignore_errors=True)
 
 SMOLLM2 = "smollm2-135m-instruct"
 QWEN = "qwen2.5-coder-0.5b-instruct"
@@ -134,6 +146,31 @@ def sharpen(model, seed: int = 0):
                 scale = 2.0 / param.shape[1] ** 0.5 * (8 if "embed" in name else 1)
                 param.copy_(torch.randn(param.shape, generator=generator) * scale)
     return model
+
+
+def own_processes(keywords=("raylet", "gcs_server", "vllm serve")) -> dict[int, str]:
+    """pid -> command line of the running processes that this test process started (directly or not: they carry its
+    mark, see TEST_PROCESS_MARK) and whose command line names one of `keywords`: by default Ray's daemons and vLLM
+    servers."""
+    mark = f"{TEST_PROCESS_MARK}={os.environ[TEST_PROCESS_MARK]}".encode()
+    listing = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, check=True).stdout
+    found = {}
+    for line in listing.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        if not any(k in args for k in keywords):
+            continue
+        try:
+            environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:  # ended since the listing
+            continue
+        if mark in environment:
+            found[int(pid)] = args
+    return found
+
+
+def leftover_processes() -> list[str]:
+    """Ray daemons and vLLM servers this test process started that are still running."""
+    return list(own_processes().values())
 
 
 def run_rllm(*args: str, cwd=None, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -3,13 +3,12 @@ over to the verl environment (`make verl`) and trains on 2 verl workers; no Ray 
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from rllm.runs import load_metrics
-from tests.conftest import run_rllm
+from tests.conftest import leftover_processes, run_rllm
 
 VERL_PYTHON = Path(".venv-verl/bin/python")
 
@@ -40,5 +39,4 @@ def test_the_issue_command_runs_on_two_verl_workers_from_the_main_environment(tm
     assert [m["weight_version"] for m in steps] == [1, 2] and all(m["loss_tokens"] > 0 for m in steps)
     shards = sorted(p.name for p in (tmp_path / "v" / "checkpoints" / "step_000002" / "verl").glob("model_*"))
     assert shards == ["model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
-    processes = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
-    assert not [p for p in processes.splitlines() if any(k in p for k in ("raylet", "gcs_server", "vllm serve"))]
+    assert not leftover_processes()

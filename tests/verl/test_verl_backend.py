@@ -6,7 +6,9 @@ Each test starts (and stops) its own local Ray, or a simulated 2-node cluster, o
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import subprocess
 
 import pytest
@@ -21,6 +23,7 @@ from rllm.training.backends.torch import TorchBackend
 from rllm.training.backends.verl import VerlBackend
 from rllm.training.batch import TrainingRow
 from rllm.training.trainer import AgentTrainer, is_time_metric
+from tests.conftest import leftover_processes, own_processes
 
 TINY = [
     "rollout.n=2",
@@ -33,12 +36,6 @@ TINY = [
     "trainer.backend=verl",
     "trainer.tensorboard=false",
 ]
-
-
-def ray_processes() -> list[str]:
-    """Ray's own daemons (and any vLLM) still running on this machine."""
-    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
-    return [line for line in out.splitlines() if any(k in line for k in ("raylet", "gcs_server", "vllm serve"))]
 
 
 def synthetic_rows(seed: int = 0, n: int = 4) -> list[TrainingRow]:
@@ -138,7 +135,7 @@ def test_verl_matches_the_torch_backend_and_two_workers_match_one(tiny_model_dir
             backend.close()
     assert_same_update(torch_steps, results[1][0], torch_weights, results[1][1])
     assert_same_update(results[1][0], results[2][0], results[1][1], results[2][1])
-    assert not ray_processes()
+    assert not leftover_processes()
 
 
 def test_verl_knobs_offload_eager_attention_micro_batch_and_overrides(tiny_model_dir):
@@ -173,7 +170,6 @@ def test_verl_knobs_offload_eager_attention_micro_batch_and_overrides(tiny_model
 
 
 def test_a_cluster_smaller_than_requested_fails_fast_and_stops_ray(tiny_model_dir):
-    import os
     import time
 
     config = backend_config(tiny_model_dir, trainer={"workers_per_node": (os.cpu_count() or 1) + 1})
@@ -181,7 +177,7 @@ def test_a_cluster_smaller_than_requested_fails_fast_and_stops_ray(tiny_model_di
     with pytest.raises(ConfigError, match=r"needs 1 Ray node\(s\) with \d+ free CPU\(s\) each"):
         VerlBackend(config, tiny_model_dir / "small")
     assert time.monotonic() - started < 60
-    assert not ray_processes()
+    assert not leftover_processes()
 
 
 PARITY = """
@@ -238,7 +234,7 @@ def test_resume_after_stop_after_equals_an_uninterrupted_run(tmp_path, tiny_mode
         assert a.keys() == b.keys()
         for key in a:
             assert a[key] == pytest.approx(b[key], abs=1e-5), key
-    assert not ray_processes()
+    assert not leftover_processes()
 
 
 def test_a_multi_turn_frozenlake_step_trains_on_policy_with_observations_masked(tmp_path, tiny_model_dir):
@@ -262,7 +258,7 @@ def test_a_multi_turn_frozenlake_step_trains_on_policy_with_observations_masked(
     assert step["batch/rows"] == 4 and step["batch/rows_split"] == 0  # one row per two-turn episode
     assert step["loss_tokens"] < step["train_tokens"]  # prompts and observations are not trained on
     assert step["approx_kl"] < 1e-6 and step["clip_fraction"] == 0  # same tokens, same positions as sampled
-    assert not ray_processes()
+    assert not leftover_processes()
 
 
 def test_two_steps_on_a_simulated_two_node_cluster(tmp_path, tiny_model_dir):
@@ -296,7 +292,7 @@ def test_two_steps_on_a_simulated_two_node_cluster(tmp_path, tiny_model_dir):
         assert not ray.is_initialized()  # the driver left the cluster; the cluster itself is the caller's
     finally:
         cluster.shutdown()
-    assert not ray_processes()
+    assert not leftover_processes()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -357,11 +353,12 @@ def test_a_worker_killed_mid_run_stops_it_with_the_error_and_it_resumes(tmp_path
 
     process = _start_cli_run(tmp_path, tiny_model_dir, "killed")
     _wait_for_checkpoint(tmp_path / "killed", process)
-    subprocess.run(["pkill", "-9", "-f", "ray::WorkerDict"], check=False)
+    for pid in own_processes(["ray::WorkerDict"]):  # this run's workers only: the main suite may run Ray too
+        os.kill(pid, signal.SIGKILL)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 2, stderr[-3000:]
     assert "a verl worker failed to" in stderr and "--resume" in stderr
-    assert not ray_processes()
+    assert not leftover_processes()
     last = latest_checkpoint(tmp_path / "killed")
     assert last is not None and int(last.name.removeprefix("step_")) < 30
 
@@ -372,12 +369,10 @@ def test_a_worker_killed_mid_run_stops_it_with_the_error_and_it_resumes(tmp_path
     assert resumed.returncode == 0, stderr[-3000:]
     steps = [m["step"] for m in load_metrics(tmp_path / "killed") if "reward_mean" in m]
     assert steps == list(range(1, steps[-1] + 1)) and steps[-1] > int(last.name[5:])  # continued, no gap
-    assert not ray_processes()
+    assert not leftover_processes()
 
 
 def test_ctrl_c_stops_the_run_and_every_ray_process(tmp_path, tiny_model_dir):
-    import signal
-
     process = _start_cli_run(tmp_path, tiny_model_dir, "interrupted")
     _wait_for_checkpoint(tmp_path / "interrupted", process)
     process.send_signal(signal.SIGINT)
@@ -386,7 +381,7 @@ def test_ctrl_c_stops_the_run_and_every_ray_process(tmp_path, tiny_model_dir):
     assert process.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
     line = stderr.strip().splitlines()[-1]
     assert line.startswith("interrupted (SIGINT) ") and line.endswith(f"--resume {tmp_path / 'interrupted'}"), line
-    assert not ray_processes()
+    assert not leftover_processes()
 
 
 def test_busy_resources_fail_after_the_placement_timeout_and_leave_the_callers_ray_up(tiny_model_dir):
@@ -417,7 +412,7 @@ def test_busy_resources_fail_after_the_placement_timeout_and_leave_the_callers_r
         assert ray.is_initialized()
     finally:
         ray.shutdown()
-    assert not ray_processes()
+    assert not leftover_processes()
 
 
 @pytest.mark.skipif(not __import__("pathlib").Path(".venv-vllm/bin/python").exists(), reason="needs make vllm")
@@ -446,4 +441,4 @@ def test_vllm_rollouts_sample_from_the_verl_workers_weights(tmp_path, smollm2_to
     steps = [m for m in load_metrics(tmp_path / "vllm") if "reward_mean" in m]
     assert [m["weight_version"] for m in steps] == [1, 2] and any(m["grad_norm"] > 0 for m in steps)
     assert all(m["weight_sync_logprob_max_diff"] < 0.02 for m in steps)
-    assert not ray_processes()
+    assert not leftover_processes()
