@@ -30,13 +30,14 @@ demo: models
 # subprocesses, servers and sandboxes. The orderings at the end keep apart what must not overlap: the apt-get calls
 # (one dpkg lock), and the editable installs that write the checkout's egg-info (the main venv's, then verl's).
 # The main suite runs in two worker processes (pytest-xdist), a test file to each at a time; TEST_WORKERS=0 runs it
-# in one process. The verl and verifiers tests run under their own venvs.
+# in one process, and lists its 15 slowest tests last (keep `make test` under 30 minutes on 2 cores). The verl and
+# verifiers tests run under their own venvs.
 TEST_WORKERS ?= 2
 test:
 	$(MAKE) --no-print-directory -j4 -Oline test-main test-verl test-verifiers lint docs wheel-test
 
 test-main: models sandbox chromium codex vllm
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
 test-verl: verl models
 	$(VERL_PY) -m pytest -q tests/verl
