@@ -25,16 +25,18 @@ UV_INSTALL = $(UV) pip install -q $(foreach link,$(FIND_LINKS),--find-links $(li
 demo: models
 	$(RLLM) train configs/arithmetic_grpo.yaml
 
-# Everything runs side by side (`-j4`, output a whole line at a time): each test run starts as soon as what it needs
-# is installed, beside lint, the docs build, the wheel test and the other runs, since much of the suite waits on
-# subprocesses, servers and sandboxes. The orderings at the end keep apart what must not overlap: the apt-get calls
-# (one dpkg lock), and the editable installs that write the checkout's egg-info (the main venv's, then verl's).
-# The main suite runs in two worker processes (pytest-xdist), a test file to each at a time; TEST_WORKERS=0 runs it
-# in one process, and lists its 15 slowest tests last (keep `make test` under 30 minutes on 2 cores). The verl and
-# verifiers tests run under their own venvs.
+# The set-up steps run side by side (`-j4`, each step's output printed whole when it ends); the orderings at the end
+# keep apart what must not overlap: the apt-get calls (one dpkg lock), and the editable installs that write the
+# checkout's egg-info (the main venv's, then verl's). The test runs follow one after another: the suite keeps both
+# cores busy, and the verl tests run beside it took longer in all (the machine saturated: 2026-11-29, 2 cores).
+# The main suite runs in two worker processes (pytest-xdist), a test file to each at a time: much of it waits on
+# subprocesses, servers and sandboxes, which the other worker fills. TEST_WORKERS=0 runs it in one process. It lists
+# its 15 slowest tests last (keep `make test` under 30 minutes on 2 cores). The verl and verifiers tests run under
+# their own venvs.
 TEST_WORKERS ?= 2
 test:
-	$(MAKE) --no-print-directory -j4 -Oline test-main test-verl test-verifiers lint docs wheel-test
+	$(MAKE) --no-print-directory -j4 -O test-setup
+	$(MAKE) --no-print-directory test-main test-verl test-verifiers
 
 test-main: models sandbox chromium codex vllm
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
@@ -45,7 +47,7 @@ test-verl: verl models
 test-verifiers: hub-verifiers models
 	PYTHONPATH=src $(VERIFIERS_PY) -m pytest -q -k verifiers tests/unit/test_hubs_more.py tests/integration/test_hubs_more_train.py
 
-test-setup: models sandbox chromium codex vllm verl hub-verifiers
+test-setup: models sandbox chromium codex vllm verl hub-verifiers lint docs wheel-test
 
 # The documentation site, strict: a warning or a broken link fails the build (site/ is not committed).
 docs: install
