@@ -11,6 +11,10 @@ STAMP := $(VENV)/.installed
 # on machines whose disk can be nearly full.
 export PIP_NO_CACHE_DIR := 1
 export UV_NO_CACHE := 1
+# Bytecode compiled at install, as pip does: where PYTHONDONTWRITEBYTECODE is set (as on this project's machines)
+# nothing is cached at run time, and every process the tests start would compile torch's and transformers' modules
+# again (the suite ran minutes longer without it).
+export UV_COMPILE_BYTECODE := 1
 # The venvs are installed with uv (pinned, put into .venv by pip): the same resolution as pip's, in seconds instead of
 # minutes. uv reads neither pip's config nor PIP_* variables, so it is handed pip's find-links, where a machine may
 # keep wheels of its own (such as a CPU build of torch, which PyPI's Linux torch is not).
