@@ -32,7 +32,8 @@ demo: models
 # The set-up steps run side by side (`-j4`, each step's output printed whole when it ends); the orderings at the end
 # keep apart what must not overlap: the apt-get calls (one dpkg lock), and the editable installs that write the
 # checkout's egg-info (the main venv's, then verl's). The test runs follow one after another: the suite keeps both
-# cores busy, and the verl tests run beside it took longer in all (the machine saturated: 2026-11-29, 2 cores).
+# cores busy (a trial with the verl tests beside it, 2026-11-29, saturated the 2 cores and was no faster; it ran
+# without compiled bytecode, so it is worth repeating).
 # The main suite runs in two worker processes (pytest-xdist), a test file to each at a time: much of it waits on
 # subprocesses, servers and sandboxes, which the other worker fills. TEST_WORKERS=0 runs it in one process. It lists
 # its 15 slowest tests last (keep `make test` under 30 minutes on 2 cores). The verl and verifiers tests run under
