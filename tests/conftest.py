@@ -18,8 +18,8 @@ from rllm.cpus import usable_cores
 # follows the machine's load (rllm.cpus), and tests that compare two runs bitwise need the same count in both.
 os.environ.setdefault("OMP_NUM_THREADS", str(usable_cores()))
 # Every process a test starts (a CLI run, Ray's daemons, a vLLM server) inherits this mark of the test process that
-# started it (each xdist worker puts its own), so that a check for leftover processes counts only its own: `make test`
-# runs the verl tests beside the main suite, and each of them starts Ray and vLLM.
+# started it (each xdist worker puts its own), so that a check for leftover processes counts only its own: the two
+# xdist workers, or a verl test run beside the main suite, may each have Ray or vLLM running at the same time.
 TEST_PROCESS_MARK = "RLLM_TEST_PROCESS"
 os.environ[TEST_PROCESS_MARK] = str(os.getpid())
 # A Ray temp dir of each test process's own: a local `ray.init()` connects to the cluster whose address the latest
