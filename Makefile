@@ -16,8 +16,9 @@ export UV_NO_CACHE := 1
 # again (the suite ran minutes longer without it).
 export UV_COMPILE_BYTECODE := 1
 # The venvs are installed with uv (pinned, put into .venv by pip): the same resolution as pip's, in about half the
-# time with bytecode compiled (the main venv 2.5 min on a busy 2-core machine, where pip took about 5). uv reads neither pip's config nor PIP_* variables, so it is handed pip's find-links, where a machine may
-# keep wheels of its own (such as a CPU build of torch, which PyPI's Linux torch is not).
+# time with bytecode compiled (the main venv 2.5 min on a busy 2-core machine, where pip took about 5). uv reads
+# neither pip's config nor PIP_* variables, so it is handed pip's find-links, where a machine may keep wheels of its
+# own (such as a CPU build of torch, which PyPI's Linux torch is not).
 UV_VERSION := 0.13.9
 UV := $(VENV)/bin/uv
 FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
