@@ -11,12 +11,13 @@ STAMP := $(VENV)/.installed
 # on machines whose disk can be nearly full.
 export PIP_NO_CACHE_DIR := 1
 export UV_NO_CACHE := 1
-# Bytecode compiled at install, as pip does: where PYTHONDONTWRITEBYTECODE is set (as on this project's machines)
-# nothing is cached at run time, and every process the tests start would compile torch's and transformers' modules
-# again (the suite ran minutes longer without it).
-export UV_COMPILE_BYTECODE := 1
-# The venvs are installed with uv (pinned, put into .venv by pip): the same resolution as pip's, in about half the
-# time with bytecode compiled (the main venv 2.5 min on a busy 2-core machine, where pip took about 5). uv reads
+# Bytecode is written as modules are first imported, not compiled at install: where PYTHONDONTWRITEBYTECODE is set (as
+# on this project's machines) nothing would be cached, and every process the tests start would compile torch's and
+# transformers' modules again (the suite ran minutes longer); compiling every module of the four venvs at install
+# (93 k files) cost minutes of set-up, though a run imports a small part of them.
+unexport PYTHONDONTWRITEBYTECODE
+# The venvs are installed with uv (pinned, put into .venv by pip): the same resolution as pip's, in seconds where pip
+# took minutes (the main venv 25 s; pip about 5 min, compiling every module). uv reads
 # neither pip's config nor PIP_* variables, so it is handed pip's find-links, where a machine may keep wheels of its
 # own (such as a CPU build of torch, which PyPI's Linux torch is not).
 UV_VERSION := 0.13.9
@@ -32,9 +33,9 @@ demo: models
 
 # The set-up steps run side by side (`-j4`, each step's output printed whole when it ends); the orderings at the end
 # keep apart what must not overlap: the apt-get calls (one dpkg lock), and the editable installs that write the
-# checkout's egg-info (the main venv's, then verl's). The test runs follow one after another: the suite keeps both
-# cores busy (a trial with the verl tests beside it, 2026-11-29, saturated the 2 cores and was no faster; it ran
-# without compiled bytecode, so it is worth repeating).
+# checkout's egg-info (the main venv's, then verl's). Then the main suite runs beside the verl tests and, after
+# them, the verifiers tests (`-j2`, each one's output printed whole when it ends): the suite alone kept the 2 cores
+# 80 % busy, the verl tests 57 % (Ray's start-up and placement waits), so side by side they fill each other's gaps.
 # The main suite runs in two worker processes (pytest-xdist), a test file to each at a time: much of it waits on
 # subprocesses, servers and sandboxes, which the other worker fills. TEST_WORKERS=0 runs it in one process. It lists
 # its 15 slowest tests last (keep `make test` under 30 minutes on 2 cores). The verl and verifiers tests run under
@@ -42,7 +43,7 @@ demo: models
 TEST_WORKERS ?= 2
 test:
 	$(MAKE) --no-print-directory -j4 -O test-setup
-	$(MAKE) --no-print-directory test-main test-verl test-verifiers
+	$(MAKE) --no-print-directory -j2 -O test-main test-verl test-verifiers
 
 test-main: models sandbox chromium codex vllm
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 tests

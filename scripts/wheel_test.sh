@@ -30,8 +30,10 @@ configs_in_checkout="$(ls "$checkout"/configs/*.yaml | wc -l)"
 [ "$configs_in_wheel" = "$configs_in_checkout" ] || { echo "the wheel holds $configs_in_wheel configs, configs/ $configs_in_checkout"; exit 1; }
 
 step "a fresh venv installs $(basename "$wheel")[torch]"
+# --no-compile: the few commands below compile what they import (where bytecode may be written); compiling the
+# whole venv first took longer than they do
 "$python" -m venv "$work/venv"  # from a venv's Python too, the new venv has only the base interpreter's stdlib
-"$work/venv/bin/python" -m pip install -q --disable-pip-version-check "$wheel[torch]" >"$work/install.log" 2>&1 ||
+"$work/venv/bin/python" -m pip install -q --disable-pip-version-check --no-compile "$wheel[torch]" >"$work/install.log" 2>&1 ||
   { cat "$work/install.log"; exit 1; }
 
 mkdir "$work/user" && cd "$work/user"  # no checkout here: every config comes from the installed wheel
