@@ -33,9 +33,11 @@ demo: models
 
 # The set-up steps run side by side (`-j4`, each step's output printed whole when it ends); the orderings at the end
 # keep apart what must not overlap: the apt-get calls (one dpkg lock), and the editable installs that write the
-# checkout's egg-info (the main venv's, then verl's). Then the main suite runs beside the verl tests and, after
-# them, the verifiers tests (`-j2`, each one's output printed whole when it ends): the suite alone kept the 2 cores
-# 80 % busy, the verl tests 57 % (Ray's start-up and placement waits), so side by side they fill each other's gaps.
+# checkout's egg-info (the main venv's, then verl's). The test runs follow one after another. Tried and reverted
+# (2026-12-01, bytecode cached): the verl tests beside the main suite. The suite alone keeps the 2 cores 80 % busy and
+# the verl tests 57 %, but side by side the verl tests took 1,375 s instead of 359 and the pair 1,380 s against
+# 1,513 one after another, and a seeded kill-and-resume run then differed from its reference in the last bits (6 of
+# 62 write points; not explained yet: packed linears are skipped where memory is short, one candidate, issue 54).
 # The main suite runs in two worker processes (pytest-xdist), a test file to each at a time: much of it waits on
 # subprocesses, servers and sandboxes, which the other worker fills. TEST_WORKERS=0 runs it in one process. It lists
 # its 15 slowest tests last (keep `make test` under 30 minutes on 2 cores). The verl and verifiers tests run under
@@ -43,7 +45,7 @@ demo: models
 TEST_WORKERS ?= 2
 test:
 	$(MAKE) --no-print-directory -j4 -O test-setup
-	$(MAKE) --no-print-directory -j2 -O test-main test-verl test-verifiers
+	$(MAKE) --no-print-directory test-main test-verl test-verifiers
 
 test-main: models sandbox chromium codex vllm
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
