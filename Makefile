@@ -38,17 +38,17 @@ demo: models
 # the verl tests 57 %, but side by side the verl tests took 1,375 s instead of 359 and the pair 1,380 s against
 # 1,513 one after another, and a seeded kill-and-resume run then differed from its reference in the last bits (6 of
 # 62 write points; not explained yet: packed linears are skipped where memory is short, one candidate, issue 54).
-# The main suite runs in two worker processes (pytest-xdist), a test file to each at a time: much of it waits on
-# subprocesses, servers and sandboxes, which the other worker fills. TEST_WORKERS=0 runs it in one process. It lists
-# its 15 slowest tests last (keep `make test` under 30 minutes on 2 cores). The verl and verifiers tests run under
-# their own venvs.
+# The main suite runs in two worker processes (pytest-xdist), a test file to each at a time, the folders of long
+# files first (tests/conftest.py): much of it waits on subprocesses, servers and sandboxes, which the other worker
+# fills. TEST_WORKERS=0 runs it in one process. It lists its 15 slowest tests last (keep `make test` under 30 minutes
+# on 2 cores). The verl and verifiers tests run under their own venvs.
 TEST_WORKERS ?= 2
 test:
 	$(MAKE) --no-print-directory -j4 -O test-setup
 	$(MAKE) --no-print-directory test-main test-verl test-verifiers
 
 test-main: models sandbox chromium codex vllm
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 # The verl tests in two worker processes too: each waits on Ray's start-up and its workers' placement (alone they kept
 # the 2 cores 57 % busy), so two at a time took 286 s instead of 359.

@@ -50,17 +50,19 @@ def is_slow(item: pytest.Item) -> bool:
     return folder in SLOW_FOLDERS or bool(markers & SLOW_MARKERS) or bool(SLOW_FIXTURES & set(item.fixturenames))
 
 
-# Under pytest-xdist (`make test`: a file to each worker at a time, in collection order) the folders of long files
-# go first, so that the many short files of the others fill both workers at the end instead of one worker finishing
-# a five-minute file alone. Within a folder, and without xdist, the order is as collected.
-FIRST_UNDER_XDIST = ("reliability", "smoke", "integration", "compat", "contract", "unit")
+# Under pytest-xdist (`make test`: a file to each worker at a time, in the order the workers collected them, with
+# `--no-loadscope-reorder`: xdist would otherwise hand out the files with the most tests first, which left the
+# five- and six-minute files of few tests, the kill-and-resume and vLLM ones, to run last, one worker alone) the
+# folders of long files go first, so that the many short files of the others fill both workers at the end. Within
+# a folder, and without xdist, the order is as collected.
+FIRST_UNDER_XDIST = ("reliability", "integration", "smoke", "compat", "contract", "unit")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if is_slow(item):
             item.add_marker(pytest.mark.slow)
-    if getattr(config.option, "numprocesses", None):
+    if hasattr(config, "workerinput"):  # an xdist worker (whose -n option xdist resets to None)
         items.sort(key=_xdist_rank)
 
 
