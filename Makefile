@@ -16,8 +16,8 @@ export UV_NO_CACHE := 1
 # transformers' modules again (the suite ran minutes longer); compiling every module of the four venvs at install
 # (93 k files) cost minutes of set-up, though a run imports a small part of them.
 unexport PYTHONDONTWRITEBYTECODE
-# The venvs are installed with uv (pinned, put into .venv by pip): the same resolution as pip's, in seconds where pip
-# took minutes (the main venv 25 s; pip about 5 min, compiling every module). uv reads
+# The venvs are installed with uv (pinned, put into .venv by pip): the same resolution as pip's, in under a minute
+# each where pip took minutes (the main venv 25-56 s; pip about 5 min, compiling every module). uv reads
 # neither pip's config nor PIP_* variables, so it is handed pip's find-links, where a machine may keep wheels of its
 # own (such as a CPU build of torch, which PyPI's Linux torch is not).
 UV_VERSION := 0.13.9
