@@ -48,7 +48,7 @@ test:
 	$(MAKE) --no-print-directory test-main test-verl test-verifiers
 
 test-main: models sandbox chromium codex vllm
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 tests compat/tests
 
 # The verl tests in two worker processes too: each waits on Ray's start-up and its workers' placement (alone they kept
 # the 2 cores 57 % busy), so two at a time took 286 s instead of 359.
@@ -71,20 +71,22 @@ wheel-test: models
 	scripts/wheel_test.sh $(PY)
 
 check: models lint
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -m "not slow" tests compat/tests
 
 # ruff (the version pinned in the dev extra, the rules in pyproject.toml): formatting and lint, no fixes; then
-# import-linter: the import contracts in pyproject.toml (native code never imports rllm.compat).
+# import-linter: the core's import contracts (pyproject.toml) and the rllm-compat distribution's (compat/pyproject.toml).
 lint: install
-	$(PY) -m ruff format --check src tests benchmarks examples
-	$(PY) -m ruff check src tests benchmarks examples
+	$(PY) -m ruff format --check src tests benchmarks examples compat
+	$(PY) -m ruff check src tests benchmarks examples compat
 	$(VENV)/bin/lint-imports
+	$(PY) compat/scripts/lint_imports.py
 
 install: $(STAMP)
 
 # torch is pinned to 2.13.0 in pyproject.toml so that the installer takes the machine's CPU build (FIND_LINKS above).
-$(STAMP): pyproject.toml | $(UV)
-	$(UV_INSTALL) $(PY) -e ".[torch,dev,tasks,compat,web,trl,docs,harnesses,hubs]"
+# The compat extra is the rllm-compat distribution (rLLM v0.2's names), installed from this checkout's compat/.
+$(STAMP): pyproject.toml compat/pyproject.toml | $(UV)
+	$(UV_INSTALL) $(PY) -e ".[torch,dev,tasks,compat,web,trl,docs,harnesses,hubs]" -e ./compat
 	touch $(STAMP)
 
 $(UV):

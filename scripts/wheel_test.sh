@@ -3,6 +3,8 @@
 # the wheel with the torch extra into a fresh venv outside the checkout (pip resolves every dependency from the
 # wheel's metadata, so a dependency missing there fails here), then run the first commands a user types from a
 # folder that has no configs/: fetch, configs, configs cp, and one tiny training step of a shipped config by name.
+# The rllm-compat distribution (compat/) is built beside it: the core wheel holds none of it, an rLLM path fails
+# with the line that names it until `rllm[compat]` (resolved from the built wheels) installs it.
 #
 #   scripts/wheel_test.sh [PYTHON]     PYTHON builds (needs `build`, the dev extra) and makes the venv; default .venv
 #
@@ -23,8 +25,11 @@ mkdir "$work/source"
 git -C "$checkout" ls-files -z --cached --others --exclude-standard |
   tar -C "$checkout" --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -C "$work/source" -xf -
 "$python" -m build --outdir "$work/dist" "$work/source" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
-wheel="$(ls "$work"/dist/rllm-*.whl)"
-ls "$work"/dist/rllm-*.tar.gz >/dev/null
+"$python" -m build --outdir "$work/dist" "$work/source/compat" >"$work/build-compat.log" 2>&1 ||
+  { cat "$work/build-compat.log"; exit 1; }
+wheel="$(ls "$work"/dist/rllm-0*.whl)"
+ls "$work"/dist/rllm-0*.tar.gz "$work"/dist/rllm_compat-*.whl "$work"/dist/rllm_compat-*.tar.gz >/dev/null
+"$python" -c 'import sys, zipfile; names = [n for n in zipfile.ZipFile(sys.argv[1]).namelist() if n.startswith("rllm/compat/")]; sys.exit(f"the core wheel holds {names[:3]}" if names else 0)' "$wheel"
 configs_in_wheel="$("$python" -c 'import sys, zipfile; print(sum(n.startswith("rllm/configs/") and n.endswith(".yaml") for n in zipfile.ZipFile(sys.argv[1]).namelist()))' "$wheel")"
 configs_in_checkout="$(ls "$checkout"/configs/*.yaml | wc -l)"
 [ "$configs_in_wheel" = "$configs_in_checkout" ] || { echo "the wheel holds $configs_in_wheel configs, configs/ $configs_in_checkout"; exit 1; }
@@ -63,6 +68,17 @@ missing = [name for name in scripts if not (Path(swe.__file__).parent / name).is
 assert not missing, f"the wheel lacks these files of rllm/tasks/swe: {missing}"
 print(len(load_default_tasks()), "shipped SWE tasks")
 EOF
+
+step "without rllm-compat an rLLM path names it; rllm[compat] installs it from the built wheels"
+"$work/venv/bin/python" -c 'import rllm.environments' 2>compat.err && { echo "rllm.environments imported without rllm-compat"; exit 1; }
+grep -q "pip install 'rllm\[compat\]'" compat.err || { cat compat.err; exit 1; }
+"$work/venv/bin/python" -m pip install -q --disable-pip-version-check --no-compile --find-links "$work/dist" "$wheel[compat]" \
+  >"$work/install-compat.log" 2>&1 || { cat "$work/install-compat.log"; exit 1; }
+"$work/venv/bin/python" -c '
+from rllm.agents import BaseAgent, ToolAgent
+from rllm.environments.tools.tool_env import ToolEnvironment
+assert BaseAgent.__module__ == "rllm.agents.base" and ToolAgent.__module__ == "rllm.compat.agents.tool_agent"
+print("rLLM paths served:", ToolEnvironment.__module__)'
 
 step "rllm train arithmetic_grpo trainer.total_steps=1 (the tiny model, tiny sizes)"
 "$rllm" train arithmetic_grpo trainer.total_steps=1 model.name=smollm2-135m-instruct model.lora.rank=4 \

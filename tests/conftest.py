@@ -41,11 +41,19 @@ SLOW_FOLDERS = {"smoke", "integration", "reliability", "browsergym", "gpu", "ver
 SLOW_MARKERS = {"browser", "reliability"}
 SLOW_FIXTURES = {"chromium", "tiny_model_dir", "tiny_vlm_dir"}
 TESTS = Path(__file__).parent
+COMPAT_TESTS = TESTS.parent / "compat" / "tests"  # the rllm-compat distribution's tests, run beside these
+
+
+def _folder(item: pytest.Item) -> str:
+    """The test's folder under tests/ ("unit", "smoke", ...), "compat" for compat/tests/."""
+    path = Path(item.path)
+    if path.is_relative_to(COMPAT_TESTS):
+        return "compat"
+    return path.relative_to(TESTS).parts[0] if path.is_relative_to(TESTS) else ""
 
 
 def is_slow(item: pytest.Item) -> bool:
-    path = Path(item.path)
-    folder = path.relative_to(TESTS).parts[0] if path.is_relative_to(TESTS) else ""
+    folder = _folder(item)
     markers = {marker.name for marker in item.iter_markers()}
     return folder in SLOW_FOLDERS or bool(markers & SLOW_MARKERS) or bool(SLOW_FIXTURES & set(item.fixturenames))
 
@@ -67,8 +75,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _xdist_rank(item: pytest.Item) -> int:
-    path = Path(item.path)
-    folder = path.relative_to(TESTS).parts[0] if path.is_relative_to(TESTS) else ""
+    folder = _folder(item)
     return FIRST_UNDER_XDIST.index(folder) if folder in FIRST_UNDER_XDIST else len(FIRST_UNDER_XDIST)
 
 

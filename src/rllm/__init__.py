@@ -7,11 +7,30 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import pkgutil
 from typing import Any
 
+# rllm.compat (rLLM v0.2's names) is a distribution of its own, rllm-compat, which may be installed in another folder
+# than this one (an editable checkout's compat/src): the package's path lists the other portions of `rllm` on
+# sys.path, never a second copy of the core (a folder with its own __init__.py, such as an installed wheel's when
+# this one is a checkout's src/ on PYTHONPATH).
+__path__ = [__path__[0]] + [
+    path
+    for path in pkgutil.extend_path(__path__, __name__)[1:]
+    if not os.path.isfile(os.path.join(path, "__init__.py"))
+]
+
 # First, before any rllm module: the finder that serves rLLM v0.2's paths must see the native packages load (it gives
-# `rllm.agents`, `rllm.engine`, ... their fallback onto rLLM's names). Importing rllm.compat installs it.
-import rllm.compat  # noqa: F401  (the rule: `rllm.X` is `rllm.compat.X` where rllm has no `rllm.X` of its own)
+# `rllm.agents`, `rllm.engine`, ... their fallback onto rLLM's names). Importing rllm.compat installs it; without
+# the distribution, a hint that names it answers the rLLM paths nothing else finds.
+if importlib.util.find_spec("rllm.compat") is not None:
+    import rllm.compat  # noqa: F401  (the rule: `rllm.X` is `rllm.compat.X` where rllm has no `rllm.X` of its own)
+else:
+    from rllm.compat_hint import install_compat_hint
+
+    install_compat_hint()
 
 # isort: split
 from rllm._deprecation import install_moved_module_finder

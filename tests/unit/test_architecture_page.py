@@ -17,13 +17,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "architecture.md"
 SRC = ROOT / "src" / "rllm"
+COMPAT_SRC = ROOT / "compat" / "src" / "rllm"  # the rllm-compat distribution's part of the package: `compat/...`
 
 # `training/trainer.py:AgentTrainer._train_step`
 _FUNCTION_REF = re.compile(r"`([\w/]+\.py):([A-Za-z_][\w.]*)`")
 # `rllm.training.batch`, `rllm._deprecation.MOVED_MODULES`
 _MODULE_REF = re.compile(r"`(rllm(?:\.[A-Za-z_]\w*)+)`")
 # `tests/contract/test_token_extension.py`
-_TEST_REF = re.compile(r"`(tests/[\w/]+\.py)`")
+_TEST_REF = re.compile(r"`((?:compat/)?tests/[\w/]+\.py)`")
 _PLACEHOLDER = "X"  # the compat rule's `rllm.compat.X`: any module
 # a row of the layers table: `| 8 | `rllm.engine`, `rllm.gateway` | ... |`
 _LAYER_ROW = re.compile(r"^\| (\d+) \| ([^|]*) \|", re.MULTILINE)
@@ -65,7 +66,7 @@ def _defines(path: Path, dotted: str) -> bool:
 
 def _module_file(parts: list[str]) -> Path | None:
     """The file of module `rllm.<parts>`: native, or served from rllm.compat by its one rule."""
-    for root in (SRC, SRC / "compat"):
+    for root in (SRC, COMPAT_SRC, COMPAT_SRC / "compat"):  # rllm.X, rllm.compat.X, rllm.X served from rllm.compat.X
         base = root.joinpath(*parts)
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
             if candidate.is_file():
@@ -103,9 +104,9 @@ def test_the_page_names_the_step_by_step_path():
 
 @pytest.mark.parametrize("path, name", sorted(set(_FUNCTION_REF.findall(_page()))))
 def test_every_function_the_page_names_exists(path, name):
-    file = SRC / path
+    file = SRC / path if (SRC / path).is_file() else COMPAT_SRC / path
     assert file.is_file(), f"docs/architecture.md names src/rllm/{path}, which does not exist"
-    assert _defines(file, name), f"docs/architecture.md names {path}:{name}, which src/rllm/{path} does not define"
+    assert _defines(file, name), f"docs/architecture.md names {path}:{name}, which {file} does not define"
 
 
 def test_every_module_the_page_names_exists():

@@ -1,12 +1,13 @@
 """Run rLLM v0.2.1's own unit tests and its examples' import lines against this package.
 
 Nothing of rLLM's is in this repository: give a checkout of rllm-org/rllm (tag v0.2.1) and this script copies its
-test files to a temporary directory outside both trees, puts this package's `src/` first on the path, and runs
+test files to a temporary directory outside both trees, puts this repository's core (`src/`) and this distribution
+(`compat/src/`) first on the path, and runs
 pytest on the files issue 40 names. It prints, per file, collected/passed/failed/skipped, then how many distinct
 `from rllm... import ...` lines of the checkout's `examples/` import here.
 
-    python scripts/rllm_compat_check.py /path/to/rllm            # against this package
-    python scripts/rllm_compat_check.py /path/to/rllm --theirs   # baseline: rLLM's own code, same interpreter
+    python compat/scripts/rllm_compat_check.py /path/to/rllm            # against this package
+    python compat/scripts/rllm_compat_check.py /path/to/rllm --theirs   # baseline: rLLM's own code, same interpreter
 
 `--json FILE` writes every test's outcome; `--baseline FILE` (a `--theirs --json` run) lists each test that passes
 on rLLM's own code but not here.
@@ -26,7 +27,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parents[1]
+COMPAT = Path(__file__).resolve().parents[1]  # this distribution's folder; the core's src/ is beside it
 TEST_PATHS = ("tests/agents", "tests/envs", "tests/parser/test_tool_parser.py", "tests/rewards", "tests/tools")
 _PROBE = """
 import json, sys
@@ -49,7 +50,7 @@ def main() -> int:
     checkout = Path(args.checkout).resolve()
     if not (checkout / "tests").is_dir() or not (checkout / "examples").is_dir():
         sys.exit(f"error: {checkout} has no tests/ and examples/; give a checkout of rllm-org/rllm (tag v0.2.1)")
-    source = checkout if args.theirs else HERE / "src"
+    source = str(checkout) if args.theirs else os.pathsep.join([str(COMPAT.parent / "src"), str(COMPAT / "src")])
     outcomes = _run_tests(checkout, source, args.python)
     _print_tests(outcomes)
     if args.baseline:
@@ -76,14 +77,14 @@ def _parse() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _environment(source: Path) -> dict[str, str]:
+def _environment(source: str) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(source)
+    env["PYTHONPATH"] = source
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
 
-def _run_tests(checkout: Path, source: Path, python: str) -> dict[str, str]:
+def _run_tests(checkout: Path, source: str, python: str) -> dict[str, str]:
     """Each test id -> its outcome; a file that fails to import counts as one ERROR under its own name."""
     with tempfile.TemporaryDirectory(prefix="rllm-tests-") as scratch:
         root = Path(scratch)
@@ -154,7 +155,7 @@ def _example_import_lines(examples: Path) -> list[str]:
     return sorted(found)
 
 
-def _resolve_imports(lines: list[str], source: Path, python: str) -> dict[str, bool]:
+def _resolve_imports(lines: list[str], source: str, python: str) -> dict[str, bool]:
     """Each line run in a fresh interpreter (an import's side effects must not help the next one)."""
     probe = _PROBE
     results: dict[str, bool] = {}

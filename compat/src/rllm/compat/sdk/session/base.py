@@ -6,6 +6,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
+from rllm.compat.sdk.session.contextvar import ContextVarSession
+
 __all__ = ["SessionProtocol", "wrap_with_session_context"]
 
 
@@ -32,13 +34,11 @@ def _ensure_tracer_initialized(service_name: str | None = None) -> None:
 def wrap_with_session_context(agent_func: Callable, *, tracer_service_name: str | None = None) -> Callable:
     """`agent_func` run inside a session: the wrapper takes `(metadata, *args, **kwargs)` (a `session_name` in the
     metadata names the session) and returns `(output, session uid)`."""
-    from rllm.compat.sdk.shortcuts import _session_with_name
-
     if inspect.iscoroutinefunction(agent_func):
 
         async def wrapped(metadata: dict, *args: Any, **kwargs: Any) -> tuple[Any, str]:
             metadata = dict(metadata)
-            with _session_with_name(name=metadata.pop("session_name", None), **metadata) as session:
+            with ContextVarSession(name=metadata.pop("session_name", None), **metadata) as session:
                 output = await agent_func(*args, **kwargs)
             return output, session._uid
 
@@ -46,7 +46,7 @@ def wrap_with_session_context(agent_func: Callable, *, tracer_service_name: str 
 
     def wrapped_sync(metadata: dict, *args: Any, **kwargs: Any) -> tuple[Any, str]:
         metadata = dict(metadata)
-        with _session_with_name(name=metadata.pop("session_name", None), **metadata) as session:
+        with ContextVarSession(name=metadata.pop("session_name", None), **metadata) as session:
             output = agent_func(*args, **kwargs)
         return output, session._uid
 

@@ -10,8 +10,10 @@ native package is the one imported, and its own names win; a name it does not de
 `__all__` (so `from rllm.agents import ToolAgent` is rLLM's `ToolAgent`, while `from rllm.agents import BaseAgent`
 is rllm's). Which names collide is listed by `collisions()` and in docs/compat.md ("Coming from rLLM").
 
-Direction: compat code imports native code, never the reverse (`tests/compat/test_compat_room.py` checks it).
-`import rllm` imports this module first, which installs the finder below; it imports nothing else.
+Direction: compat code imports native code, never the reverse (`compat/tests/test_compat_room.py` and the import
+contracts check it). This package is the `rllm-compat` distribution (the repository's `compat/`), installed beside the
+core (`pip install 'rllm[compat]'`); `import rllm` imports this module first when it is installed, which installs the
+finder below; it imports nothing else.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from typing import Any
 __all__ = ["collisions", "install_finder", "twin_of"]
 
 _ROOT = Path(__file__).resolve().parent
-_NATIVE_ROOT = _ROOT.parent
+# The core package's own directory: rllm-compat may be installed in another one (an editable checkout, compat/src),
+# which the core's `__path__` then lists second (rllm/__init__.py).
+_NATIVE_ROOT = Path(sys.modules["rllm"].__file__).resolve().parent
 _PREFIX = "rllm."
 _COMPAT = "rllm.compat"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from test_frozenlake_example import frozenlake_server  # noqa: F401  (a fixture)
 
 from rllm.engine import OpenAIEngine
 from rllm.engine.agent_workflow_engine import AgentWorkflowEngine
@@ -18,7 +19,6 @@ from rllm.types import TerminationReason
 from rllm.workflows.cumulative_workflow import CumulativeWorkflow
 from rllm.workflows.multi_turn_workflow import MultiTurnWorkflow
 from rllm.workflows.simple_workflow import SimpleWorkflow
-from tests.compat.test_frozenlake_example import frozenlake_server  # noqa: F401  (a fixture)
 
 TASKS = [{"seed": seed, "size": 4, "p": 0.8} for seed in range(4)]
 
