@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rllm import check_env
 from rllm.models.fake import FakeModel
@@ -218,6 +219,29 @@ def test_readme_is_short_and_its_links_reach_files_in_the_repository():
     targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
     missing = [t for t in targets if not t.startswith("http") and not (ROOT / t).exists()]
     assert targets and not missing, missing
+
+
+def _nav_pages(nav: list) -> list[str]:
+    pages: list[str] = []
+    for entry in nav:
+        for value in entry.values():
+            pages += _nav_pages(value) if isinstance(value, list) else [value]
+    return pages
+
+
+@pytest.mark.parametrize(
+    ("page", "section", "prefix"),
+    [(README, "## Documentation", "docs/"), (ROOT / "docs" / "index.md", "", "")],
+    ids=["README", "docs-index"],
+)
+def test_the_page_lists_are_the_mkdocs_nav(page, section, prefix):
+    """README's Documentation list and the site's home page link exactly the pages of mkdocs.yml's nav: a page added,
+    renamed or removed there fails here until both lists say so."""
+    nav = [name for name in _nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]) if name != "index.md"]
+    text = page.read_text(encoding="utf-8")
+    text = text.split(section, 1)[1].split("\n## ", 1)[0] if section else text
+    linked = set(re.findall(rf"\]\({prefix}([\w/-]+\.md)(?:#[^)]*)?\)", text))
+    assert sorted(set(nav) - linked) == [] and sorted(linked - set(nav)) == []
 
 
 def test_the_catalog_page_shows_the_real_gsm8k_entry():
