@@ -20,6 +20,7 @@ from rllm.models.vllm_server import VLLMServer, VLLMUnavailableError, find_vllm_
 from rllm.training.backends.serving import TorchWeightSource
 from rllm.training.backends.torch import TorchBackend
 from tests.conftest import sharp_tiny_model
+from tests.support.model_contract import CLAUSES
 
 pytestmark = pytest.mark.slow
 
@@ -106,6 +107,21 @@ def test_token_ids_and_processed_logprobs_match_transformers(server, backend, sm
         assert len(output.completion_ids) == len(output.logprobs) > 0
         expected = _hf_logprobs(base, prompt + output.completion_ids, temperature or 1.0)[len(prompt) - 1 :]
         assert max(abs(a - b) for a, b in zip(output.logprobs, expected, strict=True)) < 1e-3
+
+
+@pytest.mark.parametrize("clause", CLAUSES, ids=[clause.__name__ for clause in CLAUSES])
+def test_the_vllm_client_keeps_the_model_client_contract(server, clause, smollm2_tokenizer, tmp_path):
+    """The clauses FakeModel, LocalModel and OpenAIClient keep (tests/contract/test_model_clients.py), on the
+    module's server before any test reloads its weights."""
+
+    async def run() -> None:
+        client = VLLMRolloutClient(server, smollm2_tokenizer, workdir=tmp_path, owns_server=False)
+        try:
+            await clause(client, smollm2_tokenizer)
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())
 
 
 def test_reload_sync_changes_outputs_and_passes_the_logprob_check(server, backend, smollm2_tokenizer, tmp_path):
