@@ -788,7 +788,7 @@ TABLE: dict[str, str] = _descriptions(ROWS)
 
 
 def _check_the_rest(config: Mapping, t: Translation, errors: list[str]) -> None:
-    """Keys no rule above reads: no-ops (noted when changed) or unknown (an error naming them)."""
+    """Keys no row of ROWS reads: no-ops (noted when changed) or unknown (an error naming them)."""
     defaults = _flatten(_defaults())
     for key, value in _flatten(config).items():
         if key in TABLE or any(key == free or key.startswith(free + ".") for free in _FREE_DICTS):
