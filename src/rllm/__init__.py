@@ -14,7 +14,6 @@ from typing import Any
 import rllm.compat  # noqa: F401  (the rule: `rllm.X` is `rllm.compat.X` where rllm has no `rllm.X` of its own)
 
 # isort: split
-from rllm._deprecation import install_moved_module_finder
 from rllm.agents.base import BaseAgent
 from rllm.envs.base import BaseEnv
 from rllm.errors import InfraError, ModelNotAvailableError, PolicyError
@@ -22,8 +21,6 @@ from rllm.models.base import ModelClient, SamplingParams
 from rllm.types import Action, Episode, ModelOutput, Step, TerminationReason, ToolCall, Trajectory
 
 __version__ = "0.1.0"
-
-install_moved_module_finder()  # old module paths keep working for one release (rllm._deprecation)
 
 # Public names that live in modules with heavier imports: loaded on first attribute access.
 _LAZY = {
