@@ -33,7 +33,6 @@ else:
     install_compat_hint()
 
 # isort: split
-from rllm._deprecation import install_moved_module_finder
 from rllm.agents.base import BaseAgent
 from rllm.envs.base import BaseEnv
 from rllm.errors import InfraError, ModelNotAvailableError, PolicyError
@@ -41,8 +40,6 @@ from rllm.models.base import ModelClient, SamplingParams
 from rllm.types import Action, Episode, ModelOutput, Step, TerminationReason, ToolCall, Trajectory
 
 __version__ = "0.1.0"
-
-install_moved_module_finder()  # old module paths keep working for one release (rllm._deprecation)
 
 # Public names that live in modules with heavier imports: loaded on first attribute access.
 _LAZY = {
@@ -99,4 +96,4 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'rllm' has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,7 +30,6 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from rllm._deprecation import apply_renames, warn_renamed
 from rllm.errors import RllmError
 from rllm.models.base import SamplingParams
 
@@ -59,8 +58,6 @@ __all__ = [
 
 # Same string as `rllm.models.registry.DEFAULT_MODEL` (a test pins it); copied so this module imports no registry.
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
-# old key -> new key inside `rollout`, for one release (rllm._deprecation)
-_RENAMED_ROLLOUT_KEYS = {"backend": "server", "trajectory_timeout": "episode_timeout"}
 # Estimators whose baseline is the other samples of the same task: a group of one has no baseline.
 GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
 
@@ -238,14 +235,6 @@ class RolloutConfig(_Section):
         "the new weights (LocalModel records a version per token), so fewer tokens are stale, but a run no longer "
         "reproduces exactly.",
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed_keys(cls, data: Any) -> Any:
-        """Old key names keep working for one release, with a DeprecationWarning naming the new one."""
-        if isinstance(data, dict):
-            return apply_renames(data, _RENAMED_ROLLOUT_KEYS, "config key rollout.{}")
-        return data
 
     def to_sampling(self, *, validation: bool = False, seed: int | None = None) -> SamplingParams:
         """Sampling parameters for one model call; `validation=True` uses `val_temperature`."""
@@ -1017,9 +1006,6 @@ def _apply_override(data: dict[str, Any], override: str) -> None:
     if not raw.strip():
         raise ConfigError(f"override {override!r} has no value after '='; write {key}=null to unset it")
     parts = key.split(".")
-    if len(parts) == 2 and parts[0] == "rollout" and parts[1] in _RENAMED_ROLLOUT_KEYS:
-        warn_renamed(f"config key rollout.{parts[1]}", f"rollout.{_RENAMED_ROLLOUT_KEYS[parts[1]]}")
-        parts[1] = _RENAMED_ROLLOUT_KEYS[parts[1]]
     _check_path(parts, override)
     try:
         value = _parse_yaml(raw)

@@ -16,7 +16,7 @@
 SFT run from its checkpoint.
 
 It lives here, above `rllm.training` and `rllm.evaluation`, because it drives both (the import layers in
-pyproject.toml); its old path `rllm.training.rft` keeps working for one release.
+pyproject.toml).
 """
 
 from __future__ import annotations

@@ -113,31 +113,6 @@ def test_eval_token_in_token_out_against_an_endpoint_with_a_key_from_the_named_v
     assert all(o.prompt_ids and len(o.logprobs) == len(o.completion_ids) > 0 for o in outputs)
 
 
-def test_the_first_releases_eval_flags_still_work_and_say_what_replaces_them(tmp_path):
-    with run_fake_server() as server:
-        server.queue_replies(*[FakeReply("Action: down")] * 6)
-        out = _rllm(
-            "eval",
-            "frozenlake",
-            "--n",
-            "2",
-            "--base-url",
-            server.base_url,
-            "--model",
-            server.model,
-            "--max-steps",
-            "3",
-            "--out",
-            str(tmp_path / "runs"),
-            cwd=tmp_path,
-        )
-    assert out.returncode == 0, out.stderr
-    assert "DeprecationWarning: rllm eval --n is deprecated" in out.stderr and "use data.val_size=2" in out.stderr
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    config = load_config(run_dir / "config.yaml")
-    assert (config.rollout.server, config.rollout.openai.model, config.data.val_size) == ("openai", server.model, 2)
-
-
 def test_unknown_task_is_a_clear_error(tmp_path):
     out = _rllm("eval", "nosuchtask", cwd=tmp_path)
     assert out.returncode != 0

@@ -133,16 +133,12 @@ def test_rllm_eval_runs_the_openai_sdk_agent_against_an_endpoint(tmp_path):
             "rllm.cli.main",
             "eval",
             "arithmetic",
-            "--workflow",
-            "examples/openai_agent.py:solve",
-            "--n",
-            "3",
-            "--base-url",
-            server.base_url,
-            "--model",
-            server.model,
-            "--out",
-            str(tmp_path),
+            "workflow=examples/openai_agent.py:solve",
+            "data.val_size=3",
+            "rollout.server=openai",
+            f"rollout.openai.base_url={server.base_url}",
+            f"rollout.openai.model={server.model}",
+            f"trainer.run_dir={tmp_path}",
         ]
         out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
         chat_requests = [path for path, _ in server.requests if path.endswith("/chat/completions")]

@@ -21,7 +21,7 @@ COMPAT_SRC = ROOT / "compat" / "src" / "rllm"  # the rllm-compat distribution's 
 
 # `training/trainer.py:AgentTrainer._train_step`
 _FUNCTION_REF = re.compile(r"`([\w/]+\.py):([A-Za-z_][\w.]*)`")
-# `rllm.training.batch`, `rllm._deprecation.MOVED_MODULES`
+# `rllm.training.batch`, `rllm.models.base.SamplingParams`
 _MODULE_REF = re.compile(r"`(rllm(?:\.[A-Za-z_]\w*)+)`")
 # `tests/contract/test_token_extension.py`
 _TEST_REF = re.compile(r"`((?:compat/)?tests/[\w/]+\.py)`")
@@ -74,18 +74,10 @@ def _module_file(parts: list[str]) -> Path | None:
     return None
 
 
-@functools.cache
-def _moved_modules() -> set[str]:
-    """The old module paths `rllm._deprecation.MOVED_MODULES` still serves (for one release)."""
-    node = _names_in(_tree(SRC / "_deprecation.py").body)["MOVED_MODULES"]
-    return set(ast.literal_eval(node.value))
-
-
 def _module_name_exists(name: str) -> bool:
-    """`rllm.a.b.c`: the longest prefix that is a module, the rest names defined in it; or an old path still
-    served."""
+    """`rllm.a.b.c`: the longest prefix that is a module, the rest names defined in it."""
     parts = name.split(".")[1:]
-    if _PLACEHOLDER in parts or name in _moved_modules():
+    if _PLACEHOLDER in parts:
         return True
     for cut in range(len(parts), 0, -1):
         found = _module_file(parts[:cut])

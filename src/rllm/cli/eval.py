@@ -8,8 +8,7 @@
         rollout.openai.model=Qwen/Qwen2.5-0.5B-Instruct rollout.openai.tokenizer=Qwen/Qwen2.5-0.5B-Instruct
 
 Prints success rate, mean reward, mean turns, tokens/s, terminations and per-role numbers, and writes a run
-directory (config, manifest, episodes.jsonl, summary.json). The flags of the first release (`--n`, `--base-url`,
-...) still work for one release, each mapped onto its config key with a DeprecationWarning.
+directory (config, manifest, episodes.jsonl, summary.json).
 """
 
 from __future__ import annotations
@@ -18,25 +17,12 @@ import argparse
 import json
 from pathlib import Path
 
-# the first release's flags -> the config keys they set (one release; rllm._deprecation)
-_OLD_FLAGS = {
-    "n": ["data.val_size"],
-    "rollouts": ["rollout.val_n"],
-    "seed": ["data.val_seed", "trainer.seed"],
-    "temperature": ["rollout.val_temperature"],
-    "max_tokens": ["rollout.max_tokens"],
-    "max_steps": ["rollout.max_steps"],
-    "n_parallel": ["rollout.n_parallel"],
-    "out": ["trainer.run_dir"],
-    "workflow": ["workflow"],
-    "base_url": ["rollout.openai.base_url"],
-    "tokenizer": ["rollout.openai.tokenizer"],
-    "model": ["model.name"],
-}
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="evaluate an agent: a config's validation split, or a built-in task's")
+    # no abbreviated options: `--n 2` would otherwise be taken for --no-progress (and "2" for an override)
+    p = sub.add_parser(
+        "eval", help="evaluate an agent: a config's validation split, or a built-in task's", allow_abbrev=False
+    )
     p.add_argument(
         "config",
         help="a YAML config, a shipped config name (math_grpo), a task (math), a benchmark (gsm8k: rllm datasets "
@@ -46,8 +32,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--agent", default=None, help="a harness that plays the task (rllm.harnesses): react, ...")
     p.add_argument("--data-dir", default=None, help="a benchmark's local copy (rllm datasets pull): data.data_dir")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    for name in _OLD_FLAGS:
-        p.add_argument(f"--{name.replace('_', '-')}", dest=f"old_{name}", default=None, help=argparse.SUPPRESS)
     p.set_defaults(run=run)
 
 
@@ -58,28 +42,10 @@ def run(args: argparse.Namespace) -> int:
     path, overrides = (args.config, []) if Path(args.config).is_file() else (None, [f"data.task={args.config}"])
     agent = [] if args.agent is None else [f"agent={args.agent}"]
     data_dir = [] if args.data_dir is None else [f"data.data_dir={args.data_dir}"]
-    config = load_config(path, [*overrides, *_old_flag_overrides(args), *args.overrides, *agent, *data_dir])
+    config = load_config(path, [*overrides, *args.overrides, *agent, *data_dir])
     summary, run_dir = evaluate(config, progress=not args.no_progress)
     _print_summary(summary, run_dir)
     return 0
-
-
-def _old_flag_overrides(args: argparse.Namespace) -> list[str]:
-    from rllm._deprecation import warn_renamed
-
-    given = {name: getattr(args, f"old_{name}") for name in _OLD_FLAGS if getattr(args, f"old_{name}") is not None}
-    if "base_url" in given:  # an endpoint: --model is the served model's name
-        keys = {**_OLD_FLAGS, "model": ["rollout.openai.model"]}
-        given["server"], keys["server"] = "openai", ["rollout.server"]
-    else:
-        keys = _OLD_FLAGS
-    overrides = []
-    for name, value in given.items():
-        new = [f"{key}={value}" for key in keys[name]]
-        if name != "server":
-            warn_renamed(f"rllm eval --{name.replace('_', '-')}", " ".join(new))
-        overrides.extend(new)
-    return overrides
 
 
 def _print_summary(summary: dict, run_dir: Path) -> None:

@@ -119,12 +119,6 @@ def _resolve_config_name(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import warnings
-
-    # A command line is an application: show our deprecations (Python hides those raised outside __main__).
-    warnings.filterwarnings(
-        "default", message=".*deprecated and will be removed in the next release", category=DeprecationWarning
-    )
     args = build_parser().parse_args(argv)
     _require_config(args)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as typed (train may hand it over)

@@ -5,18 +5,7 @@ in `rllm.compat.engine`, served here by the rule in `rllm.compat`."""
 
 from __future__ import annotations
 
-from typing import Any
+from rllm.engine.execution import AgentExecutionEngine
+from rllm.engine.workflow_engine import AgentWorkflowEngine
 
 __all__ = ["AgentExecutionEngine", "AgentWorkflowEngine"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "AgentExecutionEngine":
-        from rllm.engine.execution import AgentExecutionEngine
-
-        return AgentExecutionEngine
-    if name == "AgentWorkflowEngine":
-        from rllm.engine.workflow_engine import AgentWorkflowEngine
-
-        return AgentWorkflowEngine
-    raise AttributeError(name)

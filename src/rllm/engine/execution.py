@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rllm._deprecation import warn_renamed
 from rllm.engine.workflow_engine import AgentWorkflowEngine, _require
 from rllm.models.base import ModelClient
 from rllm.workflows.agent_env import AgentEnvWorkflow
@@ -51,11 +50,6 @@ class AgentExecutionEngine(AgentWorkflowEngine):
         self.agent_class, self.env_class = agent_class, env_class
         self.agent_args, self.env_args = dict(agent_args or {}), dict(env_args or {})
         self.max_steps, self.step_timeout = max_steps, step_timeout
-
-    @property
-    def n_parallel_agents(self) -> int:
-        warn_renamed("AgentExecutionEngine.n_parallel_agents", "n_parallel")
-        return self.n_parallel
 
     def _workflow_spec(self) -> tuple[type[Workflow], dict[str, Any]]:
         return resolve_workflow(

@@ -47,7 +47,6 @@ from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter
 from typing import Any
 
-from rllm._deprecation import apply_renames, warn_renamed
 from rllm.metrics import summarize_episodes
 from rllm.models.base import ModelClient, SamplingParams
 from rllm.types import Episode, TerminationReason
@@ -55,13 +54,6 @@ from rllm.workflows.base import Workflow, WorkflowServices
 from rllm.workflows.runtime import EnvRunner
 
 __all__ = ["AgentWorkflowEngine"]
-
-# old keyword -> new, for one release (rllm._deprecation)
-_RENAMED = {
-    "n_parallel_tasks": "n_parallel",
-    "n_parallel_agents": "n_parallel",
-    "trajectory_timeout": "episode_timeout",
-}
 
 
 class AgentWorkflowEngine:
@@ -82,14 +74,7 @@ class AgentWorkflowEngine:
         retry_backoff: float = 0.5,
         env_workers: int | None = None,
         on_episode_done: Callable[[Episode], None] | None = None,
-        **deprecated: Any,
     ) -> None:
-        if deprecated:  # old names, given explicitly: they win over the new names' defaults
-            old = apply_renames(deprecated, _RENAMED, f"{type(self).__name__}({{}}=...)")
-            n_parallel = old.pop("n_parallel", n_parallel)
-            episode_timeout = old.pop("episode_timeout", episode_timeout)
-            if old:
-                raise TypeError(f"{type(self).__name__}() got unexpected keyword arguments {sorted(old)}")
         _require(
             isinstance(workflow_class, type) and issubclass(workflow_class, Workflow),
             f"workflow_class must be a subclass of rllm.workflows.Workflow, got {workflow_class!r}",
@@ -112,11 +97,6 @@ class AgentWorkflowEngine:
         self.env_workers = env_workers
         self.on_episode_done = on_episode_done
         self.metrics: dict[str, Any] = {}
-
-    @property
-    def n_parallel_tasks(self) -> int:
-        warn_renamed("AgentWorkflowEngine.n_parallel_tasks", "n_parallel")
-        return self.n_parallel
 
     # ---- public API ---------------------------------------------------------------------------------------
 

@@ -20,4 +20,4 @@ __all__ = ["ChatRenderer", "FakeModel", "LocalModel", "ModelClient", "OpenAIClie
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,14 +16,13 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rllm._deprecation import moved_attribute, warn_renamed
 from rllm.errors import RllmError
 
-__all__ = ["HUBS", "REGISTRY", "TASK_NAMES", "Task", "UnknownTaskError", "get_task", "is_task_name"]
+__all__ = ["HUBS", "REGISTRY", "Task", "UnknownTaskError", "get_task", "is_task_name", "task_names"]
 
 # task name -> the module whose TASK it is
 REGISTRY: dict[str, str] = {
@@ -101,6 +100,12 @@ HUBS: dict[str, str] = {
 }
 
 
+def task_names() -> tuple[str, ...]:
+    """The built-in tasks' names, sorted; read from `REGISTRY` at each call, so a task registered at run time is
+    listed."""
+    return tuple(sorted(REGISTRY))
+
+
 def get_task(name: str) -> Task:
     """The task called `name`: a built-in task (importing its module and no other task's), a catalog benchmark
     (`rllm.tasks.catalog`), a hub's environment named "hub:name", or a directory of Harbor task folders
@@ -162,32 +167,3 @@ def _is_harbor_dir(name: str) -> bool:
     from rllm.tasks.harbor import is_harbor_dir
 
     return is_harbor_dir(name)
-
-
-def __getattr__(name: str) -> Any:
-    if name == "TASK_NAMES":  # computed on access, so a task registered at run time passes config validation
-        return tuple(sorted(REGISTRY))
-    if name == "BUILTIN_TASKS":  # reached as the old rllm.data.builtin.BUILTIN_TASKS
-        return builtin_tasks_mapping(__name__)
-    return moved_attribute(__name__, name)  # the old registry names: rllm._deprecation.MOVED_NAMES
-
-
-class _TasksByName(Mapping):
-    """What `BUILTIN_TASKS` was, name -> task; a task's module is imported when it is looked up."""
-
-    def __getitem__(self, name: str) -> Task:
-        if name not in REGISTRY:
-            raise KeyError(name)
-        return get_task(name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(sorted(REGISTRY))
-
-    def __len__(self) -> int:
-        return len(REGISTRY)
-
-
-def builtin_tasks_mapping(module: str) -> Mapping[str, Task]:
-    """The old `BUILTIN_TASKS`, served by `rllm.data` and by this package (the old `rllm.data.builtin`)."""
-    warn_renamed(f"{module}.BUILTIN_TASKS", "rllm.tasks.get_task(name) (names: rllm.tasks.TASK_NAMES)")
-    return _TasksByName()

@@ -37,7 +37,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from rllm._deprecation import moved_attribute
 from rllm.agents.base import BaseAgent
 from rllm.envs.feedback import FeedbackEnv
 from rllm.rewards.code import code_reward, normalise_tests
@@ -462,7 +461,3 @@ TASK = Task(
     reward_fn=code_reward,
     default_workflow="single_turn",
 )
-
-
-def __getattr__(name: str) -> Any:
-    return moved_attribute(__name__, name)  # HumanEval's loader lived here as rllm.data.code, for one release

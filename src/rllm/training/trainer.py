@@ -74,7 +74,6 @@ from pathlib import Path
 from typing import Any
 
 from rllm import runs
-from rllm._deprecation import moved_attribute
 from rllm.config import ConfigError, TrainConfig, override_config
 from rllm.engine.failures import raise_if_all_failed
 from rllm.engine.workflow_engine import AgentWorkflowEngine
@@ -918,7 +917,3 @@ def _termination_rows(before: dict, after: dict, last_step: dict) -> list[str]:
         name = "ended " + key.removeprefix("termination/")
         rows.append(f"{name:24}{before.get(key, 0.0):>10.3f}{after.get(key, 0.0):>10.3f}{train}")
     return rows
-
-
-def __getattr__(name: str) -> Any:
-    return moved_attribute(__name__, name)  # old names, for one release

@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
-from rllm._deprecation import warn_renamed
 from rllm.agents.base import speaks_text
 from rllm.errors import ImageError, RllmError
 from rllm.images import encode_pil_images, normalize_images
@@ -135,10 +134,6 @@ class Workflow:
             self._conversations[name] = conversation
         return conversation
 
-    def thread(self, name: str = "main", tools: list[dict] | None = None) -> Conversation:
-        warn_renamed("Workflow.thread()", "Workflow.conversation()")
-        return self.conversation(name, tools)
-
     async def generate(
         self, messages: list[dict], *, conversation: str = "main", tools: list[dict] | None = None, **sampling: Any
     ) -> ModelOutput:
@@ -147,9 +142,6 @@ class Workflow:
         template, or sent to a chat-mode server; give them from the conversation's first call on. Images in
         `messages` (PIL images, files, HF-style parts: `rllm.images`) are first turned into data-URL parts in place,
         in the message dicts themselves, so the steps that hold them record what the model saw."""
-        if "thread" in sampling:
-            warn_renamed("Workflow.generate(thread=...)", "conversation=")
-            conversation = sampling.pop("thread")
         name, conversation = conversation, self.conversation(conversation, tools)
         if tools:
             sampling["tools"] = tools

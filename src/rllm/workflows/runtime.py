@@ -28,7 +28,6 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
-from rllm._deprecation import moved_attribute
 from rllm.errors import InfraError, PolicyError, error_site, tag_site  # re-exported next to classify_error
 from rllm.models.base import ImagePrompt
 from rllm.models.chat import ChatRenderer
@@ -146,7 +145,3 @@ class Conversation:
         self.completion_tokens += output.completion_length
         self.response_tokens = len(prompt) - self._row_prompt_length + output.completion_length
         self.row_full = self.response_tokens >= self.max_response_length
-
-
-def __getattr__(name: str) -> Any:
-    return moved_attribute(__name__, name)  # old names, for one release

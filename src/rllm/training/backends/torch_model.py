@@ -22,7 +22,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from rllm._deprecation import moved_attribute
 from rllm.config import LoraConfig
 from rllm.cpus import governor, set_torch_threads
 from rllm.errors import ImageError
@@ -138,10 +137,6 @@ def merged_lora_state(model: nn.Module) -> dict[str, Tensor]:
                 weight += layer.get_delta_weight(adapter).to(wide)
         state[f"{name}.weight"] = weight.to(base.dtype)
     return state
-
-
-def __getattr__(name: str) -> Any:
-    return moved_attribute(__name__, name)  # plain_state_name: rllm._deprecation.MOVED_NAMES
 
 
 # ---- the forward pass at loss positions -----------------------------------------------------------------------
