@@ -182,6 +182,31 @@ def test_unexpected_exception_is_error_with_traceback_and_not_retried():
     assert "in run" in episode.info["traceback"]
 
 
+def test_a_sampling_override_that_is_no_sampling_setting_fails_the_episode_naming_it():
+    """`generate(thread=...)` (a keyword from before 0.1.0) or a typo would otherwise sample without it, silently."""
+
+    class Typo(EchoWorkflow):
+        async def run(self, task, uid):
+            self.commit(Trajectory(name=self.role))
+            await self.generate([{"role": "user", "content": "hi"}], **task["sampling"])
+
+    model = FakeModel("ok")
+    engine = engine_for(Typo, model=model)
+    bad, out_of_range, good = engine.execute_tasks(
+        [
+            {"sampling": {"thread": "x", "max_tokens": 4}},
+            {"sampling": {"temperature": -1.0}},
+            {"sampling": {"top_k": 3}},
+        ]
+    )
+    assert bad.termination_reason is R.ERROR and len(model.calls) == 1  # only the good one reached the model
+    assert (
+        "Typo.generate() got thread: not a sampling setting; the settings are temperature, top_p" in bad.info["error"]
+    )
+    assert out_of_range.termination_reason is R.ERROR and "temperature" in out_of_range.info["error"]
+    assert good.termination_reason is not R.ERROR and model.calls[0].sampling.top_k == 3
+
+
 def test_policy_error_is_the_models_fault_and_not_retried():
     episode = only(engine_for(retry_limit=3).execute_tasks([{"id": "t", "raise": PolicyError("bad format")}]))
     assert episode.termination_reason is R.POLICY_ERROR and episode.metrics["retries"] == 0

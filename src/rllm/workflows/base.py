@@ -275,7 +275,13 @@ class Workflow:
         task (and the turns of one rollout) still differ. A retry of the episode replays the same seeds."""
         sampling = self._services.sampling
         if overrides:
-            sampling = sampling.model_copy(update=overrides)
+            unknown = sorted(set(overrides) - set(SamplingParams.model_fields))
+            if unknown:  # model_copy would keep them and sample without them
+                raise TypeError(
+                    f"{type(self).__name__}.generate() got {', '.join(unknown)}: not a sampling setting; the settings "
+                    f"are {', '.join(SamplingParams.model_fields)}"
+                )
+            sampling = SamplingParams.model_validate({**sampling.model_dump(), **overrides})
         if sampling.seed is None:
             return sampling
         scope = self._uid if conversation == "main" else f"{self._uid}:{conversation}"
