@@ -790,7 +790,7 @@ class DistillConfig(_Section):
 
 
 class RuntimeConfig(_Section):
-    """Process-wide tuning (rllm.runtime) that rllm train, eval, serve, sft and rft turn on: each key true by
+    """Process-wide tuning (rllm.runtime) that rllm train, eval, sft, dpo and rft turn on: each key true by
     default; a library user opts in with rllm.runtime.enable()."""
 
     gc_tuning: bool = Field(

@@ -9,7 +9,7 @@ program says so:
     rllm.runtime.enable()                      # every tuning below (what `rllm train`, `eval` and `serve` do)
     rllm.runtime.enable(rllm.runtime.RuntimeOptions(packed_linears=False))   # all but one
 
-`rllm train`, `rllm eval`, `rllm serve` (and `rllm sft`, `rllm rft`) enable it from the config's `runtime:`
+`rllm train`, `rllm eval`, `rllm serve` (and `rllm sft`, `rllm dpo`, `rllm rft`) enable it from the config's `runtime:`
 section, every tuning on by default, so their numbers are those of the releases before this switch. Without
 `enable()`, importing rllm and running an engine or a `LocalModel` leaves the collector, torch's threads,
 `nn.Linear` and the event loop as they were, during the calls as well as after them (a test holds it).
