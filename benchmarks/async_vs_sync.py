@@ -74,6 +74,9 @@ def report(name: str, wall: float, result: dict, steps: list[dict]) -> None:
 
 
 def main() -> None:
+    from rllm import runtime
+
+    runtime.enable()  # measured as the rllm commands run: every process-wide tuning on (rllm.runtime)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/arithmetic_grpo.yaml")
     parser.add_argument("--model", default=None, help="model.name override (default: the config's)")

@@ -159,6 +159,9 @@ def machine_line() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rllm import runtime
+
+    runtime.enable()  # measured as the rllm commands run: every process-wide tuning on (rllm.runtime)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="timed units per setting and condition (median)")
     parser.add_argument("--load", type=int, default=2, help="busy processes in the loaded condition")

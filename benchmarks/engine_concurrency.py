@@ -159,6 +159,9 @@ async def run_instant(tokenizer, args) -> float:
 
 
 def main() -> None:
+    from rllm import runtime
+
+    runtime.enable()  # measured as the rllm commands run: every process-wide tuning on (rllm.runtime)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=512)
     parser.add_argument("--turns", type=int, default=5)

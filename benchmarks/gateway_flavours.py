@@ -101,6 +101,9 @@ class _Discard(list):
 
 
 def main() -> None:
+    from rllm import runtime
+
+    runtime.enable()  # measured as the rllm commands run: every process-wide tuning on (rllm.runtime)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=64)
     parser.add_argument("--turns", type=int, default=6)

@@ -649,6 +649,9 @@ def format_table(
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rllm import runtime
+
+    runtime.enable()  # measured as the rllm commands run: every process-wide tuning on (rllm.runtime)
     args = parse_args(argv)
     if args.child is None:
         return run_parent(args)

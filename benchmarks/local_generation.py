@@ -284,6 +284,9 @@ def _eos_ids(model, tokenizer) -> list[int]:
 
 
 def main(argv=None) -> None:
+    from rllm import runtime
+
+    runtime.enable()  # measured as the rllm commands run: every process-wide tuning on (rllm.runtime)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m-instruct", help="embedded model name or a folder")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="the loaded model's")

@@ -39,6 +39,9 @@ async def _timed(client, prompts, sampling) -> tuple[int, float]:
 
 
 def main(argv=None) -> None:
+    from rllm import runtime
+
+    runtime.enable()  # measured as the rllm commands run: every process-wide tuning on (rllm.runtime)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m-instruct", help="embedded model name or a folder")
     parser.add_argument("--num-prompts", type=int, default=32)

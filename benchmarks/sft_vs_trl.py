@@ -72,6 +72,9 @@ def preferences(n: int) -> list[dict]:
 
 
 def main() -> None:
+    from rllm import runtime
+
+    runtime.enable()  # measured as the rllm commands run: every process-wide tuning on (rllm.runtime)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--micro-batch", type=int, default=4)

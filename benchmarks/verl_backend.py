@@ -62,6 +62,9 @@ def measure(backend, rows, repeats: int) -> dict[str, float]:
 
 
 def main() -> None:
+    from rllm import runtime
+
+    runtime.enable()  # measured as the rllm commands run: every process-wide tuning on (rllm.runtime)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--rows", type=int, default=8)

@@ -90,6 +90,9 @@ def _largest_difference(rows: list[TrainingRow], scored: list[list[float]]) -> f
 
 
 def main() -> None:
+    from rllm import runtime
+
+    runtime.enable()  # measured as the rllm commands run: every process-wide tuning on (rllm.runtime)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pictures", type=int, default=8)
     parser.add_argument("--group", type=int, default=4)

@@ -79,6 +79,29 @@ def _xdist_rank(item: pytest.Item) -> int:
     return FIRST_UNDER_XDIST.index(folder) if folder in FIRST_UNDER_XDIST else len(FIRST_UNDER_XDIST)
 
 
+@pytest.fixture
+def tuned_runtime():
+    """rllm.runtime enabled with every tuning on, as the rllm commands run: for the tests of the tunings themselves
+    (a library user's default is off)."""
+    from rllm import runtime
+
+    with runtime.enabled() as options:
+        yield options
+
+
+@pytest.fixture(autouse=True)
+def _runtime_as_found():
+    """A test that runs an rllm command in this process enables rllm.runtime for good: the next test starts off."""
+    from rllm import runtime
+
+    before = runtime.options()
+    yield
+    if before == runtime.OFF:
+        runtime.disable()
+    elif runtime.options() != before:
+        runtime.enable(before)
+
+
 @pytest.fixture(scope="session")
 def smollm2_tokenizer():
     from rllm.models.registry import load_tokenizer

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from rllm.errors import RllmError
 from rllm.models.base import SamplingParams
+from rllm.runtime import RuntimeOptions
 
 __all__ = [
     "AlgorithmConfig",
@@ -777,6 +778,33 @@ class DistillConfig(_Section):
     )
 
 
+class RuntimeConfig(_Section):
+    """Process-wide tuning (rllm.runtime) that rllm train, eval, sft, dpo and rft turn on: each key true by
+    default; a library user opts in with rllm.runtime.enable()."""
+
+    gc_tuning: bool = Field(
+        True, description="During rollouts, freeze the objects made before and collect the young generation less."
+    )
+    eager_request_writes: bool = Field(
+        True, description="Python 3.11: a task factory on the client's event loop writes request bodies at once."
+    )
+    packed_linears: bool = Field(
+        True, description="fp32 CPU linear layers through oneDNN with weights packed once (private torch ops)."
+    )
+    thread_governor: bool = Field(
+        True, description="Set torch's threads before each decode step and micro-batch to the cores left free."
+    )
+    fast_chat_templates: bool = Field(
+        True, description="Render plain chats with transformers' compiled template directly (private helpers)."
+    )
+    cuda_graphs: bool = Field(True, description="Replay the local model's decode steps from CUDA graphs.")
+    prefix_cache: bool = Field(True, description="Keep finished sequences' K/V for prompts that share a prefix.")
+
+    def options(self) -> RuntimeOptions:
+        """These settings as the options `rllm.runtime.enable` takes."""
+        return RuntimeOptions(**self.model_dump())
+
+
 class TrainConfig(_Section):
     """Everything `rllm train` needs, one section per concern."""
 
@@ -796,6 +824,9 @@ class TrainConfig(_Section):
     rft: RFTConfig = Field(default_factory=RFTConfig, description="The attempts of rejection sampling (rllm rft).")
     distill: DistillConfig = Field(
         default_factory=DistillConfig, description="On-policy distillation from a teacher (rllm train)."
+    )
+    runtime: RuntimeConfig = Field(
+        default_factory=RuntimeConfig, description="Process-wide tuning the command turns on (rllm.runtime)."
     )
     agent: str | None = Field(
         None,

@@ -9,7 +9,9 @@ of compute threads or processes uses it.
 `ThreadGovernor` (one per process, `governor()`) turns it into torch's intra-op thread count while work runs: the
 cores other processes leave free, shared between this process's busy compute threads. This module imports nothing
 heavy (no torch): `rllm.models.local` (the worker's decode steps) and `rllm.training.backends.torch_model` (each
-micro-batch's forward and backward) apply what it decides.
+micro-batch's forward and backward) apply what it decides, where `rllm.runtime` enables `thread_governor` (the CLI
+does; a library's user opts in): torch's thread count is the whole program's business, so without that rllm leaves
+it as torch or the program set it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from rllm import runtime
 
 __all__ = [
     "OthersLoad",
@@ -293,12 +297,12 @@ def user_threads(current: int) -> int | None:
 
 def set_torch_threads(threads: int | None = None) -> int:
     """Set torch's intra-op threads on the CALLING thread (with OpenMP the count is per thread) to `threads`, or to
-    the governor's choice unless the program set this thread's count itself (`user_threads`); returns the count.
-    Only callers that already imported torch call this."""
+    the governor's choice unless the program set this thread's count itself (`user_threads`) or `rllm.runtime`
+    does not enable `thread_governor`; returns the count. Only callers that already imported torch call this."""
     import torch
 
     current = torch.get_num_threads()
-    if threads is None and user_threads(current) is not None:
+    if threads is None and (not runtime.options().thread_governor or user_threads(current) is not None):
         return current
     count = threads or governor().threads()
     if current != count:

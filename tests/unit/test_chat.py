@@ -139,10 +139,10 @@ def _conversations():
 @pytest.mark.filterwarnings("ignore:the chat template .* ignores `tools`")
 @pytest.mark.parametrize("tools", [None, TOOLS])
 @pytest.mark.parametrize("add_generation_prompt", [True, False])
-def test_render_text_equals_apply_chat_template(shipped_tokenizer, tools, add_generation_prompt):
-    """The fast path (transformers' compiled template called directly) renders exactly what apply_chat_template
-    renders, and inputs it does not take (reasoning fields, non-JSON values) fall back to it. (Tools a template
-    ignores are in the system message on both paths.)"""
+def test_render_text_equals_apply_chat_template(shipped_tokenizer, tools, add_generation_prompt, tuned_runtime):
+    """The fast path (transformers' compiled template called directly, where rllm.runtime enables it) renders exactly
+    what apply_chat_template renders, and inputs it does not take (reasoning fields, non-JSON values) fall back to
+    it. (Tools a template ignores are in the system message on both paths.)"""
     from rllm.models.chat import describe_ignored_tools
 
     for messages in _conversations():
@@ -173,6 +173,48 @@ def test_render_text_equals_apply_chat_template(shipped_tokenizer, tools, add_ge
         assert type(fast.globals) is dict and fast.globals == dict(compiled.globals)
         assert fast.environment is compiled.environment
     copy.deepcopy(shipped_tokenizer)  # rendering left nothing on the tokenizer that cannot be copied
+
+
+def test_the_private_transformers_helpers_of_the_fast_path_are_there(smollm2_tokenizer):
+    """The fast path reads transformers' private `chat_template_utils` names in one place (`_template_compiler`):
+    on the transformers this project pins (>= 5.11) they must all be there and compile the template as relied on
+    (a cached compiled Jinja template with the environment and globals the fast path copies), or an upgrade has
+    changed them and the fast path would quietly turn itself off."""
+    import transformers
+    from packaging.version import Version
+
+    from rllm.models import chat
+
+    if Version(transformers.__version__) < Version("5.11"):
+        pytest.skip("transformers < 5.11 renders its own way: the fast path is off by design")
+    compiler = chat._template_compiler()
+    assert compiler is not None, "transformers lacks a private helper the fast path mirrors"
+    compiled = compiler(smollm2_tokenizer.chat_template)
+    assert compiler(smollm2_tokenizer.chat_template) is compiled  # cached by transformers, as the fast path relies on
+    assert {"raise_exception"} <= set(compiled.globals) and compiled.environment.is_async is False
+    messages = [{"role": "user", "content": "Hi"}]
+    fast = chat._flat_template(smollm2_tokenizer.chat_template)
+    rendered = fast.render(
+        messages=messages,
+        tools=None,
+        documents=None,
+        add_generation_prompt=True,
+        **smollm2_tokenizer.special_tokens_map,
+    )
+    assert rendered == smollm2_tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def test_without_the_runtime_enabled_rendering_takes_apply_chat_template(smollm2_tokenizer, monkeypatch):
+    """A library user who did not opt in (rllm.runtime.enable) renders through transformers' public API only."""
+    from rllm.models import chat
+
+    def private(*args):
+        raise AssertionError("the private fast path ran without rllm.runtime enabled")
+
+    monkeypatch.setattr(chat, "_fast_template", private)
+    messages = [{"role": "user", "content": "Hi"}]
+    expected = smollm2_tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert render_text(smollm2_tokenizer, messages) == expected
 
 
 def test_an_image_for_a_text_only_model_is_refused_naming_the_model(shipped_tokenizer):

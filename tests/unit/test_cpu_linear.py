@@ -1,6 +1,7 @@
 """Packed oneDNN linears (`rllm.models.cpu_linear`): the same results as `F.linear` up to float rounding, never a
 stale weight, only on the thread that asked, out of autograd's way, and a copied model keeps its own weights; and
-LocalModel runs its linears packed."""
+LocalModel runs its linears packed where rllm.runtime enables it (the tests run with it on, `tuned_runtime`), torch's
+otherwise. (The private oneDNN ops themselves: tests/unit/test_runtime.py.)"""
 
 from __future__ import annotations
 
@@ -13,13 +14,20 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from rllm import runtime
+from rllm.models import cpu_linear
 from rllm.models.base import SamplingParams
 from rllm.models.cpu_linear import PackedLinears, linear, packed_linears_active, packed_linears_available
 from rllm.models.lm_head import output_logits
 from rllm.models.local import LocalModel
 from tests.conftest import sharp_tiny_model
 
-pytestmark = pytest.mark.skipif(not packed_linears_available(), reason="this torch build cannot pack with oneDNN")
+# what this torch build can do (packed_linears_available() also asks rllm.runtime, off outside `tuned_runtime`)
+ONEDNN = torch.backends.mkldnn.is_available() and cpu_linear._onednn_packs()
+pytestmark = [
+    pytest.mark.skipif(not ONEDNN, reason="this torch build cannot pack with oneDNN"),
+    pytest.mark.usefixtures("tuned_runtime"),
+]
 
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -174,8 +182,11 @@ def test_linear_outside_an_active_packer_is_f_linear():
     assert not packed_linears_active()
 
 
-def test_the_environment_turns_it_off(monkeypatch):
-    monkeypatch.setenv("RLLM_PACKED_LINEARS", "0")
+def test_the_runtime_switches_it():
+    assert packed_linears_available()
+    with runtime.enabled(runtime.RuntimeOptions(packed_linears=False)):
+        assert not packed_linears_available()
+    runtime.disable()  # a library user who did not opt in
     assert not packed_linears_available()
 
 
@@ -204,6 +215,10 @@ def test_local_model_runs_packed_and_follows_in_place_training_updates(smollm2_t
         second = asyncio.run(local.generate(prompt, greedy))
         assert second.completion_ids == plain_greedy() != first.completion_ids
     assert not LocalModel(model, smollm2_tokenizer, packed_linears=False).packed_linears
+    runtime.disable()  # a library user who did not opt in: torch's path, no module routed
+    plain = LocalModel(sharp_tiny_model(smollm2_tokenizer, 1), smollm2_tokenizer)
+    assert not plain.packed_linears
+    assert not any("forward" in vars(m) for m in plain.model.modules() if isinstance(m, torch.nn.Linear))
 
 
 @pytest.mark.parametrize("trained_bias", [False, True])

@@ -185,9 +185,12 @@ def test_others_load_subtracts_this_process_cpu_time(tmp_path: Path, monkeypatch
     assert seconds == 1.0 and others == pytest.approx(1.0)
 
 
-def test_generation_and_training_run_with_the_threads_the_governor_chooses(smollm2_tokenizer, monkeypatch) -> None:
+def test_generation_and_training_run_with_the_threads_the_governor_chooses(
+    smollm2_tokenizer, monkeypatch, tuned_runtime
+) -> None:
     """The local model's worker and the trainer's forward/backward ask the process's governor before each unit of
-    work, so a neighbour arriving or leaving changes the thread count of the next decode step or micro-batch."""
+    work, so a neighbour arriving or leaving changes the thread count of the next decode step or micro-batch (where
+    rllm.runtime enables the governor, as the CLI does)."""
     import asyncio
 
     import torch
@@ -233,7 +236,24 @@ def test_generation_and_training_run_with_the_threads_the_governor_chooses(smoll
         torch.set_num_threads(before)
 
 
-def test_a_count_the_program_set_itself_is_kept(smollm2_tokenizer, monkeypatch) -> None:
+def test_without_the_runtime_enabled_torch_keeps_its_thread_count(smollm2_tokenizer, monkeypatch) -> None:
+    """A library user who did not opt in (rllm.runtime.enable) keeps torch's count: the worker is not governed and
+    the trainer's per-micro-batch call changes nothing, even with a governor that would choose otherwise."""
+    import torch
+
+    from rllm.models.local import LocalModel
+    from tests.conftest import sharp_tiny_model
+
+    monkeypatch.setattr(cpus, "_TORCH_DEFAULT", None)
+    monkeypatch.setattr(cpus, "_GOVERNOR", ThreadGovernor(cores=2, load=_FakeLoad([1.5] * 10), interval=0.0, fixed=0))
+    before = torch.get_num_threads()
+    assert cpus.set_torch_threads() == before and torch.get_num_threads() == before  # the governor would say 1
+    local = LocalModel(sharp_tiny_model(smollm2_tokenizer, 0), smollm2_tokenizer)
+    assert local._threads is None
+    local.close()
+
+
+def test_a_count_the_program_set_itself_is_kept(smollm2_tokenizer, monkeypatch, tuned_runtime) -> None:
     """A program that calls torch.set_num_threads after loading rllm (the kill-resume harness does, so that float
     reductions happen in one order in every run) keeps its count, in the trainer's thread and the local model's."""
     import torch

@@ -30,6 +30,7 @@ RUN_BY_TESTS = {
     '"reverse": "rllm.tasks.reverse",': "test_add_a_task_example_registers_generates_and_runs",
     "class Add(Tool)": "test_coming_from_rllm_block_runs_a_custom_rllm_tool_and_deepscalers_reward",
     'source="openai/gsm8k",          # the Hugging Face dataset': "test_the_catalog_page_shows_the_real_gsm8k_entry",
+    "rllm.runtime.enable()  # or enable(": "test_the_speed_pages_opt_in_turns_every_tuning_on",
 }
 # Blocks no test runs, by a marker they contain, with the reason. Keep this short.
 ILLUSTRATIVE: dict[str, str] = {}
@@ -257,3 +258,12 @@ def test_the_catalog_page_shows_the_real_gsm8k_entry():
     assert {f.name: getattr(shown, f.name) for f in fields(Benchmark) if f.name != "homepage"} == {
         f.name: getattr(real, f.name) for f in fields(Benchmark) if f.name != "homepage"
     }
+
+
+def test_the_speed_pages_opt_in_turns_every_tuning_on():
+    """docs/training/speed.md's one call a library user makes to get the tuning the rllm commands run with."""
+    from rllm import runtime
+
+    assert runtime.options() == runtime.OFF
+    exec(_block("rllm.runtime.enable()  # or enable(", ROOT / "docs" / "training" / "speed.md"), {})
+    assert runtime.options() == runtime.RuntimeOptions()

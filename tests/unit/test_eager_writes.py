@@ -1,5 +1,7 @@
 """Eagerly started request-body writers (`rllm.models.eager_writes`): the factory's task semantics on any Python,
-and on 3.11 that a real aiohttp request's body is on the wire before callbacks already queued on the loop run."""
+and on 3.11 that a real aiohttp request's body is on the wire before callbacks already queued on the loop run, that
+the private aiohttp coroutine it picks is the one that writes a posted body, and that nothing is installed unless
+rllm.runtime enables it (the tests here run with it on, `tuned_runtime`, but for that one)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import sys
 import aiohttp
 import pytest
 
+from rllm import runtime
 from rllm.models import eager_writes
 from rllm.models.eager_writes import EagerTaskFactory
 from rllm.models.openai import OpenAIClient
@@ -18,6 +21,7 @@ from rllm.testing.fake_openai_server import run_fake_server
 seen = contextvars.ContextVar("seen", default="unset")
 # The factory is installed on Python 3.11 only, and written to 3.11's factory protocol (3.12 and later pass more).
 only_311 = pytest.mark.skipif(sys.version_info >= (3, 12), reason="from Python 3.12 aiohttp starts its writers eagerly")
+pytestmark = pytest.mark.usefixtures("tuned_runtime")
 
 
 async def writer(log: list, gate: asyncio.Future | None = None, fail: str | None = None, bare_yield: bool = False):
@@ -216,6 +220,42 @@ def test_the_openai_client_installs_it_on_the_loop_it_posts_from(server):
             return asyncio.get_running_loop().get_task_factory()
 
     assert isinstance(asyncio.run(main()), EagerTaskFactory)
+
+
+@only_311
+def test_a_posted_body_is_written_by_the_private_coroutine_install_picks(server):
+    """`_body_writer_code` names aiohttp's `ClientRequest.write_bytes` (a private method): posting a request must
+    make a task of a coroutine with that code, or an aiohttp upgrade has moved the writer and nothing is eager."""
+    codes: list = []
+
+    async def main():
+        def recording(loop, coro, **kwargs):
+            codes.append(getattr(coro, "cr_code", None))
+            return asyncio.Task(coro, loop=loop, **kwargs)
+
+        asyncio.get_running_loop().set_task_factory(recording)
+        async with aiohttp.ClientSession() as session:
+            body = {"model": server.model, "prompt": "Hi", "max_tokens": 2}
+            async with session.post(server.base_url + "/completions", json=body) as response:
+                await response.read()
+
+    asyncio.run(main())
+    assert eager_writes._body_writer_code() in codes
+
+
+@only_311
+def test_without_the_runtime_enabled_the_loop_keeps_its_task_factory(server):
+    """A library user who did not opt in (rllm.runtime.enable) keeps the loop as it was: the loop may be the
+    program's own, with its own tasks."""
+    runtime.disable()
+
+    async def main():
+        async with OpenAIClient(server.base_url, server.model) as client:
+            await client.generate([1, 2, 3])
+            eager_writes.install(asyncio.get_running_loop())
+            return asyncio.get_running_loop().get_task_factory()
+
+    assert asyncio.run(main()) is None
 
 
 def test_a_body_too_large_to_write_at_once_is_finished_by_its_task(server):

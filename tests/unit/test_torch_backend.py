@@ -346,9 +346,10 @@ def test_a_gpu_device_without_a_gpu_fails_naming_the_fix(smollm2_tokenizer):
 
 
 @pytest.mark.parametrize("lora", [True, False])
-def test_packed_linears_train_like_torch_and_are_shared_with_rollouts(tokenizer, base_model, monkeypatch, lora):
+def test_packed_linears_train_like_torch_and_are_shared_with_rollouts(tokenizer, base_model, lora, tuned_runtime):
     """On a CPU in fp32 the backend runs its linears through oneDNN with packed weights (LoRA's frozen base layers
     in the backward too) and lends them to its rollout model; the gradients are torch's up to float rounding."""
+    from rllm import runtime
     from rllm.models.cpu_linear import packed_linears_available
 
     if not packed_linears_available():
@@ -357,8 +358,8 @@ def test_packed_linears_train_like_torch_and_are_shared_with_rollouts(tokenizer,
     local = packed.make_rollout_model(max_batch_size=2)
     assert packed.packed_linears is not None and local._linears is packed.packed_linears
     local.close()
-    monkeypatch.setenv("RLLM_PACKED_LINEARS", "0")
-    plain = make_backend(tokenizer, base_model, lora=lora)
+    with runtime.enabled(runtime.RuntimeOptions(packed_linears=False)):
+        plain = make_backend(tokenizer, base_model, lora=lora)
     assert plain.packed_linears is None
     results = []
     for backend in (packed, plain):

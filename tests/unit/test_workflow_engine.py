@@ -85,10 +85,10 @@ def test_pool_bounds_concurrency_and_reuses_instances():
     assert Counting.instances == 3  # a pool of n_parallel instances, each reused (reset per episode)
 
 
-def test_the_collector_is_tuned_for_a_call_and_put_back_when_the_last_call_ends():
+def test_the_collector_is_tuned_for_a_call_and_put_back_when_the_last_call_ends(tuned_runtime):
     """gc.freeze for the call (full collections walked every object of the process, stalling all rollouts) and a
     higher young-generation threshold, undone when the last of the concurrent calls ends, so no garbage is kept for
-    good and the process's own settings come back."""
+    good and the process's own settings come back. Only where rllm.runtime enables gc_tuning (the CLI does)."""
     import gc
 
     seen = []
@@ -111,6 +111,24 @@ def test_the_collector_is_tuned_for_a_call_and_put_back_when_the_last_call_ends(
     assert [task for task, *_ in seen] == [2, 1] and all(frozen > 0 for _, frozen, _ in seen)
     assert all(young == max(thresholds[0], 10_000) for *_, young in seen)
     assert gc.get_freeze_count() == 0 and gc.get_threshold() == thresholds
+
+
+def test_without_the_runtime_enabled_a_call_leaves_the_collector_alone():
+    """A library user who did not opt in (rllm.runtime.enable) keeps the collector as the program set it, during
+    the call too: its settings are the whole process's."""
+    import gc
+
+    seen = []
+
+    class Looks(EchoWorkflow):
+        async def run(self, task, uid):
+            await super().run(task, uid)
+            seen.append((gc.get_freeze_count(), gc.get_threshold()))
+
+    thresholds = gc.get_threshold()
+    assert gc.get_freeze_count() == 0, "something else froze the heap: this test cannot tell"
+    engine_for(Looks).execute_tasks([{"id": 1}, {"id": 2}])
+    assert seen == [(0, thresholds)] * 2
 
 
 def test_workflow_class_must_be_a_workflow():

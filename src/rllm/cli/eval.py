@@ -36,6 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rllm import runtime
     from rllm.config import load_config
     from rllm.evaluation import evaluate
 
@@ -43,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     agent = [] if args.agent is None else [f"agent={args.agent}"]
     data_dir = [] if args.data_dir is None else [f"data.data_dir={args.data_dir}"]
     config = load_config(path, [*overrides, *args.overrides, *agent, *data_dir])
+    runtime.enable(config.runtime.options())  # the command owns its process: its tuning is on (config `runtime:`)
     summary, run_dir = evaluate(config, progress=not args.no_progress)
     _print_summary(summary, run_dir)
     return 0

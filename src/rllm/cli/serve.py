@@ -58,6 +58,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rllm import runtime
+
+    runtime.enable()  # the command owns its process: every tuning on (rllm.runtime; serve reads no config)
     model = _make_model(args)
     asyncio.run(_serve(model, args))
     return 0

@@ -68,12 +68,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.export_trl:
         return _export(config, args.kind, args.export_trl)
+    from rllm import runtime
     from rllm.training.dpo import DPOTrainer
     from rllm.training.interrupt import TrainingInterrupted
     from rllm.training.sft import SFTTrainer
     from rllm.training.trainer import format_result_table
 
     trainer = {"sft": SFTTrainer, "dpo": DPOTrainer}[args.kind]
+    runtime.enable(config.runtime.options())  # the command owns its process: its tuning is on (config `runtime:`)
     try:
         result = trainer(config=config, progress=not args.no_progress).train()
     except TrainingInterrupted as exc:
@@ -91,10 +93,12 @@ def run_rft(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
+    from rllm import runtime
     from rllm.rft import run_rft as rft
     from rllm.training.interrupt import TrainingInterrupted
     from rllm.training.trainer import format_result_table
 
+    runtime.enable(config.runtime.options())  # the command owns its process: its tuning is on (config `runtime:`)
     try:
         result = rft(config, resume=args.resume, progress=not args.no_progress)
     except TrainingInterrupted as exc:  # the SFT inside was stopped: `rllm rft --resume` continues the whole run

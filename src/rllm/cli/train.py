@@ -77,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
     if config.trainer.backend == "verl" and importlib.util.find_spec("verl") is None:
         return _run_in_verl_environment(args.argv)
 
+    from rllm import runtime
+
+    runtime.enable(config.runtime.options())  # the command owns its process: its tuning is on (config `runtime:`)
     from rllm.training.interrupt import TrainingInterrupted
     from rllm.training.trainer import AgentTrainer, format_result_table
 

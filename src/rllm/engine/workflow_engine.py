@@ -28,12 +28,14 @@ Design choices:
   overall and per role, termination reason fractions, mean times).
 - `on_episode_done(episode)` is called as each episode finishes (a progress bar hook); an exception in it stops
   the whole run, since it is a bug in the caller.
-- The garbage collector is tuned for the call, and put back when the last running call ends. It leaves the objects
+- With `rllm.runtime` enabled (`gc_tuning`; the CLI enables it, a library user calls `rllm.runtime.enable()`), the
+  garbage collector is tuned for the call, and put back when the last running call ends. It leaves the objects
   that existed before the call alone (`gc.freeze`): a process that loaded a tokenizer holds 300k long-lived objects
   (transformers' modules; a training process many more) and each full collection walked them all, 115-150 ms
   measured, with every rollout on the loop stalled. And the youngest generation is collected after 10,000 new
   objects instead of 700: each step makes hundreds (requests, messages, steps) that live as long as their rollout,
   and the collections that found them alive took 13-30 us of a 230 us step, 4-12 us after (measured on 2 cores).
+  Without it the collector is left as the program set it, during the call too: its state is the whole process's.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter
 from typing import Any
 
+from rllm import runtime
 from rllm.metrics import summarize_episodes
 from rllm.models.base import ModelClient, SamplingParams
 from rllm.types import Episode, TerminationReason
@@ -229,8 +232,12 @@ _collector_lock = threading.Lock()
 @contextlib.contextmanager
 def _collector_for_rollouts():
     """The collector's settings for rollouts, until the last running call ends (module docstring). Objects made
-    during the call are collected as usual; garbage among the frozen ones is collected after `gc.unfreeze()`."""
+    during the call are collected as usual; garbage among the frozen ones is collected after `gc.unfreeze()`.
+    Unless `rllm.runtime` enables `gc_tuning` (read as the call starts) the collector is left alone."""
     global _running_calls, _saved_thresholds
+    if not runtime.options().gc_tuning:
+        yield
+        return
     with _collector_lock:
         if _running_calls == 0:
             gc.freeze()

@@ -30,6 +30,7 @@ import threading
 import warnings
 from typing import Any
 
+from rllm import runtime
 from rllm.errors import ImageError, RllmError
 from rllm.images import VLM_NEEDED, has_images
 from rllm.types import ModelOutput
@@ -53,7 +54,8 @@ def render_text(
     JSON values, no reasoning fields, a single string template) skip transformers' per-call conversions: its
     compiled template (the same sandboxed Jinja environment, cached by transformers) renders them directly with the
     same variables (`messages` without None-valued keys, `tools`, `add_generation_prompt`, the special tokens).
-    Measured on SmolLM2's template: about half the per-call cost. Anything else takes `apply_chat_template`; a
+    Measured on SmolLM2's template: about half the per-call cost. It relies on transformers' private helpers, so it
+    runs only where `rllm.runtime` enables `fast_chat_templates`. Anything else takes `apply_chat_template`; a
     test checks both give the same text on the shipped tokenizers, with tools and tool calls.
 
     `tools` the template ignores are described in the system message (`describe_ignored_tools`).
@@ -64,7 +66,7 @@ def render_text(
         raise _text_only_error(tokenizer, messages)
     if tools:
         messages = describe_ignored_tools(tokenizer, messages, tools)
-    template = _fast_template(tokenizer, tools)
+    template = _fast_template(tokenizer, tools) if runtime.options().fast_chat_templates else None
     if template is not None and _plain_messages(messages):
         plain = [_without_none(message) for message in messages]
         return template.render(
@@ -247,27 +249,32 @@ def _fast_template(tokenizer: Any, tools: list[dict] | None) -> Any:
     template = getattr(tokenizer, "chat_template", None)
     if type(template) is not str or (tools is not None and not _is_plain(tools)):
         return None
+    if _template_compiler() is None:
+        return None
+    from transformers import PreTrainedTokenizerBase
+
     # only transformers' own tokenizers: others (fakes, wrappers) may render their template another way
-    base = _transformers_tokenizer_class()
-    return _flat_template(template) if base is not None and isinstance(tokenizer, base) else None
+    return _flat_template(template) if isinstance(tokenizer, PreTrainedTokenizerBase) else None
+
+
+# transformers' private per-call conversions that `_plain_messages` and `_without_none` mirror (None-valued keys
+# dropped, reasoning fields aliased, plain data): they exist from transformers 5.11 on
+_MIRRORED_CONVERSIONS = ("_alias_reasoning_fields", "_normalize_chat_messages", "_plain_template_data")
 
 
 @functools.cache
-def _transformers_tokenizer_class() -> type | None:
-    """`PreTrainedTokenizerBase`, or None where transformers is too old for the fast path: the conversions mirrored
-    here (None-valued keys dropped, reasoning fields aliased, plain data) exist from transformers 5.11 on; an older
-    one renders its own way, so it keeps its own path."""
+def _template_compiler() -> Any:
+    """transformers' private `chat_template_utils._compile_jinja_template` (source -> its cached compiled template),
+    or None where transformers lacks it or the conversions mirrored here: an older or newer one renders its own way,
+    so it keeps `apply_chat_template`. The one place these private names are read; a unit test fails on a
+    transformers without them."""
     try:
-        from transformers import PreTrainedTokenizerBase
-        from transformers.utils.chat_template_utils import (  # noqa: F401
-            _alias_reasoning_fields,
-            _compile_jinja_template,
-            _normalize_chat_messages,
-            _plain_template_data,
-        )
+        from transformers.utils import chat_template_utils
     except ImportError:
         return None
-    return PreTrainedTokenizerBase
+    if not all(hasattr(chat_template_utils, name) for name in _MIRRORED_CONVERSIONS):
+        return None
+    return getattr(chat_template_utils, "_compile_jinja_template", None)
 
 
 @functools.lru_cache(maxsize=64)
@@ -277,9 +284,7 @@ def _flat_template(source: str) -> Any:
     template holds them as a ChainMap (its own over the environment's), and copying that took a fifth of a short
     chat's render (4 of 21 us, SmolLM2's template on 2 cores). The same values in one dict copy at C speed. They
     cannot go stale: transformers sets them before it compiles, and never after."""
-    from transformers.utils.chat_template_utils import _compile_jinja_template
-
-    compiled = _compile_jinja_template(source)
+    compiled = _template_compiler()(source)
     environment = compiled.environment
     code = environment.compile(source)
     return environment.template_class.from_code(environment, code, dict(compiled.globals), None)

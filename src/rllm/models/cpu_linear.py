@@ -29,13 +29,15 @@ routing, but it intercepts every torch call of the forward: 10 ms of a 40 ms dec
   weight under autograd (LoRA's base layers in training) runs a packed autograd function whose backward, the
   input's gradient, is a packed linear with the transposed weight. Anything else, or a torch build without
   oneDNN, runs `F.linear` unchanged.
-- `RLLM_PACKED_LINEARS=0` in the environment turns it off (A/B comparisons).
+- It runs only where `rllm.runtime` enables `packed_linears` (`rllm train`, `eval` and `serve` do, from the
+  config's `runtime.packed_linears`): a library user's models keep torch's path unless the program opts in.
+- The two private oneDNN ops it relies on are called in one function each, `_onednn_pack` and `_onednn_linear`; a
+  unit test fails on a torch whose ops no longer behave as used here.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import threading
 import weakref
 from pathlib import Path
@@ -44,6 +46,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from rllm import runtime
 
 __all__ = [
     "PackedLinears",
@@ -59,8 +63,8 @@ MIN_FREE_MEMORY = 2 << 30  # the least a new packed copy must leave available (s
 
 
 def packed_linears_available() -> bool:
-    """This torch build can pack linear weights with oneDNN, and the environment does not turn it off."""
-    return os.environ.get("RLLM_PACKED_LINEARS") != "0" and _onednn_packs()
+    """`rllm.runtime` enables packed linears and this torch build can pack linear weights with oneDNN."""
+    return runtime.options().packed_linears and _onednn_packs()
 
 
 def packed_linears_active() -> bool:
@@ -121,7 +125,7 @@ class PackedLinears:
         if packed is None:
             return F.linear(x, weight, bias)
         self.calls += 1
-        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+        return _onednn_linear(x, packed, bias)
 
     def run_transposed(self, grad: Tensor, weight: Tensor) -> Tensor:
         """`grad @ weight`: the input's gradient of a linear layer, as a packed linear with `weight.T`."""
@@ -129,7 +133,7 @@ class PackedLinears:
         if packed is None:
             return grad @ weight
         self.calls += 1
-        return torch.ops.mkldnn._linear_pointwise(grad, packed, None, "none", [], "")
+        return _onednn_linear(grad, packed)
 
     def clear(self) -> None:
         """Drop every packed copy (their memory with them)."""
@@ -146,7 +150,7 @@ class PackedLinears:
             self.skipped += 1
             return None
         source = weight.detach().t().contiguous() if transposed else weight.detach()
-        packed = torch.ops.mkldnn._reorder_linear_weight(source, None)
+        packed = _onednn_pack(source)
         forget = self._packed.pop
         self._packed[key] = (weakref.ref(weight, lambda _, key=key: forget(key, None)), state, packed)
         self.packs += 1
@@ -240,8 +244,19 @@ def _onednn_packs() -> bool:
         return False
     try:
         x, weight = torch.ones(2, 4), torch.arange(12.0).reshape(3, 4)
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
-        out = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+        out = _onednn_linear(x, _onednn_pack(weight))
     except (AttributeError, RuntimeError, NotImplementedError):
         return False
     return bool(torch.allclose(out, F.linear(x, weight)))
+
+
+def _onednn_pack(weight: Tensor) -> Tensor:
+    """`weight` ([out, in], fp32) reordered into oneDNN's blocked layout: the private op
+    `torch.ops.mkldnn._reorder_linear_weight` (no batch size hint)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight, None)
+
+
+def _onednn_linear(x: Tensor, packed: Tensor, bias: Tensor | None = None) -> Tensor:
+    """`F.linear(x, weight, bias)` from `_onednn_pack(weight)`: the private op `torch.ops.mkldnn._linear_pointwise`
+    with no fused post-op ("none", no scalars, no algorithm)."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")

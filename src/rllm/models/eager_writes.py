@@ -18,8 +18,10 @@ Started eagerly, the coroutine runs up to its first suspension in the caller's t
 connection is written and the coroutine finishes there. A coroutine that does suspend continues in a real task
 (`_Continue`), where cancellation and errors reach it as they would in the task it would have had.
 
-The factory stays on the loop, so any other aiohttp session on it writes its bodies at once too, as on 3.12. From
-Python 3.12 on `install` does nothing.
+The factory stays on the loop, so any other aiohttp session on it writes its bodies at once too, as on 3.12. It is
+set only where `rllm.runtime` enables `eager_request_writes` (the loop may be the program's own, shared with code
+that is not rllm's); otherwise, and from Python 3.12 on, `install` does nothing. The one private aiohttp name this
+relies on, `ClientRequest.write_bytes`, is read in `_body_writer_code` (a unit test fails when aiohttp renames it).
 """
 
 from __future__ import annotations
@@ -30,22 +32,33 @@ import sys
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
+from rllm import runtime
+
 __all__ = ["EagerTaskFactory", "install"]
 
 TaskFactory = Callable[..., "asyncio.Future[Any]"]
 
 
 def install(loop: asyncio.AbstractEventLoop) -> None:
-    """Start aiohttp's request-body writers eagerly on `loop` (Python < 3.12; a no-op from 3.12, where aiohttp
-    does it itself). Idempotent; a factory the loop already has keeps every other task."""
-    if sys.version_info >= (3, 12) or isinstance(loop.get_task_factory(), EagerTaskFactory):
+    """Start aiohttp's request-body writers eagerly on `loop` (Python < 3.12, where `rllm.runtime` enables
+    `eager_request_writes`; a no-op from 3.12, where aiohttp does it itself). Idempotent; a factory the loop
+    already has keeps every other task."""
+    if sys.version_info >= (3, 12) or not runtime.options().eager_request_writes:
         return
-    from aiohttp.client_reqrep import ClientRequest
-
-    code = ClientRequest.write_bytes.__code__
+    if isinstance(loop.get_task_factory(), EagerTaskFactory):
+        return
+    code = _body_writer_code()
     loop.set_task_factory(
         EagerTaskFactory(lambda coro: getattr(coro, "cr_code", None) is code, loop.get_task_factory())
     )
+
+
+def _body_writer_code() -> Any:
+    """The code object of aiohttp's request-body writer coroutine (`ClientRequest.write_bytes`, a private method):
+    the coroutines with this code are the ones started eagerly."""
+    from aiohttp.client_reqrep import ClientRequest
+
+    return ClientRequest.write_bytes.__code__
 
 
 class EagerTaskFactory:

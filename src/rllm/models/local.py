@@ -30,8 +30,12 @@ Choices worth knowing:
 - The worker is a daemon thread started by the first call and stopped by `close()` (or `async with`).
 - On a GPU nothing of size `[rows, vocab]` leaves the device: sampling runs where the logits are and one small copy a
   step brings the new ids and log-probs to the host; prompts admitted together prefill in one forward; decode steps
-  replay from CUDA graphs (`rllm.models.local_graphs`; `cuda_graphs=False` or `RLLM_CUDA_GRAPHS=0` runs them
-  eagerly). The K/V cache then stays allocated between rollout phases (graphs hold its address): `close()` frees it.
+  replay from CUDA graphs (`rllm.models.local_graphs`; `cuda_graphs=False`, or `rllm.runtime`'s
+  `cuda_graphs=False`, runs them eagerly). The K/V cache then stays allocated between rollout phases (graphs hold
+  its address): `close()` frees it.
+- What changes state outside the model is opt-in (`rllm.runtime`, read when the model is built): the thread
+  governor, which sets torch's intra-op threads on the worker before each decode step, and the packed oneDNN
+  linears. Without `rllm.runtime.enable()` the worker runs with torch's own thread count and linear layers.
 """
 
 from __future__ import annotations
@@ -41,7 +45,6 @@ import concurrent.futures
 import contextlib
 import copy
 import logging
-import os
 import queue
 import threading
 from collections import deque
@@ -51,6 +54,7 @@ from typing import Any, Self
 
 import torch
 
+from rllm import runtime
 from rllm.cpus import governor, set_torch_threads, user_threads
 from rllm.errors import ImageError, InfraError
 from rllm.images import VLM_NEEDED
@@ -95,7 +99,7 @@ class LocalModel:
         dtype: str | torch.dtype | None = None,
         eos_token_ids: Iterable[int] | None = None,
         num_threads: int | None = None,
-        prefix_cache_tokens: int = 65536,
+        prefix_cache_tokens: int | None = None,
         vision: Any = None,
         cuda_graphs: bool | None = None,
         packed_linears: bool | PackedLinears | None = None,
@@ -104,19 +108,21 @@ class LocalModel:
         keeps its OWN converted copy and leaves the passed model (the trainer's fp32 weights) alone; logprobs then
         carry that dtype's rounding. `eos_token_ids` overrides the stop tokens (default: the tokenizer's EOS plus
         the generation config's); pass `()` to never stop on a token (benchmarks). `num_threads` fixes torch's
-        intra-op threads on the worker (default on a CPU: chosen before each decode step from the cores other
-        processes leave free, `rllm.cpus.ThreadGovernor`; `OMP_NUM_THREADS`, or a `torch.set_num_threads` of the
-        constructing thread, fixes it too). `prefix_cache_tokens`
+        intra-op threads on the worker (default on a CPU where `rllm.runtime` enables `thread_governor`: chosen
+        before each decode step from the cores other processes leave free, `rllm.cpus.ThreadGovernor`;
+        `OMP_NUM_THREADS`, or a `torch.set_num_threads` of the constructing thread, fixes it too; without it,
+        torch's own count). `prefix_cache_tokens` (default 65,536, or 0 where `rllm.runtime`'s `prefix_cache` is off)
         bounds the K/V kept from finished sequences so a prompt sharing a prefix with one (the next turn of a
         multi-turn rollout, the same task sampled again) prefills only the rest; 0 disables it (running prompts
         still share their common prefixes, see `rllm.models.local_scheduler`). The store is kept while the model
         is idle (turns are separated by environment steps), evicted LRU past the bound and cleared by
         `update_weights`. `vision` (a `rllm.models.vision.VisionProcessor`) makes a vision-language model take
         prompts with images: chat messages with image parts, or an `ImagePrompt` of ids and images. `cuda_graphs`:
-        on a CUDA device, replay decode steps from CUDA graphs (`rllm.models.local_graphs`; default on, unless
-        `RLLM_CUDA_GRAPHS=0` is in the environment). `packed_linears`: on a CPU in fp32, run the linear layers
-        through oneDNN with packed weights (`rllm.models.cpu_linear`; default on where this torch supports it,
-        unless `RLLM_PACKED_LINEARS=0`); a `PackedLinears` given shares its packed weights (the trainer's)."""
+        on a CUDA device, replay decode steps from CUDA graphs (`rllm.models.local_graphs`; default: `rllm.runtime`'s
+        `cuda_graphs`, on unless turned off there). `packed_linears`: on a CPU in fp32, run the linear layers
+        through oneDNN with packed weights (`rllm.models.cpu_linear`; only where `rllm.runtime` enables
+        `packed_linears` and this torch supports it); a `PackedLinears` given shares its packed weights (the
+        trainer's)."""
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
         if dtype is not None and _as_dtype(dtype) != model.dtype:
@@ -138,18 +144,19 @@ class LocalModel:
         self.context_length = int(getattr(config, "max_position_embeddings", None) or 2048)
         self.vocab_size = int(config.vocab_size)
         # On a CPU, unless given or set by the program on this thread (torch.set_num_threads), the worker's thread
-        # count follows the cores other processes leave free (rllm.cpus)
+        # count follows the cores other processes leave free (rllm.cpus), where the program opted in to that
         self._num_threads = num_threads or user_threads(torch.get_num_threads())
-        self._threads = governor() if self._num_threads is None and self.model.device.type == "cpu" else None
+        governed = self._num_threads is None and self.model.device.type == "cpu" and runtime.options().thread_governor
+        self._threads = governor() if governed else None
         self._scheduler = BatchScheduler(
             model,
             eos_ids=self.eos_token_ids,
             max_batch_size=max_batch_size,
             context_length=self.context_length,
             decode=self._decode,
-            prefix_cache_tokens=prefix_cache_tokens,
+            prefix_cache_tokens=_prefix_cache_tokens(prefix_cache_tokens),
             image_token_id=vision.image_token_id if vision is not None else None,
-            cuda_graphs=cuda_graphs if cuda_graphs is not None else os.environ.get("RLLM_CUDA_GRAPHS") != "0",
+            cuda_graphs=cuda_graphs if cuda_graphs is not None else runtime.options().cuda_graphs,
         )
         self._linears = _packed_linears(self.model, packed_linears)
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -162,12 +169,9 @@ class LocalModel:
     def from_pretrained(
         cls, name_or_path: str = "default", *, dtype: Any = "float32", device: str | None = None, **kwargs: Any
     ) -> LocalModel:
-        """Load an embedded model by name ("default" is `registry.DEFAULT_MODEL`) or a transformers folder.
-        `RLLM_PREFIX_CACHE=0` in the environment disables the prefix cache (A/B comparisons)."""
+        """Load an embedded model by name ("default" is `registry.DEFAULT_MODEL`) or a transformers folder."""
         from rllm.models import registry
 
-        if os.environ.get("RLLM_PREFIX_CACHE") == "0":
-            kwargs.setdefault("prefix_cache_tokens", 0)
         name = registry.DEFAULT_MODEL if name_or_path == "default" else name_or_path
         tokenizer = registry.load_tokenizer(name)
         model = registry.load_causal_lm(name, dtype=dtype, device=device or "cpu")
@@ -469,6 +473,13 @@ def _packed_linears(model: Any, wanted: bool | PackedLinears | None) -> PackedLi
     packed = wanted if isinstance(wanted, PackedLinears) else PackedLinears()
     packed.install(model)
     return packed
+
+
+def _prefix_cache_tokens(given: int | None) -> int:
+    """The prefix store's bound: as given, else 65,536 tokens unless `rllm.runtime` turns the cache off (A/B)."""
+    if given is not None:
+        return given
+    return 65536 if runtime.options().prefix_cache else 0
 
 
 def _default_eos_ids(model: Any, tokenizer: Any) -> set[int]:
