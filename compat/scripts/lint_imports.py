@@ -3,7 +3,8 @@
 grimp builds an import graph from top-level packages only, and `rllm` on the path is the core's regular package,
 whose graph cannot see a package installed from another folder. So the graph is built from compat/src alone: every
 checkout's src/ that holds the core (this one's, an editable install's) is taken off the path and compat/src put
-first, where `rllm` is then a namespace holding `rllm.compat` only (its imports of the core are outside that graph). Run from anywhere: `python compat/scripts/lint_imports.py`.
+first, where `rllm` is then a namespace holding `rllm.compat` only (its imports of the core are outside that graph).
+Run from anywhere: `python compat/scripts/lint_imports.py`.
 """
 
 from __future__ import annotations
