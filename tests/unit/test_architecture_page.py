@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "architecture.md"
 SRC = ROOT / "src" / "rllm"
 
-# `training/trainer.py:AgentTrainer._train_step`
+# `training/step.py:train_step`
 _FUNCTION_REF = re.compile(r"`([\w/]+\.py):([A-Za-z_][\w.]*)`")
 # `rllm.training.batch`, `rllm._deprecation.MOVED_MODULES`
 _MODULE_REF = re.compile(r"`(rllm(?:\.[A-Za-z_]\w*)+)`")
@@ -98,7 +98,7 @@ def test_the_page_names_the_step_by_step_path():
     references = _FUNCTION_REF.findall(_page())
     # the GRPO walk-through alone names some forty functions: far fewer means the pattern stopped matching
     assert len(references) >= 40, references
-    assert ("training/trainer.py", "AgentTrainer._train_step") in references
+    assert ("training/step.py", "train_step") in references
 
 
 @pytest.mark.parametrize("path, name", sorted(set(_FUNCTION_REF.findall(_page()))))
