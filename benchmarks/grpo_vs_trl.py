@@ -212,9 +212,9 @@ def run_ours(args: argparse.Namespace, channel: Channel) -> None:
             self._step_started = time.perf_counter()
             return await super()._rollout(step)
 
-        async def _train_step(self, step: int, log: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        async def _train_step(self, step: int, rollouts: Any) -> dict[str, Any]:
             started = self._step_started
-            metrics = await super()._train_step(step, log, *args, **kwargs)
+            metrics = await super()._train_step(step, rollouts)
             wall = time.perf_counter() - started
             channel.send(
                 event="step",
@@ -270,7 +270,7 @@ def run_trl(args: argparse.Namespace, channel: Channel) -> None:
     from rllm.models import registry
     from rllm.tasks import get_task
     from rllm.tasks.arithmetic import ArithmeticAgent, parse_last_integer
-    from rllm.training.trainer import TaskSampler
+    from rllm.training.rollout_source import TaskSampler
 
     cfg = load_config(CONFIG, config_overrides(args, args.workdir / "ours-unused"))
     # The same task rows in the same order as our trainer takes them (its TaskSampler, same seeds).

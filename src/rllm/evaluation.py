@@ -85,9 +85,9 @@ async def evaluate_async(
                 on_episode_done=lambda _: bar.update(),
                 **config.rollout.engine_kwargs(validation=True),
             )
-            engine.sampling = config.rollout.to_sampling(validation=True, seed=config.trainer.seed)
+            sampling = config.rollout.to_sampling(validation=True, seed=config.trainer.seed)
             started = perf_counter()
-            episodes = await engine.execute_tasks_async(tasks, n_rollouts=config.rollout.val_n)
+            episodes = await engine.execute_tasks_async(tasks, n_rollouts=config.rollout.val_n, sampling=sampling)
             wall = perf_counter() - started
     finally:
         await close_model(model)

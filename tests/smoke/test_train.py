@@ -13,7 +13,8 @@ from rllm.config import AdvantageName, load_config
 from rllm.envs.base import BaseEnv
 from rllm.runs import load_metrics, read_episodes
 from rllm.training.checkpoint import latest_checkpoint, load_checkpoint
-from rllm.training.trainer import AgentTrainer, TaskSampler, is_time_metric
+from rllm.training.rollout_source import TaskSampler
+from rllm.training.trainer import AgentTrainer, is_time_metric
 from tests.conftest import run_rllm
 
 TINY = [
@@ -329,13 +330,13 @@ def test_solver_judge_workflow_trains_both_roles_with_their_own_estimators(tmp_p
 def test_each_step_is_saved_once_and_a_resumed_run_stamps_its_weight_version(tmp_path, tiny_model_dir, monkeypatch):
     """save_every=1: steps 1 and 2 saved once each (the last one after the final validation, not twice). After
     resuming at step 2, the first new step's episodes were sampled with weight version 2, not 0."""
-    import rllm.training.trainer as trainer_module
+    import rllm.training.session as session_module
     from rllm.runs import read_episode_records
 
     saved = []
-    original = trainer_module.save_checkpoint
+    original = session_module.save_checkpoint
     monkeypatch.setattr(
-        trainer_module,
+        session_module,
         "save_checkpoint",
         lambda run_dir, step, *a, **k: (saved.append(step), original(run_dir, step, *a, **k))[1],
     )
@@ -397,7 +398,7 @@ class HugeRewardEnv(LetterEnv):
 
 
 def test_non_finite_updates_are_skipped_and_the_run_stops_with_its_weights_intact(tmp_path, tiny_model_dir):
-    from rllm.training.trainer import TrainingDivergedError
+    from rllm.training.step import TrainingDivergedError
 
     overrides = [
         *TINY,

@@ -19,7 +19,7 @@ PAGE = ROOT / "docs" / "architecture.md"
 SRC = ROOT / "src" / "rllm"
 COMPAT_SRC = ROOT / "compat" / "src" / "rllm"  # the rllm-compat distribution's part of the package: `compat/...`
 
-# `training/trainer.py:AgentTrainer._train_step`
+# `training/step.py:train_step`
 _FUNCTION_REF = re.compile(r"`([\w/]+\.py):([A-Za-z_][\w.]*)`")
 # `rllm.training.batch`, `rllm.models.base.SamplingParams`
 _MODULE_REF = re.compile(r"`(rllm(?:\.[A-Za-z_]\w*)+)`")
@@ -91,7 +91,7 @@ def test_the_page_names_the_step_by_step_path():
     references = _FUNCTION_REF.findall(_page())
     # the GRPO walk-through alone names some forty functions: far fewer means the pattern stopped matching
     assert len(references) >= 40, references
-    assert ("training/trainer.py", "AgentTrainer._train_step") in references
+    assert ("training/step.py", "train_step") in references
 
 
 @pytest.mark.parametrize("path, name", sorted(set(_FUNCTION_REF.findall(_page()))))

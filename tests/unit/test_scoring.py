@@ -360,7 +360,7 @@ def test_a_uniform_group_of_partial_credit_rewards_trains_with_exactly_zero_adva
 
 
 def test_the_first_step_warns_when_the_task_gives_no_signal():
-    from rllm.training.trainer import _warn_if_no_signal
+    from rllm.training.step import warn_if_no_signal
 
     never = [_episode("a", i, {"agent": [0.0]}) for i in range(4)] + [
         _episode("b", i, {"agent": [0.0]}) for i in range(4)
@@ -368,7 +368,7 @@ def test_the_first_step_warns_when_the_task_gives_no_signal():
     batch = score_episodes(never, AlgorithmConfig())
     assert batch.stats["uniform_groups"] == batch.stats["groups"] == 2
     with pytest.warns(RuntimeWarning, match=r"step 1: the model solved 0% of its 8 episodes and 100% of the 2 groups"):
-        _warn_if_no_signal(1, never, batch.stats)
+        warn_if_no_signal(1, never, batch.stats)
     mixed = [_episode("a", i, {"agent": [float(i % 2)]}) for i in range(4)]
     for episode in mixed:
         episode.is_correct = episode.trajectories[0].steps[0].reward > 0
@@ -376,7 +376,7 @@ def test_the_first_step_warns_when_the_task_gives_no_signal():
     assert batch.stats["uniform_groups"] == 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _warn_if_no_signal(1, mixed, batch.stats)  # a signal: silent
+        warn_if_no_signal(1, mixed, batch.stats)  # a signal: silent
 
 
 def _replies(task: str, idx: int, lengths: list[int], reward: float) -> Episode:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from rllm.training.trainer import _gpu_peak_memory
+from rllm.training.step import gpu_peak_memory
 
 
 def test_gpu_peak_memory_reads_then_resets_the_peak(monkeypatch):
@@ -13,12 +13,12 @@ def test_gpu_peak_memory_reads_then_resets_the_peak(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: peak[device])
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: peak.__setitem__(device, 0))
-    assert _gpu_peak_memory("cuda:0") == {"gpu_peak_memory_gib": 3.0}
-    assert _gpu_peak_memory("cuda:0") == {"gpu_peak_memory_gib": 0.0}
+    assert gpu_peak_memory("cuda:0") == {"gpu_peak_memory_gib": 3.0}
+    assert gpu_peak_memory("cuda:0") == {"gpu_peak_memory_gib": 0.0}
 
 
 def test_gpu_peak_memory_is_absent_on_a_cpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 1 / 0)  # never asked
-    assert _gpu_peak_memory("cpu") == {}
+    assert gpu_peak_memory("cpu") == {}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert _gpu_peak_memory("cuda") == {}
+    assert gpu_peak_memory("cuda") == {}

@@ -324,6 +324,24 @@ def test_hooks_override_reward_correctness_and_metrics_and_a_returned_episode_is
     assert episode.metrics["total"] == 50.0 and episode.metrics["mine"] == 7 and episode.info["note"] == "x"
 
 
+def test_sampling_given_to_a_call_is_that_calls_only_and_the_engine_keeps_its_own():
+    """Two concurrent calls on one engine (a training step's rollouts beside a validation) each sample with the
+    settings they were given; a call given none samples with the engine's, which no call changes."""
+    model = FakeModel(lambda prompt, sampling: f"{sampling.temperature} {sampling.max_tokens}", delay=0.01)
+    engine = engine_for(model=model, sampling=SamplingParams(temperature=0.7, max_tokens=5))
+
+    async def both():
+        hot = engine.execute_tasks_async([{"id": "train"}], sampling=SamplingParams(temperature=1.0, max_tokens=9))
+        greedy = engine.execute_tasks_async([{"id": "val"}], sampling=SamplingParams(temperature=0.0, max_tokens=3))
+        return await asyncio.gather(hot, greedy)
+
+    (trained, validated), default = asyncio.run(both()), engine.execute_tasks([{"id": "default"}])
+    episodes = [*trained, *validated, *default]
+    seen = {episode.task_id: episode.trajectories[0].steps[0].model_output.text for episode in episodes}
+    assert seen == {"train": "1.0 9", "val": "0.0 3", "default": "0.7 5"}, seen
+    assert (engine.sampling.temperature, engine.sampling.max_tokens) == (0.7, 5)
+
+
 def test_each_conversation_gets_its_own_reproducible_seeds():
     class Threads(Workflow):
         async def run(self, task, uid):

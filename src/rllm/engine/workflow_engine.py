@@ -103,31 +103,42 @@ class AgentWorkflowEngine:
 
     # ---- public API ---------------------------------------------------------------------------------------
 
-    def execute_tasks(self, tasks: Sequence[dict], n_rollouts: int = 1) -> list[Episode]:
+    def execute_tasks(
+        self, tasks: Sequence[dict], n_rollouts: int = 1, *, sampling: SamplingParams | None = None
+    ) -> list[Episode]:
         """Blocking form of `execute_tasks_async`, for scripts and notebooks without a running event loop."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self._execute_and_release(tasks, n_rollouts))
+            return asyncio.run(self._execute_and_release(tasks, n_rollouts, sampling))
         raise RuntimeError(
             "execute_tasks() was called inside a running event loop (e.g. Jupyter or async code); "
             "use `await engine.execute_tasks_async(tasks, n_rollouts)` instead"
         )
 
-    async def _execute_and_release(self, tasks: Sequence[dict], n_rollouts: int) -> list[Episode]:
+    async def _execute_and_release(
+        self, tasks: Sequence[dict], n_rollouts: int, sampling: SamplingParams | None
+    ) -> list[Episode]:
         """`execute_tasks_async` on the blocking call's own event loop, then close the client's HTTP session of that
         loop (it dies with the loop; the client opens a new one on its next call)."""
         try:
-            return await self.execute_tasks_async(tasks, n_rollouts)
+            return await self.execute_tasks_async(tasks, n_rollouts, sampling=sampling)
         finally:
             if hasattr(self.model, "aclose"):
                 await self.model.aclose()
 
     async def execute_tasks_async(
-        self, tasks: Sequence[dict], n_rollouts: int = 1, *, uids: Sequence[str] | None = None
+        self,
+        tasks: Sequence[dict],
+        n_rollouts: int = 1,
+        *,
+        uids: Sequence[str] | None = None,
+        sampling: SamplingParams | None = None,
     ) -> list[Episode]:
         """Roll out every task `n_rollouts` times; episodes come back grouped by task, in task order. `uids` gives
-        each task's episode id (`"{task_id}:{rollout_idx}"`) instead, one rollout each (rLLM's `task_ids`)."""
+        each task's episode id (`"{task_id}:{rollout_idx}"`) instead, one rollout each (rLLM's `task_ids`).
+        `sampling` is this call's (the trainer seeds each step's): an argument, not a change of `self.sampling`
+        (the default), so concurrent calls (training's rollouts beside a validation) never see each other's."""
         _require(n_rollouts >= 1, "n_rollouts must be >= 1")
         if uids is not None:
             _require(n_rollouts == 1 and len(uids) == len(tasks), "uids= needs one uid per task and n_rollouts=1")
@@ -147,7 +158,7 @@ class AgentWorkflowEngine:
         executor = ThreadPoolExecutor(workers, thread_name_prefix="rllm-env") if workers else None
         services = WorkflowServices(
             self.model,
-            self.sampling,
+            sampling or self.sampling,
             EnvRunner(executor, serialize=not thread_safe),
             self.max_prompt_length,
             self.max_response_length,

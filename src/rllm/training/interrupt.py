@@ -1,12 +1,13 @@
 """Ctrl-C and SIGTERM (what a cluster scheduler sends before it preempts a job) stop a training run with its state
 saved and one line that says how to continue it.
 
-The first signal asks the trainer to stop (`AgentTrainer._on_stop_signal`): when the state at the start of the step
-in progress is already checkpointed (the default with LoRA: every step is), that step is abandoned at once (the
-trainer's task is cancelled at its next `await`; a save is synchronous, so it is never cut); otherwise the step is
-finished, saved, and the run stops. A second signal aborts at once (`KeyboardInterrupt` from the handler; the last
-checkpoint on disk is what a resume continues, as after a kill -9). Either way the command exits with 128 + the
-signal's number (130 for SIGINT, 143 for SIGTERM), as a shell reports a process killed by it, with no traceback.
+The first signal asks the trainer to stop (`rllm.training.session.RunSession.on_stop_signal`): when the state at the
+start of the step in progress is already checkpointed (the default with LoRA: every step is), that step is abandoned
+at once (the trainer's task is cancelled at its next `await`; a save is synchronous, so it is never cut); otherwise
+the step is finished, saved, and the run stops. A second signal aborts at once (`KeyboardInterrupt` from the
+handler; the last checkpoint on disk is what a resume continues, as after a kill -9). Either way the command exits
+with 128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a shell reports a process killed by it, with no
+traceback.
 
 Handlers are installed only in the main thread (Python delivers signals there); a trainer run in another thread
 leaves them alone.

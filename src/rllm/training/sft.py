@@ -10,10 +10,11 @@ Choices:
   `model`, `optim`, `trainer` (seed, save_every, val_every, stop_after, resume, run_dir, name) and validation
   (`data.task`, `data.val_size`, `rollout.val_*`) keep their meaning. The `algorithm` section is not used: the run
   records it as reset to its defaults (advantage reinforce), and `trainer.total_steps` as the computed step count.
-- A step is one optimizer step on `sft.batch_size` rows, drawn like RL's tasks (`TaskSampler`: seeded shuffles
-  epoch after epoch, a position that a checkpoint saves), so a killed run resumes exactly where it stopped;
-  `ceil(epochs * rows / batch_size)` steps in all. The loss is the mean negative log-likelihood of every trained
-  token in the step (`losses.sft_loss`; token-mean over the whole batch, exactly accumulated over micro-batches).
+- A step is one optimizer step on `sft.batch_size` rows, drawn like RL's tasks (`TaskSampler` of
+  `rllm.training.rollout_source`: seeded shuffles epoch after epoch, a position that a checkpoint saves), so a
+  killed run resumes exactly where it stopped; `ceil(epochs * rows / batch_size)` steps in all. The loss is the mean
+  negative log-likelihood of every trained token in the step (`losses.sft_loss`; token-mean over the whole batch,
+  exactly accumulated over micro-batches).
 - Validation runs the task's episodes before and after training (and every `trainer.val_every` steps), with the
   weights pushed to the rollout model first: the same numbers `rllm train` reports. `data.val_size=0` skips it.
 - The torch backend only (`trainer.backend: torch`); no asynchronous mode (there is nothing to roll out).
@@ -37,6 +38,7 @@ from rllm.training.sft_data import (
     rows_from_trajectories,
     select_trajectories,
 )
+from rllm.training.step import check_finite
 from rllm.training.trainer import AgentTrainer
 
 __all__ = ["OfflineTrainer", "SFTTrainer", "load_sft_rows"]
@@ -111,7 +113,7 @@ class OfflineTrainer(AgentTrainer):
     async def _rollout(self, step: int) -> list:
         return self.sampler.take(getattr(self.config, self.section).batch_size)
 
-    async def _train_step(self, step: int, log: RunLog, examples: list, **_: Any) -> dict[str, Any]:
+    async def _train_step(self, step: int, examples: list) -> dict[str, Any]:
         started = time.perf_counter()
         update = self._update_examples(examples)
         metrics = {
@@ -120,8 +122,8 @@ class OfflineTrainer(AgentTrainer):
             "epoch": self.sampler.position / len(self.train_dataset),
             "time_update_s": time.perf_counter() - started,
         }
-        log.log(step, metrics)
-        self._check_finite(step, update, [])
+        self.state.log.log(step, metrics)
+        check_finite(self.state, step, update, [])
         return metrics
 
     async def _validate(self, log: RunLog, step: int) -> dict[str, float]:
