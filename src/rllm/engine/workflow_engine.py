@@ -249,10 +249,17 @@ _collector_lock = threading.Lock()
 @contextlib.contextmanager
 def _collector_for_rollouts():
     """The collector's settings for rollouts, until the last running call ends (module docstring). Objects made
-    during the call are collected as usual; garbage among the frozen ones is collected after `gc.unfreeze()`."""
+    during the call are collected as usual; the young garbage is collected before the freeze, and garbage among
+    the frozen ones (all old by then) is collected by full collections after `gc.unfreeze()`."""
     global _running_calls, _saved_thresholds
     with _collector_lock:
         if _running_calls == 0:
+            # The young generations first: what gc.freeze() takes from them comes back by gc.unfreeze() straight
+            # into the oldest generation, uncounted by the rule that triggers full collections (and freeze resets
+            # the young count), so cyclic garbage made between calls (a training step's) was never collected: the
+            # resident floor of a 150-step full fine-tuning run grew 34-121 MB per 100 steps (issue 53).
+            # Collecting them walks only the young objects, not the 300k frozen ones.
+            gc.collect(1)
             gc.freeze()
             _saved_thresholds = gc.get_threshold()
             gc.set_threshold(max(_saved_thresholds[0], _YOUNG_THRESHOLD), *_saved_thresholds[1:])
