@@ -33,6 +33,7 @@ FIGURES = {
     "gpu_step.py": r"^summary fp32 rollouts .*rollout [\d.]+ s",
     "sft_vs_trl.py": r"^ratio [\d.]+",
     "grpo_vs_trl.py": r"^ratio ours/TRL = [\d.]+",
+    "memory_floor.py": r"^floor growth: [-+\d.]+ MB per 100 steps",
 }
 NOT_SMOKED = {
     "local_vs_vllm.py": "needs vLLM's own venv (make vllm) and minutes to start its server",
@@ -56,7 +57,15 @@ GROUPS = (
         "learning.py",
         "busy_machine.py",
     ],
-    ["local_generation.py", "vlm_step.py", "async_vs_sync.py", "gpu_step.py", "sft_vs_trl.py", "grpo_vs_trl.py"],
+    [
+        "local_generation.py",
+        "vlm_step.py",
+        "async_vs_sync.py",
+        "gpu_step.py",
+        "sft_vs_trl.py",
+        "grpo_vs_trl.py",
+        "memory_floor.py",
+    ],
 )
 END = re.compile(r"^== (\S+): (ok|FAILED), [\d.]+ s$")
 

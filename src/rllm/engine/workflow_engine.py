@@ -243,14 +243,21 @@ _collector_lock = threading.Lock()
 @contextlib.contextmanager
 def _collector_for_rollouts():
     """The collector's settings for rollouts, until the last running call ends (module docstring). Objects made
-    during the call are collected as usual; garbage among the frozen ones is collected after `gc.unfreeze()`.
-    Unless `rllm.runtime` enables `gc_tuning` (read as the call starts) the collector is left alone."""
+    during the call are collected as usual; the young garbage is collected before the freeze, and garbage among
+    the frozen ones (all old by then) is collected by full collections after `gc.unfreeze()`. Unless
+    `rllm.runtime` enables `gc_tuning` (read as the call starts) the collector is left alone."""
     global _running_calls, _saved_thresholds
     if not runtime.options().gc_tuning:
         yield
         return
     with _collector_lock:
         if _running_calls == 0:
+            # The young generations first: what gc.freeze() takes from them comes back by gc.unfreeze() straight
+            # into the oldest generation, uncounted by the rule that triggers full collections (and freeze resets
+            # the young count), so in a process that allocates little between calls the cyclic garbage made there
+            # was never collected (the unit test: 1,000 of 1,000 kept). Collecting them walks only the young
+            # objects, not the 300k frozen ones. (Not the cause of issue 53's training-floor growth: measured.)
+            gc.collect(1)
             gc.freeze()
             _saved_thresholds = gc.get_threshold()
             gc.set_threshold(max(_saved_thresholds[0], _YOUNG_THRESHOLD), *_saved_thresholds[1:])
