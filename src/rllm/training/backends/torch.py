@@ -1,7 +1,7 @@
 """`TorchBackend`: the embedded training backend (transformers + optional LoRA via peft; CPU or one GPU).
 
     backend = TorchBackend(cfg.model, cfg.algorithm, cfg.optim, total_steps=cfg.trainer.total_steps, seed=0)
-    rollout_model = backend.make_rollout_model(max_batch_size=32)     # a LocalModel sharing the weights
+    rollout_model = backend.make_rollout_model(InferenceOptions(max_batch_size=32))   # a LocalModel sharing the weights
     ... roll out with rollout_model, build rows (`rllm.training.batch.build_rows`) ...
     metrics = backend.update(rows, temperature=cfg.rollout.temperature)
     backend.push_weights(rollout_model)                               # bump its weight_version: on-policy again
@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import math
 import time
 from collections import defaultdict
@@ -57,7 +58,8 @@ from torch import Tensor, nn
 
 from rllm.config import AlgorithmConfig, ModelConfig, OptimConfig
 from rllm.cpus import governor
-from rllm.models.cpu_linear import PackedLinears, packed_linears_available
+from rllm.inference.options import InferenceOptions
+from rllm.inference.packed_linears import PackedLinears, packed_linears_available
 from rllm.training.backends.base import UpdateLog, mini_batch_order, push_weights_to
 from rllm.training.backends.torch_model import (
     apply_lora,
@@ -90,7 +92,7 @@ STATE_FORMAT = 1
 def _computing(method: Any) -> Any:
     """Mark the calling thread busy for the method's duration: generation running at the same time (asynchronous
     training) then shares the free cores with it instead of oversubscribing them (`rllm.cpus.ThreadGovernor`). On a
-    CPU in fp32 the method's linear layers run through oneDNN with packed weights (`rllm.models.cpu_linear`)."""
+    CPU in fp32 the method's linear layers run through oneDNN with packed weights (`rllm.inference.packed_linears`)."""
 
     @wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -541,13 +543,15 @@ class TorchBackend:
 
     # ------------------------------------------------------------ rollouts and weight sync
 
-    def make_rollout_model(self, **local_model_kwargs: Any) -> Any:
+    def make_rollout_model(self, options: InferenceOptions | None = None) -> Any:
         """A `LocalModel` generating with THIS backend's model object (LoRA adapters active; no copy, no merge).
-        Generation and training must alternate, never overlap (the trainer loop does). `dtype`/`device` kwargs that
-        would make LocalModel copy the model are refused: the copy would silently stop following training."""
-        from rllm.models.local import LocalModel
+        Generation and training must alternate, never overlap (the trainer loop does). A `dtype`/`device` in the
+        options that would make LocalModel copy the model is refused: the copy would silently stop following
+        training."""
+        from rllm.inference.model import LocalModel
 
-        dtype, device = local_model_kwargs.get("dtype"), local_model_kwargs.get("device")
+        options = options if options is not None else InferenceOptions()
+        dtype, device = options.dtype, options.device
         if dtype is not None and str(dtype).removeprefix("torch.") != str(self.model.dtype).removeprefix("torch."):
             raise ValueError(
                 f"make_rollout_model shares the training model ({self.model.dtype}); dtype={dtype!r} "
@@ -557,23 +561,23 @@ class TorchBackend:
             raise ValueError(
                 f"make_rollout_model shares the training model on {self.device}; device={device!r} would move it"
             )
-        if self.packed_linears is not None:
-            local_model_kwargs.setdefault("packed_linears", self.packed_linears)  # one packed copy of the weights
-        return LocalModel(self.model, self.tokenizer, vision=self.vision, **local_model_kwargs)
+        # one packed copy of the weights: the model's, shared with this backend
+        return LocalModel(self.model, self.tokenizer, options, vision=self.vision, packed=self.packed_linears)
 
-    def make_rollout_copy(self, **local_model_kwargs: Any) -> Any:
+    def make_rollout_copy(self, options: InferenceOptions | None = None) -> Any:
         """A `LocalModel` on its OWN copy of the current weights (LoRA merged in), for rollouts that run while this
         backend trains (asynchronous training) or in another `dtype` (e.g. "bfloat16" rollouts of float32
         training); `push_weights` copies the trained weights into it (cast to its dtype)."""
-        from rllm.models.local import LocalModel
+        from rllm.inference.model import LocalModel
 
+        options = options if options is not None else InferenceOptions()
         model = copy.deepcopy(self.model)
         if self.lora:
             model = model.merge_and_unload()
-        dtype = local_model_kwargs.pop("dtype", None)
-        if dtype is not None:  # converted here, so LocalModel does not copy it a second time
-            model = model.to(getattr(torch, str(dtype).removeprefix("torch.")))
-        return LocalModel(model.requires_grad_(False).eval(), self.tokenizer, vision=self.vision, **local_model_kwargs)
+        if options.dtype is not None:  # converted here, so LocalModel does not copy it a second time
+            model = model.to(getattr(torch, str(options.dtype).removeprefix("torch.")))
+            options = dataclasses.replace(options, dtype=None)
+        return LocalModel(model.requires_grad_(False).eval(), self.tokenizer, options, vision=self.vision)
 
     def rollout_state_dict(self) -> dict[str, Tensor]:
         """The weights training changes, named as in the plain base model: LoRA merged into its target weights
