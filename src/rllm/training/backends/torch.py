@@ -102,6 +102,35 @@ def _computing(method: Any) -> Any:
     return wrapper
 
 
+def _checked_device(device: str) -> torch.device:
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"model.device={device}: this torch ({torch.__version__}) sees no GPU "
+            "(torch.cuda.is_available() is False); train with model.device=cpu"
+        )
+    return resolved
+
+
+def _trainable_policy(model: Any, model_config: ModelConfig, device: torch.device, seed: int) -> Any:
+    """The policy as it trains: fp32 master weights on `device` (bf16 runs under autocast), another run's trained
+    weights as its base where `init_from` names them, gradient checkpointing, and LoRA adapters or a frozen vision
+    tower, as the config says. A given model is changed in place."""
+    model = model.to(device=device, dtype=torch.float32)
+    if model_config.init_from:  # another run's trained weights become the base (rllm.training.init_from)
+        from rllm.training.init_from import apply_init_weights
+
+        apply_init_weights(model, model_config.init_from)
+    if model_config.gradient_checkpointing:
+        # Non-reentrant: correct with frozen inputs (LoRA) without enable_input_require_grads().
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if model_config.lora.enabled:
+        model = apply_lora(model, model_config.lora, seed=seed, vision_tower=model_config.vision_tower)
+    elif model_config.vision_tower == "frozen":
+        freeze_vision_tower(model)
+    return model.eval()
+
+
 class TorchBackend:
     """Policy (and optional critic head) training on training rows. See the module docstring."""
 
@@ -127,56 +156,45 @@ class TorchBackend:
 
         self.model_config, self.algorithm, self.optim = model_config, algorithm, optim
         self.seed = seed
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(
-                f"model.device={device}: this torch ({torch.__version__}) sees no GPU "
-                "(torch.cuda.is_available() is False); train with model.device=cpu"
-            )
+        self.device = _checked_device(device)
         self.gather_logits = gather_logits
         self.tokenizer = tokenizer if tokenizer is not None else registry.load_tokenizer(model_config.name)
         if model is None:
             model = registry.load_causal_lm(model_config.name, dtype="float32", device=device)
             vision = registry.load_vision(model_config.name)
         self.vision = vision
-        model = model.to(device=self.device, dtype=torch.float32)  # fp32 master weights, bf16 or not
-        if model_config.init_from:  # another run's trained weights become the base (rllm.training.init_from)
-            from rllm.training.init_from import apply_init_weights
-
-            apply_init_weights(model, model_config.init_from)
         self.autocast_dtype = torch.bfloat16 if model_config.dtype == "bfloat16" else None
-        if model_config.gradient_checkpointing:
-            # Non-reentrant: correct with frozen inputs (LoRA) without enable_input_require_grads().
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.lora = model_config.lora.enabled
-        if self.lora:
-            model = apply_lora(model, model_config.lora, seed=seed, vision_tower=model_config.vision_tower)
-        elif model_config.vision_tower == "frozen":
-            freeze_vision_tower(model)
-        self.model = model.eval()
+        self.model = _trainable_policy(model, model_config, self.device, seed)
         self.reference = None
         if algorithm.kl_coef > 0 and not self.lora:
-            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.value_head = self._make_value_head() if algorithm.advantage == "gae" else None
         self.pad_id = (
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         )
-        groups = [{"params": [p for p in self.model.parameters() if p.requires_grad]}]
-        if self.value_head is not None:
-            groups.append({"params": list(self.value_head.parameters()), "lr": optim.critic_lr})
-        self.optimizer = torch.optim.AdamW(
-            groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, weight_decay=optim.weight_decay
-        )
-        per_update = algorithm.ppo_epochs * algorithm.mini_batches
-        self.total_optimizer_steps = total_steps * per_update
-        schedule = partial(
-            lr_factor, schedule=optim.schedule, warmup=optim.warmup_steps * per_update, total=self.total_optimizer_steps
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
+        self.total_optimizer_steps = total_steps * algorithm.ppo_epochs * algorithm.mini_batches
+        self.optimizer, self.scheduler = self._make_optimizer()
         self.packed_linears = self._pack_linears()
         self.generator = torch.Generator().manual_seed(seed)  # shuffles; saved in state_dict
         self.updates = 0
         self.weight_version = 0
+
+    def _make_optimizer(self) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+        """AdamW over the trainable weights (and the value head, at its own learning rate), and the learning-rate
+        schedule over every optimizer step of the run (the warm-up counted in optimizer steps too)."""
+        optim = self.optim
+        groups = [{"params": [p for p in self.model.parameters() if p.requires_grad]}]
+        if self.value_head is not None:
+            groups.append({"params": list(self.value_head.parameters()), "lr": optim.critic_lr})
+        optimizer = torch.optim.AdamW(
+            groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, weight_decay=optim.weight_decay
+        )
+        per_update = self.algorithm.ppo_epochs * self.algorithm.mini_batches
+        schedule = partial(
+            lr_factor, schedule=optim.schedule, warmup=optim.warmup_steps * per_update, total=self.total_optimizer_steps
+        )
+        return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
     def _pack_linears(self) -> PackedLinears | None:
         """fp32 on a CPU: route the model's (and the reference's) linear layers through oneDNN with packed weights
