@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 
+from rllm.inference import InferenceOptions
 from smoke import add_smoke_flag, tiny_model_folder
 
 MODEL = "smollm2-135m-instruct"
@@ -51,7 +52,7 @@ def child(model: str) -> None:
 
     optim = OptimConfig(micro_batch_size=8)
     backend = TorchBackend(ModelConfig(name=model), AlgorithmConfig(), optim, total_steps=100)
-    local = backend.make_rollout_model(max_batch_size=16, eos_token_ids=(), prefix_cache_tokens=0)
+    local = backend.make_rollout_model(InferenceOptions(max_batch_size=16, eos_token_ids=(), prefix_cache_tokens=0))
     questions = [f"What is {100 + 37 * i} * {3 + i}? Answer with the number only." for i in range(4)]
     prompts = [render_messages(backend.tokenizer, [{"role": "user", "content": q}]) for q in questions] * 4
     sampling = SamplingParams(temperature=1.0, max_tokens=12)

@@ -37,8 +37,9 @@ import time
 
 import torch
 
+from rllm.inference import InferenceOptions
+from rllm.inference.model import LocalModel
 from rllm.models.base import SamplingParams
-from rllm.models.local import LocalModel
 from rllm.testing.ops import decode_step_ops, generate_step_ops
 from smoke import add_smoke_flag, tiny_model_folder
 
@@ -180,10 +181,10 @@ def logprob_drift(reference_model, outputs, temperature: float, count: int = 4) 
 def matmul_peak_gflops(model, rows: tuple[int, ...] = (32, 128, 512), repeats: int = 5) -> float:
     """The machine's measured matmul rate for this model: the best rate over the model's own weight shapes (one
     layer's, and the output layer's) at `rows` rows, in the model's dtype, of torch's `F.linear` and (fp32) of
-    oneDNN with the weight packed, the kernel LocalModel uses on a CPU (`rllm.models.cpu_linear`). torch picks
+    oneDNN with the weight packed, the kernel LocalModel uses on a CPU (`rllm.inference.packed_linears`). torch picks
     kernels by shape and dtype (on CPUs without bf16 instructions a square bf16 GEMM is ~20x slower than the model's
     shapes), so a generic square GEMM would misstate what these weights can reach."""
-    from rllm.models.cpu_linear import PackedLinears, linear, packed_linears_available
+    from rllm.inference.packed_linears import PackedLinears, linear, packed_linears_available
 
     shapes = {tuple(module.weight.shape) for module in model.modules() if isinstance(module, torch.nn.Linear)}
     kernels = [torch.nn.functional.linear]
@@ -244,7 +245,9 @@ def ops_line(model, tokenizer, prompts, rows=(8, 64, 128)) -> str:
     for count in rows:
         batch = (prompts * (1 + count // len(prompts)))[:count]
         local = LocalModel(
-            model, tokenizer, max_batch_size=count, eos_token_ids=(), prefix_cache_tokens=0, cuda_graphs=False
+            model,
+            tokenizer,
+            InferenceOptions(max_batch_size=count, eos_token_ids=(), prefix_cache_tokens=0, cuda_graphs=False),
         )
         steps = decode_step_ops(local, batch, new_tokens=4)
         local.close()
@@ -336,12 +339,14 @@ def main(argv=None) -> None:
     local = LocalModel(
         model,
         tokenizer,
-        max_batch_size=args.max_batch_size,
-        dtype=args.local_dtype,
-        eos_token_ids=None if args.respect_eos else (),
-        prefix_cache_tokens=0,
+        InferenceOptions(
+            max_batch_size=args.max_batch_size,
+            dtype=args.local_dtype,
+            eos_token_ids=None if args.respect_eos else (),
+            prefix_cache_tokens=0,
+        ),
     )
-    kernel = "oneDNN, packed weights (rllm.models.cpu_linear)" if local.packed_linears else "torch's F.linear"
+    kernel = "oneDNN, packed weights (rllm.inference.packed_linears)" if local.packed_linears else "torch's F.linear"
     print(f"LocalModel dtype={local.model.dtype} (baseline: {model.dtype}); LocalModel's linear layers: {kernel}")
     # Warm-up both sides (allocator, oneDNN kernels, the worker thread).
     # Each timed mode once: sampling is another code path on both sides (on a GPU, transformers' first sampled

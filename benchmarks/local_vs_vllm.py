@@ -26,8 +26,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from local_generation import build_prompts
 
+from rllm.inference import InferenceOptions
+from rllm.inference.model import LocalModel
 from rllm.models.base import SamplingParams
-from rllm.models.local import LocalModel
 
 
 async def _timed(client, prompts, sampling) -> tuple[int, float]:
@@ -57,7 +58,9 @@ def main(argv=None) -> None:
     tokenizer = load_tokenizer(args.model)
     prompts = build_prompts(tokenizer, args.num_prompts)
     local = LocalModel(
-        load_causal_lm(args.model, dtype="float32"), tokenizer, max_batch_size=args.num_prompts, eos_token_ids=()
+        load_causal_lm(args.model, dtype="float32"),
+        tokenizer,
+        InferenceOptions(max_batch_size=args.num_prompts, eos_token_ids=()),
     )
     workdir = Path(tempfile.mkdtemp(prefix="rllm-bench-vllm-"))
     started = time.perf_counter()

@@ -23,6 +23,7 @@ import time
 import torch
 
 from rllm.config import AlgorithmConfig, LoraConfig, ModelConfig, OptimConfig
+from rllm.inference import InferenceOptions
 from rllm.models import registry
 from rllm.models.base import SamplingParams
 from rllm.tasks.shapes import ShapesAgent, make_shapes_tasks
@@ -115,7 +116,7 @@ def main() -> None:
     exact = []
     for _ in range(args.repeats):
         for side, (trainer, prompts) in sides.items():
-            model = trainer.make_rollout_model(max_batch_size=64, eos_token_ids=())
+            model = trainer.make_rollout_model(InferenceOptions(max_batch_size=64, eos_token_ids=()))
             try:
                 outputs, seconds = rollout(model, prompts, args.group, args.new_tokens)
             finally:

@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("openai")
 
 from rllm.gateway import Gateway
+from rllm.inference import InferenceOptions
 from rllm.models.base import SamplingParams
 from rllm.sdk import (
     StepView,
@@ -32,10 +33,12 @@ QUESTION = [{"role": "user", "content": "Say something."}]
 def gateway_url(smollm2_tokenizer):
     """A real gateway over a tiny LocalModel, on a background loop (a sync client must not block the loop that
     serves it)."""
-    from rllm.models.local import LocalModel
+    from rllm.inference.model import LocalModel
     from rllm.models.registry import build_tiny_model
 
-    local = LocalModel(build_tiny_model(smollm2_tokenizer, seed=1), smollm2_tokenizer, max_batch_size=2)
+    local = LocalModel(
+        build_tiny_model(smollm2_tokenizer, seed=1), smollm2_tokenizer, InferenceOptions(max_batch_size=2)
+    )
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()

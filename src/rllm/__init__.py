@@ -54,7 +54,7 @@ _LAZY = {
     "Workflow": "rllm.workflows.base",
     "ChatRenderer": "rllm.models.chat",
     "FakeModel": "rllm.models.fake",
-    "LocalModel": "rllm.models.local",
+    "LocalModel": "rllm.inference.model",
     "OpenAIClient": "rllm.models.openai",
     "check_env": "rllm.envs.checker",
     "rollout": "rllm.gateway.rollout",

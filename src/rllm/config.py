@@ -31,6 +31,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from rllm.errors import RllmError
+from rllm.inference.options import DEFAULT_PREFIX_CACHE_TOKENS, InferenceOptions
 from rllm.models.base import SamplingParams
 from rllm.runtime import RuntimeOptions
 
@@ -40,6 +41,7 @@ __all__ = [
     "DPOConfig",
     "DataConfig",
     "DistillConfig",
+    "InferenceConfig",
     "LoraConfig",
     "ModelConfig",
     "OpenAIEndpointConfig",
@@ -53,6 +55,7 @@ __all__ = [
     "VLLMConfig",
     "config_help",
     "dump_config",
+    "inference_options",
     "load_config",
     "override_config",
 ]
@@ -797,12 +800,31 @@ class RuntimeConfig(_Section):
     fast_chat_templates: bool = Field(
         True, description="Render plain chats with transformers' compiled template directly (private helpers)."
     )
-    cuda_graphs: bool = Field(True, description="Replay the local model's decode steps from CUDA graphs.")
-    prefix_cache: bool = Field(True, description="Keep finished sequences' K/V for prompts that share a prefix.")
 
     def options(self) -> RuntimeOptions:
         """These settings as the options `rllm.runtime.enable` takes."""
         return RuntimeOptions(**self.model_dump())
+
+
+class InferenceConfig(_Section):
+    """The local engine's settings (rllm.inference.InferenceOptions) for rollouts, rllm eval and the gateway. These
+    belong to one model, not to the process; packed linears run only where runtime.packed_linears is on too."""
+
+    max_batch_size: int | None = Field(
+        None, ge=1, description="Rows the local model decodes together; null: rollout.n_parallel."
+    )
+    prefix_cache_tokens: int = Field(
+        DEFAULT_PREFIX_CACHE_TOKENS,
+        ge=0,
+        description="Bound of the K/V kept from finished sequences for prompts sharing a prefix; 0: no store.",
+    )
+    cuda_graphs: bool = Field(True, description="On a GPU, replay the local model's decode steps from CUDA graphs.")
+    packed_linears: bool = Field(
+        True, description="fp32 CPU linear layers through oneDNN, where runtime.packed_linears is on as well."
+    )
+    num_threads: int | None = Field(
+        None, ge=1, description="torch's threads on the model's worker; null: chosen from the cores left free."
+    )
 
 
 class TrainConfig(_Section):
@@ -827,6 +849,9 @@ class TrainConfig(_Section):
     )
     runtime: RuntimeConfig = Field(
         default_factory=RuntimeConfig, description="Process-wide tuning the command turns on (rllm.runtime)."
+    )
+    inference: InferenceConfig = Field(
+        default_factory=InferenceConfig, description="The local engine (rollout.server: local, rllm eval, serve)."
     )
     agent: str | None = Field(
         None,
@@ -962,6 +987,21 @@ _YAML12_FLOAT = re.compile(
     re.VERBOSE,
 )
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT, list("-+0123456789."))
+
+
+def inference_options(config: TrainConfig) -> InferenceOptions:
+    """The local engine's options from the config: the one place rollouts (the trainer), `rllm eval` and the
+    gateway take them from. Requests without a seed derive theirs from `trainer.seed`; the batch holds
+    `rollout.n_parallel` rows unless `inference.max_batch_size` says otherwise."""
+    section = config.inference
+    return InferenceOptions(
+        max_batch_size=section.max_batch_size or config.rollout.n_parallel,
+        seed=config.trainer.seed,
+        num_threads=section.num_threads,
+        prefix_cache_tokens=section.prefix_cache_tokens,
+        cuda_graphs=section.cuda_graphs,
+        packed_linears=section.packed_linears,
+    )
 
 
 def _parse_yaml(text: str) -> Any:

@@ -8,7 +8,7 @@ of compute threads or processes uses it.
 
 `ThreadGovernor` (one per process, `governor()`) turns it into torch's intra-op thread count while work runs: the
 cores other processes leave free, shared between this process's busy compute threads. This module imports nothing
-heavy (no torch): `rllm.models.local` (the worker's decode steps) and `rllm.training.backends.torch_model` (each
+heavy (no torch): `rllm.inference.model` (the worker's decode steps) and `rllm.training.backends.torch_model` (each
 micro-batch's forward and backward) apply what it decides, where `rllm.runtime` enables `thread_governor` (the CLI
 does; a library's user opts in): torch's thread count is the whole program's business, so without that rllm leaves
 it as torch or the program set it.

@@ -31,7 +31,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-from rllm.config import ConfigError, TrainConfig
+from rllm.config import ConfigError, TrainConfig, inference_options
 from rllm.engine.failures import raise_if_all_failed
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.harnesses import workflow_for_config
@@ -158,7 +158,7 @@ def make_eval_model(config: TrainConfig, run_dir: Path) -> Any:
             max_connections=max(rollout.n_parallel, 8),
             vision=registry.load_vision(config.model.name),
         )
-    from rllm.models.local import LocalModel
+    from rllm.inference.model import LocalModel
 
     if config.model.init_from:  # another run's trained weights (rllm.training.init_from)
         import torch
@@ -171,12 +171,9 @@ def make_eval_model(config: TrainConfig, run_dir: Path) -> Any:
         return LocalModel(
             model.to(getattr(torch, config.model.dtype)),
             registry.load_tokenizer(config.model.name),
-            seed=config.trainer.seed,
-            max_batch_size=rollout.n_parallel,
+            inference_options(config),
         )
-    return LocalModel.from_pretrained(
-        config.model.name, dtype=config.model.dtype, seed=config.trainer.seed, max_batch_size=rollout.n_parallel
-    )
+    return LocalModel.from_pretrained(config.model.name, inference_options(config), dtype=config.model.dtype)
 
 
 def _progress(enabled: bool, total: int) -> Any:

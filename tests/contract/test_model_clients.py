@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from rllm.inference import InferenceOptions
 from rllm.models.base import close_model
 from rllm.models.fake import FakeModel, FakeTokenizer
 from rllm.models.openai import OpenAIClient
@@ -42,9 +43,11 @@ def _client(kind: str, request):
         return FakeModel(_reply, tokenizer=tokenizer), tokenizer
     tokenizer = request.getfixturevalue("smollm2_tokenizer")
     if kind == "local-model":
-        from rllm.models.local import LocalModel
+        from rllm.inference.model import LocalModel
 
-        return LocalModel(request.getfixturevalue("tiny_model"), tokenizer, max_batch_size=4), tokenizer
+        return LocalModel(
+            request.getfixturevalue("tiny_model"), tokenizer, InferenceOptions(max_batch_size=4)
+        ), tokenizer
     server = request.getfixturevalue("fake_server")
     return OpenAIClient(server.base_url, server.model, tokenizer=tokenizer), tokenizer
 

@@ -8,6 +8,7 @@ import itertools
 import pytest
 
 from rllm.engine import AgentExecutionEngine
+from rllm.inference import InferenceOptions
 from rllm.models.base import SamplingParams
 from rllm.tasks.frozenlake import FrozenLakeAgent, FrozenLakeEnv, make_frozenlake_tasks
 
@@ -41,10 +42,12 @@ def _assert_every_turn_extends(episodes) -> int:
 def test_random_tiny_model_rollouts_extend_for_every_shipped_template(shipped_tokenizer):
     """A random model samples arbitrary tokens (special tokens, byte fragments): exactly where re-tokenizing the
     decoded text would go wrong."""
-    from rllm.models.local import LocalModel
+    from rllm.inference.model import LocalModel
     from rllm.models.registry import build_tiny_model
 
-    model = LocalModel(build_tiny_model(shipped_tokenizer, seed=1), shipped_tokenizer, max_batch_size=8, seed=0)
+    model = LocalModel(
+        build_tiny_model(shipped_tokenizer, seed=1), shipped_tokenizer, InferenceOptions(max_batch_size=8, seed=0)
+    )
     try:
         episodes = _run(model, n_tasks=6, max_tokens=12, max_steps=4)
     finally:
@@ -54,9 +57,9 @@ def test_random_tiny_model_rollouts_extend_for_every_shipped_template(shipped_to
 
 @pytest.mark.slow
 def test_real_smollm2_rollouts_extend():
-    from rllm.models.local import LocalModel
+    from rllm.inference.model import LocalModel
 
-    model = LocalModel.from_pretrained("smollm2-135m-instruct", max_batch_size=4, seed=0)
+    model = LocalModel.from_pretrained("smollm2-135m-instruct", InferenceOptions(max_batch_size=4, seed=0))
     try:
         episodes = _run(model, n_tasks=2, max_tokens=16, max_steps=3, temperature=0.7)
     finally:

@@ -11,9 +11,10 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from rllm.inference import InferenceOptions
+from rllm.inference.model import LocalModel
+from rllm.inference.sampling import SamplingMode, sample_rows
 from rllm.models.base import SamplingParams
-from rllm.models.local import LocalModel
-from rllm.models.local_sampling import SamplingMode, sample_rows
 from tests.conftest import sharpen
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -52,9 +53,11 @@ def _run(local, requests):
 @pytest.mark.parametrize("architecture", ["llama", "qwen2"])
 def test_graph_replayed_steps_give_what_eager_steps_give(tokenizer, architecture):
     model, requests = _model(tokenizer, architecture), _requests(tokenizer)
-    with LocalModel(model, tokenizer, max_batch_size=32, eos_token_ids=(), cuda_graphs=False) as eager:
+    with LocalModel(
+        model, tokenizer, InferenceOptions(max_batch_size=32, eos_token_ids=(), cuda_graphs=False)
+    ) as eager:
         expected = _run(eager, requests)
-    with LocalModel(model, tokenizer, max_batch_size=32, eos_token_ids=()) as graphed:
+    with LocalModel(model, tokenizer, InferenceOptions(max_batch_size=32, eos_token_ids=())) as graphed:
         _run(graphed, requests)  # warm-up: the first step at each shape runs eagerly
         got = _run(graphed, requests)
         stats, graphs = graphed.stats, graphed._scheduler.graphs
@@ -98,7 +101,7 @@ def test_only_ids_and_logprobs_cross_to_the_host(tokenizer):
         (p, SamplingParams(temperature=1.0, max_tokens=24, seed=i))
         for i, (p, _) in enumerate(_requests(tokenizer, rows))
     ]
-    with LocalModel(model, tokenizer, max_batch_size=rows, eos_token_ids=()) as local:
+    with LocalModel(model, tokenizer, InferenceOptions(max_batch_size=rows, eos_token_ids=())) as local:
         scheduler = local._scheduler
         step = scheduler.step
         copied = []

@@ -105,7 +105,7 @@ def test_an_async_run_stopped_and_resumed_equals_an_uninterrupted_one(tmp_path, 
 def test_a_nan_sampler_logprob_is_masked_and_counted_not_trained(tmp_path, tiny_model_dir, monkeypatch):
     """A sampler that reports a NaN log-prob for one token: that token leaves the loss, the step says how many, the
     update is finite and taken."""
-    from rllm.models.local import LocalModel
+    from rllm.inference.model import LocalModel
 
     real = LocalModel.generate
 

@@ -7,6 +7,7 @@ import pytest
 
 from rllm.config import load_config
 from rllm.engine import AgentWorkflowEngine
+from rllm.inference import InferenceOptions
 from rllm.runs import load_metrics
 from rllm.training.advantages import apply_gae, score_episodes
 from rllm.training.batch import build_rows
@@ -21,7 +22,7 @@ def _returns_error(trainer: AgentTrainer, values_of) -> float:
     """Mean |GAE return - discounted reward-to-go| over the action tokens of fresh rollouts, with values from
     `values_of(rows)`. gamma is 1, so every action token's discounted reward-to-go is its trajectory's reward."""
     cfg = trainer.config
-    model = trainer.backend.make_rollout_model(seed=1)
+    model = trainer.backend.make_rollout_model(InferenceOptions(seed=1))
     try:
         engine = AgentWorkflowEngine(
             workflow_class=trainer.workflow_class,

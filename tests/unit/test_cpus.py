@@ -195,8 +195,8 @@ def test_generation_and_training_run_with_the_threads_the_governor_chooses(
 
     import torch
 
+    from rllm.inference.model import LocalModel
     from rllm.models.base import SamplingParams
-    from rllm.models.local import LocalModel
     from rllm.training.backends.torch import score_rows
     from rllm.training.batch import TrainingRow
     from tests.conftest import sharp_tiny_model
@@ -241,7 +241,7 @@ def test_without_the_runtime_enabled_torch_keeps_its_thread_count(smollm2_tokeni
     the trainer's per-micro-batch call changes nothing, even with a governor that would choose otherwise."""
     import torch
 
-    from rllm.models.local import LocalModel
+    from rllm.inference.model import LocalModel
     from tests.conftest import sharp_tiny_model
 
     monkeypatch.setattr(cpus, "_TORCH_DEFAULT", None)
@@ -258,7 +258,7 @@ def test_a_count_the_program_set_itself_is_kept(smollm2_tokenizer, monkeypatch, 
     reductions happen in one order in every run) keeps its count, in the trainer's thread and the local model's."""
     import torch
 
-    from rllm.models.local import LocalModel
+    from rllm.inference.model import LocalModel
     from tests.conftest import sharp_tiny_model
 
     monkeypatch.setattr(cpus, "_TORCH_DEFAULT", 2)

@@ -21,6 +21,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from rllm.errors import InfraError
 from rllm.gateway import Gateway
 from rllm.gateway.openai_format import RequestError, normalize_messages, parse_request, token_pieces
+from rllm.inference import InferenceOptions
 from rllm.models.base import SamplingParams
 from rllm.models.fake import FakeModel, FakeTokenizer
 from rllm.workflows.runtime import TerminationEvent
@@ -271,10 +272,12 @@ def test_text_naming_an_id_the_session_did_not_produce_is_not_restored(smollm2_t
 
 
 def test_local_model_session_is_token_exact(smollm2_tokenizer):
-    from rllm.models.local import LocalModel
+    from rllm.inference.model import LocalModel
     from rllm.models.registry import build_tiny_model
 
-    local = LocalModel(build_tiny_model(smollm2_tokenizer, seed=1), smollm2_tokenizer, max_batch_size=2)
+    local = LocalModel(
+        build_tiny_model(smollm2_tokenizer, seed=1), smollm2_tokenizer, InferenceOptions(max_batch_size=2)
+    )
     try:
         with serving(local, sampling=SamplingParams(max_tokens=8)) as gateway, client(gateway) as sdk:
             messages = [{"role": "user", "content": "Say something."}]

@@ -326,7 +326,7 @@ def test_check_env_accepts_image_observations():
 def test_a_local_text_only_model_refuses_an_image_naming_the_model(smollm2_tokenizer):
     import asyncio
 
-    from rllm.models.local import LocalModel
+    from rllm.inference.model import LocalModel
     from rllm.models.registry import build_tiny_model
 
     messages = [{"role": "user", "content": [{"type": "text", "text": "What is it?"}, image_part(_picture())]}]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rllm.models.lm_head import backbone_and_head, output_logits
+from rllm.inference.lm_head import backbone_and_head, output_logits
 
 
 def test_sliced_output_layer_is_bitwise_the_plain_one():

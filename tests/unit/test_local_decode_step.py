@@ -11,10 +11,11 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from rllm.inference import InferenceOptions
+from rllm.inference.graphs import DecodeGraphs, row_buckets
+from rllm.inference.model import LocalModel
+from rllm.inference.sampling import SamplingMode
 from rllm.models.base import SamplingParams
-from rllm.models.local import LocalModel
-from rllm.models.local_graphs import DecodeGraphs, row_buckets
-from rllm.models.local_sampling import SamplingMode
 from rllm.models.registry import build_tiny_model
 from rllm.testing.ops import decode_step_ops, generate_step_ops
 from tests.conftest import sharp_tiny_model
@@ -36,7 +37,9 @@ def test_a_decode_step_dispatches_the_same_operators_for_8_64_and_128_rows(token
     model = build_tiny_model(tokenizer, num_layers=4)
     counts = {}
     for rows in (8, 64, 128):
-        with LocalModel(model, tokenizer, max_batch_size=rows, eos_token_ids=(), prefix_cache_tokens=0) as local:
+        with LocalModel(
+            model, tokenizer, InferenceOptions(max_batch_size=rows, eos_token_ids=(), prefix_cache_tokens=0)
+        ) as local:
             per_step = decode_step_ops(local, _prompts(tokenizer, rows))
         assert per_step and len(set(per_step)) == 1, per_step
         counts[rows] = per_step[0]
@@ -63,7 +66,7 @@ class _NoHostSync(TorchDispatchMode):
 def test_the_decode_step_never_waits_on_the_device(tokenizer, mode, architecture):
     """The whole step on the meta device (shapes, no data): a `.item()`, a `.tolist()` or a host tensor would fail."""
     model = build_tiny_model(tokenizer, num_layers=2, architecture=architecture).to("meta")
-    local = LocalModel(model, tokenizer, max_batch_size=8)
+    local = LocalModel(model, tokenizer, InferenceOptions(max_batch_size=8))
     scheduler = local._scheduler
     scheduler.cache.reserve(8, 256)
     with torch.inference_mode(), _NoHostSync():
@@ -109,10 +112,12 @@ def test_graph_shaped_steps_give_what_eager_steps_give(tokenizer):
     async def run(local):
         return await asyncio.gather(*[local.generate(p, s) for p, s in requests])
 
-    with LocalModel(model, tokenizer, max_batch_size=16, eos_token_ids=()) as eager:
+    with LocalModel(model, tokenizer, InferenceOptions(max_batch_size=16, eos_token_ids=())) as eager:
         expected = asyncio.run(run(eager))
     _Rerun.captured = 0
-    with _with_rerun_graphs(LocalModel(model, tokenizer, max_batch_size=16, eos_token_ids=())) as graphed:
+    with _with_rerun_graphs(
+        LocalModel(model, tokenizer, InferenceOptions(max_batch_size=16, eos_token_ids=()))
+    ) as graphed:
         got = asyncio.run(run(graphed))
         assert graphed.stats["graph_steps"] == graphed.stats["decode_steps"]
     assert _Rerun.captured >= 3  # several row buckets as rows finished

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from rllm.errors import InfraError
+from rllm.inference import InferenceOptions
+from rllm.inference.model import LocalModel, PromptTooLongError
 from rllm.models.base import SamplingParams
-from rllm.models.local import LocalModel, PromptTooLongError
 from tests.conftest import sharp_tiny_model
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
@@ -31,7 +32,8 @@ def make_model(tokenizer):
     created = []
 
     def make(**kwargs):
-        model = LocalModel(_tiny_model(tokenizer, seed=kwargs.pop("model_seed", 0)), tokenizer, **kwargs)
+        weights_seed = kwargs.pop("model_seed", 0)
+        model = LocalModel(_tiny_model(tokenizer, seed=weights_seed), tokenizer, InferenceOptions(**kwargs))
         created.append(model)
         return model
 
@@ -345,7 +347,7 @@ def test_close_stops_the_worker(tokenizer, prompts):
 
 def test_bfloat16_copy_leaves_the_passed_model_alone(tokenizer, prompts):
     base = _tiny_model(tokenizer)
-    with LocalModel(base, tokenizer, dtype="bfloat16") as model:
+    with LocalModel(base, tokenizer, InferenceOptions(dtype="bfloat16")) as model:
         assert base.dtype == torch.float32 and model.model.dtype == torch.bfloat16
         out = run(model.generate(prompts[1], SamplingParams(max_tokens=6, seed=0)))
         expected = reference_logprobs(base, out.prompt_ids, out.completion_ids, 1.0)
@@ -400,7 +402,7 @@ def test_update_weights_clears_the_prefix_cache(make_model, prompts, tokenizer):
 
 
 def test_a_prompt_diverging_from_a_stored_sequence_reuses_only_the_common_prefix(make_model, prompts):
-    from rllm.models.local_scheduler import MIN_SHARED_PREFIX
+    from rllm.inference.scheduler import MIN_SHARED_PREFIX
 
     cached, plain = make_model(eos_token_ids=()), make_model(eos_token_ids=(), prefix_cache_tokens=0)
     first = run(cached.generate(prompts[3], GREEDY))
@@ -437,7 +439,7 @@ def test_running_prompts_share_their_common_prefix(make_model, prompts, tokenize
 
 
 def test_prefix_store_is_bounded_lru():
-    from rllm.models.local_cache import PrefixStore
+    from rllm.inference.cache import PrefixStore
 
     store = PrefixStore(max_tokens=10)
     kv = lambda n: torch.zeros(1, 2, 1, n, 1)  # noqa: E731
@@ -454,7 +456,7 @@ def test_prefix_store_is_bounded_lru():
 
 
 def test_prefill_chunks_pad_little_on_a_cpu_and_merge_on_a_gpu():
-    from rllm.models.local_scheduler import FORWARD_COST, cheapest_cut
+    from rllm.inference.scheduler import FORWARD_COST, cheapest_cut
 
     lengths = [10, 11, 12, 100, 104]
     cpu = cheapest_cut(lengths, forward_cost=FORWARD_COST["cpu"], max_tokens=2048)

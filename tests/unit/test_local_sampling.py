@@ -1,4 +1,4 @@
-"""The local engine's sampler (`rllm.models.local_sampling`): the right distribution for every setting, greedy equal to
+"""The local engine's sampler (`rllm.inference.sampling`): the right distribution for every setting, greedy equal to
 argmax, untruncated log-probs, rows independent of each other, and on a CPU the same seeded draws as the
 per-row host sampler of earlier releases (so seeded runs reproduce)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rllm.models.local_sampling import SamplingMode, draw_uniforms, sample_rows
+from rllm.inference.sampling import SamplingMode, draw_uniforms, sample_rows
 
 
 def _sample(logits, temperature=1.0, top_k=0, top_p=1.0, uniforms=None, greedy=None):

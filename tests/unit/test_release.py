@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "rllm"
 
 # the packages whose public names include heavy ones (torch, aiohttp), loaded from their `_LAZY` table on first use
-LAZY_PACKAGES = {"rllm", "rllm.models", "rllm.testing"}
+LAZY_PACKAGES = {"rllm", "rllm.inference", "rllm.models", "rllm.testing"}
 
 
 def test_the_wheel_version_is_rllm_version():
@@ -112,7 +112,7 @@ def _native_modules_with_a_module_getattr() -> dict[str, ast.Module]:
 def test_one_lazy_mechanism_only_where_names_are_heavy():
     found = _native_modules_with_a_module_getattr()
     assert set(found) == LAZY_PACKAGES, (
-        "only rllm, rllm.models and rllm.testing have a module __getattr__ (their _LAZY table)"
+        "only rllm, rllm.inference, rllm.models and rllm.testing have a module __getattr__ (their _LAZY table)"
     )
     for module, tree in found.items():
         assert "_LAZY" in _defined_names(tree), f"{module}'s __getattr__ has no _LAZY table"

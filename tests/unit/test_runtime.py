@@ -30,10 +30,10 @@ def test_off_until_enabled_and_back_off_after_disable():
     assert runtime.options() == OFF
 
 
-def test_off_changes_nothing_process_wide_and_keeps_the_model_local_features():
+def test_off_changes_nothing_process_wide():
     assert not (OFF.gc_tuning or OFF.eager_request_writes or OFF.packed_linears or OFF.thread_governor)
     assert not OFF.fast_chat_templates  # private transformers helpers: opt-in too
-    assert OFF.cuda_graphs and OFF.prefix_cache  # inside the model only: on without opting in
+    assert not any(dataclasses.astuple(OFF))
 
 
 def test_enabled_puts_back_what_was_in_force():
@@ -57,14 +57,14 @@ def test_bad_options_are_refused_in_one_line():
 @pytest.mark.parametrize(
     ("name", "key"),
     [
-        ("RLLM_PACKED_LINEARS", "runtime.packed_linears"),
-        ("RLLM_CUDA_GRAPHS", "runtime.cuda_graphs"),
-        ("RLLM_PREFIX_CACHE", "runtime.prefix_cache"),
+        ("RLLM_PACKED_LINEARS", "runtime.packed_linears=false"),
+        ("RLLM_CUDA_GRAPHS", "inference.cuda_graphs=false"),
+        ("RLLM_PREFIX_CACHE", "inference.prefix_cache_tokens=0"),
     ],
 )
 def test_a_retired_environment_variable_is_refused_naming_its_config_key(monkeypatch, name, key):
     monkeypatch.setenv(name, "0")
-    with pytest.raises(RllmError, match=rf"^{name} is no longer read: unset it and set {key}=false in the config"):
+    with pytest.raises(RllmError, match=rf"^{name} is no longer read: unset it and set {key} in the config"):
         runtime.enable()
     assert runtime.options() == OFF
 
@@ -114,20 +114,20 @@ def test_the_rllm_commands_enable_it_from_the_config(monkeypatch, command, work)
 
 @pytest.mark.skipif(not __import__("torch").backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
 def test_the_private_onednn_ops_behave_as_relied_on():
-    """`torch.ops.mkldnn._reorder_linear_weight` and `_linear_pointwise` (private; `rllm.models.cpu_linear` calls
+    """`torch.ops.mkldnn._reorder_linear_weight` and `_linear_pointwise` (private; `rllm.inference.packed_linears` calls
     each in one function) take the arguments passed and give `F.linear`'s result, bias and batch dimensions
     included. A torch upgrade that changes them fails here (packing would otherwise quietly turn itself off)."""
     import torch
     import torch.nn.functional as F
 
-    from rllm.models import cpu_linear
+    from rllm.inference import packed_linears
 
     torch.manual_seed(0)
     x, weight, bias = torch.randn(3, 7, 48), torch.randn(20, 48), torch.randn(20)
-    packed = cpu_linear._onednn_pack(weight)
-    assert torch.allclose(cpu_linear._onednn_linear(x, packed, bias), F.linear(x, weight, bias), atol=1e-5)
-    assert torch.allclose(cpu_linear._onednn_linear(x, packed), F.linear(x, weight), atol=1e-5)
-    assert cpu_linear._onednn_packs()
+    packed = packed_linears._onednn_pack(weight)
+    assert torch.allclose(packed_linears._onednn_linear(x, packed, bias), F.linear(x, weight, bias), atol=1e-5)
+    assert torch.allclose(packed_linears._onednn_linear(x, packed), F.linear(x, weight), atol=1e-5)
+    assert packed_linears._onednn_packs()
 
 
 # ---- a real model under an engine, in a fresh process --------------------------------------------------------
@@ -157,7 +157,8 @@ _PROBE = textwrap.dedent(
         runtime.enable()
     from rllm.engine.workflow_engine import AgentWorkflowEngine
     from rllm.models import chat, eager_writes
-    from rllm.models.local import LocalModel
+    from rllm.inference import InferenceOptions
+    from rllm.inference.model import LocalModel
     from rllm.types import Step, Trajectory
     from rllm.workflows import Workflow
 
@@ -167,7 +168,7 @@ _PROBE = textwrap.dedent(
                 "linear_forward": nn.Linear.forward is linear_forward,
                 "new_finders": sorted(type(finder).__module__ for finder in new)}  # libraries' own (six) too
 
-    model = LocalModel.from_pretrained("smollm2-135m-instruct", max_batch_size=4)
+    model = LocalModel.from_pretrained("smollm2-135m-instruct", InferenceOptions(max_batch_size=4))
     during = {"rollout": [], "worker": []}
     step = model._scheduler.step
 
@@ -255,6 +256,6 @@ def test_opting_in_turns_each_tuning_on_for_the_call_and_puts_the_collector_back
 
 
 def _onednn_here() -> bool:
-    from rllm.models import cpu_linear
+    from rllm.inference import packed_linears
 
-    return cpu_linear._onednn_packs()
+    return packed_linears._onednn_packs()

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from rllm.config import AlgorithmConfig, LoraConfig, ModelConfig, OptimConfig
+from rllm.inference import InferenceOptions
 from rllm.models.base import SamplingParams
 from rllm.training.backends.torch import TorchBackend
 from rllm.training.backends.torch_model import forward_targets, linear_module_names, lr_factor
@@ -53,7 +54,7 @@ def make_backend(tokenizer, base_model, *, lora=True, lr=1e-2, micro=4, total_st
 def sample_rows(backend, tokenizer, advantages, *, max_tokens=6, temperature=1.0):
     """Roll out with a LocalModel sharing the backend's model; one row per prompt, given advantages."""
     prompts = ["Hi there", "The cat sat on the mat and", "1 2 3 4 5", "Once upon a time"]
-    local = backend.make_rollout_model(max_batch_size=8, seed=3)
+    local = backend.make_rollout_model(InferenceOptions(max_batch_size=8, seed=3))
 
     async def go():
         sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens)
@@ -237,7 +238,7 @@ def test_push_merged_weights_reproduce_the_lora_model(tokenizer, base_model):
     """W + scale * B @ A pushed to a plain copy of the base model gives the LoRA model's logits: to 1e-9 when both
     sides compute in float64 (the formula is exact), and in float32 within the rounding of the merged weights, which
     this deliberately sharp random model (logits up to ~25) amplifies to ~2e-4."""
-    from rllm.models.local import LocalModel
+    from rllm.inference.model import LocalModel
 
     backend = make_backend(tokenizer, base_model)
     backend.update(synthetic_rows(backend=backend), temperature=1.0)
@@ -267,8 +268,8 @@ def test_push_to_shared_rollout_model_bumps_version_only(tokenizer, base_model):
         assert local.model is backend.model
         assert backend.push_weights(local) == 1 and local.weight_version == 1
         with pytest.raises(ValueError, match="shares the training model"):
-            backend.make_rollout_model(dtype="bfloat16")
-        backend.make_rollout_model(dtype="float32", device="cpu").close()
+            backend.make_rollout_model(InferenceOptions(dtype="bfloat16"))
+        backend.make_rollout_model(InferenceOptions(dtype="float32", device="cpu")).close()
     finally:
         local.close()
 
@@ -350,12 +351,12 @@ def test_packed_linears_train_like_torch_and_are_shared_with_rollouts(tokenizer,
     """On a CPU in fp32 the backend runs its linears through oneDNN with packed weights (LoRA's frozen base layers
     in the backward too) and lends them to its rollout model; the gradients are torch's up to float rounding."""
     from rllm import runtime
-    from rllm.models.cpu_linear import packed_linears_available
+    from rllm.inference.packed_linears import packed_linears_available
 
     if not packed_linears_available():
         pytest.skip("this torch build cannot pack with oneDNN")
     packed = make_backend(tokenizer, base_model, lora=lora)
-    local = packed.make_rollout_model(max_batch_size=2)
+    local = packed.make_rollout_model(InferenceOptions(max_batch_size=2))
     assert packed.packed_linears is not None and local._linears is packed.packed_linears
     local.close()
     with runtime.enabled(runtime.RuntimeOptions(packed_linears=False)):

@@ -15,9 +15,10 @@ from rllm.config import AlgorithmConfig, LoraConfig, ModelConfig, OptimConfig
 from rllm.engine import AgentExecutionEngine
 from rllm.errors import ImageError
 from rllm.images import image_part
+from rllm.inference import InferenceOptions
+from rllm.inference.model import LocalModel
 from rllm.models.base import ImagePrompt, SamplingParams
 from rllm.models.chat import ChatRenderer
-from rllm.models.local import LocalModel
 from rllm.models.vision import VisionProcessor
 from rllm.models.vlm import build_tiny_vlm
 from rllm.training.backends.torch import TorchBackend
@@ -179,7 +180,7 @@ def _backend(model, vision, *, lora=True, vision_tower="frozen"):
 
 
 def _picture_episodes(backend, n=3, **engine):
-    rollout = backend.make_rollout_model(max_batch_size=8)
+    rollout = backend.make_rollout_model(InferenceOptions(max_batch_size=8))
     engine = AgentExecutionEngine(
         agent_class=BaseAgent,
         env_class=PictureEnv,
@@ -229,7 +230,7 @@ def test_frozenlake_board_pictures_train_as_one_row_per_episode(vlm):
 
     model, vision = vlm
     backend = _backend(model, vision)
-    rollout = backend.make_rollout_model(max_batch_size=8)
+    rollout = backend.make_rollout_model(InferenceOptions(max_batch_size=8))
     tasks = make_frozenlake_tasks(3, seed=1, sizes=(3,), hole_prob=0.0, max_steps=3)
     engine = AgentExecutionEngine(
         agent_class=FrozenLakeAgent,
@@ -384,7 +385,7 @@ def test_samples_of_one_picture_share_their_prompt_in_the_training_forward(vlm):
 
     model, vision = vlm
     backend = _backend(model, vision, vision_tower="trainable")  # the gradient reaches the tower too
-    rollout = backend.make_rollout_model(max_batch_size=8)
+    rollout = backend.make_rollout_model(InferenceOptions(max_batch_size=8))
     engine = AgentExecutionEngine(
         agent_class=ShapesAgent,
         env_class=ShapesEnv,

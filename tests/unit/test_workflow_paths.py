@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rllm.engine import AgentExecutionEngine, AgentWorkflowEngine
+from rllm.inference import InferenceOptions
 from rllm.models.base import SamplingParams
 from rllm.tasks.frozenlake import FrozenLakeAgent, FrozenLakeEnv, make_frozenlake_tasks
 from rllm.workflows import TerminationEvent, Workflow
@@ -50,12 +51,14 @@ class HandWrittenLoop(Workflow):
 
 @pytest.fixture(scope="module")
 def local_model(smollm2_tokenizer):
-    from rllm.models.local import LocalModel
+    from rllm.inference.model import LocalModel
 
     # One rollout at a time and no prefix store: batch composition and K/V reused from another forward shape can
     # change float rounding, and these runs (the same prompts three times) must match bitwise.
     model = LocalModel(
-        sharp_tiny_model(smollm2_tokenizer, seed=3), smollm2_tokenizer, max_batch_size=1, seed=0, prefix_cache_tokens=0
+        sharp_tiny_model(smollm2_tokenizer, seed=3),
+        smollm2_tokenizer,
+        InferenceOptions(max_batch_size=1, seed=0, prefix_cache_tokens=0),
     )
     yield model
     model.close()

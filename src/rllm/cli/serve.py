@@ -68,9 +68,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _make_model(args: argparse.Namespace):
     if args.embedded:
-        from rllm.models.local import LocalModel
+        from rllm.config import TrainConfig, inference_options
+        from rllm.inference.model import LocalModel
 
-        return LocalModel.from_pretrained(args.embedded)
+        # serve reads no config file: the `inference:` section's defaults, the engine rollouts and eval run
+        return LocalModel.from_pretrained(args.embedded, inference_options(TrainConfig()))
     if not args.model or not args.tokenizer:
         raise SystemExit(
             "--upstream needs --model (the served model's name) and --tokenizer (its tokenizer's name "

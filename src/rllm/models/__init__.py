@@ -1,4 +1,6 @@
-"""Inference clients. All speak `ModelClient.generate(prompt, sampling) -> ModelOutput`; heavy ones load lazily."""
+"""Inference clients. All speak `ModelClient.generate(prompt, sampling) -> ModelOutput`; heavy ones load lazily.
+
+The embedded engine, `LocalModel`, is a package of its own above this one: `rllm.inference`."""
 
 from __future__ import annotations
 
@@ -10,11 +12,10 @@ from rllm.models.base import ModelClient, Prompt, SamplingParams
 _LAZY = {
     "ChatRenderer": "rllm.models.chat",
     "FakeModel": "rllm.models.fake",
-    "LocalModel": "rllm.models.local",
     "OpenAIClient": "rllm.models.openai",
 }
 
-__all__ = ["ChatRenderer", "FakeModel", "LocalModel", "ModelClient", "OpenAIClient", "Prompt", "SamplingParams"]
+__all__ = ["ChatRenderer", "FakeModel", "ModelClient", "OpenAIClient", "Prompt", "SamplingParams"]
 
 
 def __getattr__(name: str) -> Any:

@@ -24,16 +24,16 @@ AMD EPYC; docs/training/speed.md has the details):
 - `eager_request_writes`: on Python 3.11, `OpenAIClient` sets a task factory on its event loop that writes request
   bodies at once, as aiohttp does from 3.12 (`rllm.models.eager_writes`); 7-10 ms a step at 64 rollouts without it.
 - `packed_linears`: `LocalModel` and the torch backend run fp32 CPU linear layers through oneDNN with packed
-  weights (`rllm.models.cpu_linear`, private `torch.ops.mkldnn` ops); `make demo` took 0.56-0.63x as long with them.
+  weights (`rllm.inference.packed_linears`, private `torch.ops.mkldnn` ops); `make demo` took 0.56-0.63x as long
+  with them. A model runs them where this switch AND its own `InferenceOptions.packed_linears` (default on) say so.
 - `thread_governor`: before each decode step and micro-batch, torch's intra-op threads on the computing thread
   follow the cores other processes leave free (`rllm.cpus.ThreadGovernor`); without it torch keeps its own count,
   which on a busy machine ran generation and an update 1.2-2.5x as long.
 - `fast_chat_templates`: plain chat messages render through transformers' compiled template directly (its private
   `chat_template_utils` helpers, `rllm.models.chat`), about half the per-call cost of `apply_chat_template`, the
   same text.
-- `cuda_graphs`, `prefix_cache`: `LocalModel` features that change nothing outside the model, so they stay on
-  without `enable()`; `False` here turns them off for every model built afterwards (CUDA graph replay of decode
-  steps; the prefix cache of `LocalModel.from_pretrained`).
+CUDA graphs and the prefix cache are not here: they change nothing outside one model, so they are that model's
+settings (`rllm.inference.InferenceOptions`, the config's `inference:`), on without `enable()`.
 
 The settings are read when the code that applies them runs: an engine call reads `gc_tuning` as it starts, a
 `LocalModel` or a torch backend reads the rest when it is built. So enable before building models.
@@ -64,8 +64,6 @@ class RuntimeOptions:
     packed_linears: bool = True
     thread_governor: bool = True
     fast_chat_templates: bool = True
-    cuda_graphs: bool = True
-    prefix_cache: bool = True
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -74,7 +72,7 @@ class RuntimeOptions:
                 raise TypeError(f"RuntimeOptions.{field.name} must be True or False, got {value!r}")
 
 
-# What runs without `enable()`: nothing that changes process-wide state; the model-local features stay on.
+# What runs without `enable()`: nothing that changes process-wide state.
 OFF = RuntimeOptions(
     gc_tuning=False,
     eager_request_writes=False,
@@ -83,11 +81,11 @@ OFF = RuntimeOptions(
     fast_chat_templates=False,
 )
 
-# the environment variables of earlier releases -> the config key that replaces each
+# the environment variables of earlier releases -> the setting that replaces each
 _RETIRED_ENV = {
-    "RLLM_PACKED_LINEARS": "runtime.packed_linears",
-    "RLLM_CUDA_GRAPHS": "runtime.cuda_graphs",
-    "RLLM_PREFIX_CACHE": "runtime.prefix_cache",
+    "RLLM_PACKED_LINEARS": "runtime.packed_linears=false in the config (or RuntimeOptions(packed_linears=False))",
+    "RLLM_CUDA_GRAPHS": "inference.cuda_graphs=false in the config (or InferenceOptions(cuda_graphs=False))",
+    "RLLM_PREFIX_CACHE": "inference.prefix_cache_tokens=0 in the config (or InferenceOptions(prefix_cache_tokens=0))",
 }
 
 _active = OFF
@@ -127,9 +125,6 @@ def enabled(chosen: RuntimeOptions | None = None) -> Iterator[RuntimeOptions]:
 
 
 def _refuse_retired_env() -> None:
-    for name, key in _RETIRED_ENV.items():
+    for name, replacement in _RETIRED_ENV.items():
         if name in os.environ:
-            raise RllmError(
-                f"{name} is no longer read: unset it and set {key}=false in the config (or pass "
-                f"RuntimeOptions({key.split('.')[1]}=False) to rllm.runtime.enable)"
-            )
+            raise RllmError(f"{name} is no longer read: unset it and set {replacement}")

@@ -57,13 +57,14 @@ Choices:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from rllm import runs
-from rllm.config import ConfigError, TrainConfig, override_config
+from rllm.config import ConfigError, TrainConfig, inference_options, override_config
 from rllm.engine.failures import raise_if_all_failed
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.harnesses import workflow_for_config
@@ -305,11 +306,11 @@ class AgentTrainer:
             return start_vllm_rollout(cfg, self.backend, self.run_dir)
         # async training samples while the backend trains, and a rollout dtype other than the weights' samples
         # from its own converted weights: both from a copy, synced by push_weights, not the shared model
-        kwargs = {"max_batch_size": cfg.rollout.n_parallel, "seed": cfg.trainer.seed}
+        options = inference_options(cfg)
         if cfg.rollout.max_staleness or cfg.rollout.dtype not in (None, "float32"):
-            model = self.backend.make_rollout_copy(dtype=cfg.rollout.dtype, **kwargs)
+            model = self.backend.make_rollout_copy(dataclasses.replace(options, dtype=cfg.rollout.dtype))
         else:
-            model = self.backend.make_rollout_model(**kwargs)
+            model = self.backend.make_rollout_model(options)
         if resumed_version is not None:
             model.set_weight_version(resumed_version)
         return model

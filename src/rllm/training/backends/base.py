@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from rllm.inference.options import InferenceOptions
 from rllm.training.batch import TrainingRow
 
 __all__ = ["TrainingBackend", "UpdateLog", "mini_batch_order", "push_weights_to", "split_contiguous"]
@@ -25,7 +26,7 @@ class TrainingBackend(Protocol):
     - `compute_logprobs(rows, temperature=, reference=)`: token-aligned per-row log-probs (entry t: log p(token t |
       tokens < t), 0.0 off the loss mask), under the current weights or the KL reference.
     - `update(rows, temperature=, norm_length=)`: one PPO update (epochs x mini-batches x micro-batches); metrics.
-    - `make_rollout_model(**kw)` / `push_weights(client)`: a `LocalModel` to roll out with, and making any rollout
+    - `make_rollout_model(options)` / `push_weights(client)`: a `LocalModel` to roll out with, and making any rollout
       client sample from the newest weights (returns its weight version).
     - `save(directory)` / `load(directory)`: everything a resumed run needs that the base weights do not hold.
     - `close()`: release workers and processes (idempotent).
@@ -42,7 +43,7 @@ class TrainingBackend(Protocol):
         self, rows: list[TrainingRow], *, temperature: float, norm_length: int | None = None
     ) -> dict[str, float]: ...
 
-    def make_rollout_model(self, **local_model_kwargs: Any) -> Any: ...
+    def make_rollout_model(self, options: InferenceOptions | None = None) -> Any: ...
 
     def push_weights(self, client: Any) -> int: ...
 

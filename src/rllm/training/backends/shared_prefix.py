@@ -11,7 +11,7 @@ gradient, computed from fewer tokens (prefix + sum of suffixes instead of k x ro
 Causal attention makes this exact in value: K/V at position i depend only on tokens 0..i. The numbers move by
 float rounding only (other matmul shapes: about 1e-6 relative in float32; a test compares log-probs, loss and
 gradients with the plain forward). Both forwards get ready 4-D boolean masks, which transformers uses as they are,
-and a small duck-typed cache (like `rllm.models.local_cache.SlotKVCache`): the model's own layers, no patching.
+and a small duck-typed cache (like `rllm.inference.cache.SlotKVCache`): the model's own layers, no patching.
 
 Not used (the plain forward runs) when no two rows of the micro-batch share a prefix, when a prefix is empty, or
 with gradient checkpointing (which turns the cache off).

@@ -1,7 +1,7 @@
 """`TorchBackend`: the embedded training backend (transformers + optional LoRA via peft; CPU or one GPU).
 
     backend = TorchBackend(cfg.model, cfg.algorithm, cfg.optim, total_steps=cfg.trainer.total_steps, seed=0)
-    rollout_model = backend.make_rollout_model(max_batch_size=32)     # a LocalModel sharing the weights
+    rollout_model = backend.make_rollout_model(InferenceOptions(max_batch_size=32))   # a LocalModel sharing the weights
     ... roll out with rollout_model, build rows (`rllm.training.batch.build_rows`) ...
     metrics = backend.update(rows, temperature=cfg.rollout.temperature)
     backend.push_weights(rollout_model)                               # bump its weight_version: on-policy again
@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import math
 import time
 from collections import defaultdict
@@ -57,7 +58,8 @@ from torch import Tensor, nn
 
 from rllm.config import AlgorithmConfig, ModelConfig, OptimConfig
 from rllm.cpus import governor
-from rllm.models.cpu_linear import PackedLinears, packed_linears_available
+from rllm.inference.options import InferenceOptions
+from rllm.inference.packed_linears import PackedLinears, packed_linears_available
 from rllm.training.backends.base import UpdateLog, mini_batch_order, push_weights_to
 from rllm.training.backends.torch_model import (
     apply_lora,
@@ -90,7 +92,7 @@ STATE_FORMAT = 1
 def _computing(method: Any) -> Any:
     """Mark the calling thread busy for the method's duration: generation running at the same time (asynchronous
     training) then shares the free cores with it instead of oversubscribing them (`rllm.cpus.ThreadGovernor`). On a
-    CPU in fp32 the method's linear layers run through oneDNN with packed weights (`rllm.models.cpu_linear`)."""
+    CPU in fp32 the method's linear layers run through oneDNN with packed weights (`rllm.inference.packed_linears`)."""
 
     @wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -98,6 +100,35 @@ def _computing(method: Any) -> Any:
             return method(self, *args, **kwargs)
 
     return wrapper
+
+
+def _checked_device(device: str) -> torch.device:
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"model.device={device}: this torch ({torch.__version__}) sees no GPU "
+            "(torch.cuda.is_available() is False); train with model.device=cpu"
+        )
+    return resolved
+
+
+def _trainable_policy(model: Any, model_config: ModelConfig, device: torch.device, seed: int) -> Any:
+    """The policy as it trains: fp32 master weights on `device` (bf16 runs under autocast), another run's trained
+    weights as its base where `init_from` names them, gradient checkpointing, and LoRA adapters or a frozen vision
+    tower, as the config says. A given model is changed in place."""
+    model = model.to(device=device, dtype=torch.float32)
+    if model_config.init_from:  # another run's trained weights become the base (rllm.training.init_from)
+        from rllm.training.init_from import apply_init_weights
+
+        apply_init_weights(model, model_config.init_from)
+    if model_config.gradient_checkpointing:
+        # Non-reentrant: correct with frozen inputs (LoRA) without enable_input_require_grads().
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if model_config.lora.enabled:
+        model = apply_lora(model, model_config.lora, seed=seed, vision_tower=model_config.vision_tower)
+    elif model_config.vision_tower == "frozen":
+        freeze_vision_tower(model)
+    return model.eval()
 
 
 class TorchBackend:
@@ -125,56 +156,45 @@ class TorchBackend:
 
         self.model_config, self.algorithm, self.optim = model_config, algorithm, optim
         self.seed = seed
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(
-                f"model.device={device}: this torch ({torch.__version__}) sees no GPU "
-                "(torch.cuda.is_available() is False); train with model.device=cpu"
-            )
+        self.device = _checked_device(device)
         self.gather_logits = gather_logits
         self.tokenizer = tokenizer if tokenizer is not None else registry.load_tokenizer(model_config.name)
         if model is None:
             model = registry.load_causal_lm(model_config.name, dtype="float32", device=device)
             vision = registry.load_vision(model_config.name)
         self.vision = vision
-        model = model.to(device=self.device, dtype=torch.float32)  # fp32 master weights, bf16 or not
-        if model_config.init_from:  # another run's trained weights become the base (rllm.training.init_from)
-            from rllm.training.init_from import apply_init_weights
-
-            apply_init_weights(model, model_config.init_from)
         self.autocast_dtype = torch.bfloat16 if model_config.dtype == "bfloat16" else None
-        if model_config.gradient_checkpointing:
-            # Non-reentrant: correct with frozen inputs (LoRA) without enable_input_require_grads().
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.lora = model_config.lora.enabled
-        if self.lora:
-            model = apply_lora(model, model_config.lora, seed=seed, vision_tower=model_config.vision_tower)
-        elif model_config.vision_tower == "frozen":
-            freeze_vision_tower(model)
-        self.model = model.eval()
+        self.model = _trainable_policy(model, model_config, self.device, seed)
         self.reference = None
         if algorithm.kl_coef > 0 and not self.lora:
-            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.value_head = self._make_value_head() if algorithm.advantage == "gae" else None
         self.pad_id = (
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         )
-        groups = [{"params": [p for p in self.model.parameters() if p.requires_grad]}]
-        if self.value_head is not None:
-            groups.append({"params": list(self.value_head.parameters()), "lr": optim.critic_lr})
-        self.optimizer = torch.optim.AdamW(
-            groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, weight_decay=optim.weight_decay
-        )
-        per_update = algorithm.ppo_epochs * algorithm.mini_batches
-        self.total_optimizer_steps = total_steps * per_update
-        schedule = partial(
-            lr_factor, schedule=optim.schedule, warmup=optim.warmup_steps * per_update, total=self.total_optimizer_steps
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
+        self.total_optimizer_steps = total_steps * algorithm.ppo_epochs * algorithm.mini_batches
+        self.optimizer, self.scheduler = self._make_optimizer()
         self.packed_linears = self._pack_linears()
         self.generator = torch.Generator().manual_seed(seed)  # shuffles; saved in state_dict
         self.updates = 0
         self.weight_version = 0
+
+    def _make_optimizer(self) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+        """AdamW over the trainable weights (and the value head, at its own learning rate), and the learning-rate
+        schedule over every optimizer step of the run (the warm-up counted in optimizer steps too)."""
+        optim = self.optim
+        groups = [{"params": [p for p in self.model.parameters() if p.requires_grad]}]
+        if self.value_head is not None:
+            groups.append({"params": list(self.value_head.parameters()), "lr": optim.critic_lr})
+        optimizer = torch.optim.AdamW(
+            groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, weight_decay=optim.weight_decay
+        )
+        per_update = self.algorithm.ppo_epochs * self.algorithm.mini_batches
+        schedule = partial(
+            lr_factor, schedule=optim.schedule, warmup=optim.warmup_steps * per_update, total=self.total_optimizer_steps
+        )
+        return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
     def _pack_linears(self) -> PackedLinears | None:
         """fp32 on a CPU: route the model's (and the reference's) linear layers through oneDNN with packed weights
@@ -541,13 +561,15 @@ class TorchBackend:
 
     # ------------------------------------------------------------ rollouts and weight sync
 
-    def make_rollout_model(self, **local_model_kwargs: Any) -> Any:
+    def make_rollout_model(self, options: InferenceOptions | None = None) -> Any:
         """A `LocalModel` generating with THIS backend's model object (LoRA adapters active; no copy, no merge).
-        Generation and training must alternate, never overlap (the trainer loop does). `dtype`/`device` kwargs that
-        would make LocalModel copy the model are refused: the copy would silently stop following training."""
-        from rllm.models.local import LocalModel
+        Generation and training must alternate, never overlap (the trainer loop does). A `dtype`/`device` in the
+        options that would make LocalModel copy the model is refused: the copy would silently stop following
+        training."""
+        from rllm.inference.model import LocalModel
 
-        dtype, device = local_model_kwargs.get("dtype"), local_model_kwargs.get("device")
+        options = options if options is not None else InferenceOptions()
+        dtype, device = options.dtype, options.device
         if dtype is not None and str(dtype).removeprefix("torch.") != str(self.model.dtype).removeprefix("torch."):
             raise ValueError(
                 f"make_rollout_model shares the training model ({self.model.dtype}); dtype={dtype!r} "
@@ -557,23 +579,23 @@ class TorchBackend:
             raise ValueError(
                 f"make_rollout_model shares the training model on {self.device}; device={device!r} would move it"
             )
-        if self.packed_linears is not None:
-            local_model_kwargs.setdefault("packed_linears", self.packed_linears)  # one packed copy of the weights
-        return LocalModel(self.model, self.tokenizer, vision=self.vision, **local_model_kwargs)
+        # one packed copy of the weights: the model's, shared with this backend
+        return LocalModel(self.model, self.tokenizer, options, vision=self.vision, packed=self.packed_linears)
 
-    def make_rollout_copy(self, **local_model_kwargs: Any) -> Any:
+    def make_rollout_copy(self, options: InferenceOptions | None = None) -> Any:
         """A `LocalModel` on its OWN copy of the current weights (LoRA merged in), for rollouts that run while this
         backend trains (asynchronous training) or in another `dtype` (e.g. "bfloat16" rollouts of float32
         training); `push_weights` copies the trained weights into it (cast to its dtype)."""
-        from rllm.models.local import LocalModel
+        from rllm.inference.model import LocalModel
 
+        options = options if options is not None else InferenceOptions()
         model = copy.deepcopy(self.model)
         if self.lora:
             model = model.merge_and_unload()
-        dtype = local_model_kwargs.pop("dtype", None)
-        if dtype is not None:  # converted here, so LocalModel does not copy it a second time
-            model = model.to(getattr(torch, str(dtype).removeprefix("torch.")))
-        return LocalModel(model.requires_grad_(False).eval(), self.tokenizer, vision=self.vision, **local_model_kwargs)
+        if options.dtype is not None:  # converted here, so LocalModel does not copy it a second time
+            model = model.to(getattr(torch, str(options.dtype).removeprefix("torch.")))
+            options = dataclasses.replace(options, dtype=None)
+        return LocalModel(model.requires_grad_(False).eval(), self.tokenizer, options, vision=self.vision)
 
     def rollout_state_dict(self) -> dict[str, Tensor]:
         """The weights training changes, named as in the plain base model: LoRA merged into its target weights

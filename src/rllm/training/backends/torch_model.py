@@ -26,7 +26,7 @@ from rllm.config import LoraConfig
 from rllm.cpus import governor, set_torch_threads
 from rllm.errors import ImageError
 from rllm.images import VLM_NEEDED
-from rllm.models.lm_head import backbone_and_head, output_logits
+from rllm.inference.lm_head import backbone_and_head, output_logits
 from rllm.models.vision import image_spans, inputs_embeds, is_vision_model, vision_modules
 from rllm.training.backends.shared_prefix import plan_shared_prefixes, shared_prefix_states
 from rllm.training.losses import entropy_from_logits, token_logprobs

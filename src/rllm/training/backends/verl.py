@@ -40,6 +40,7 @@ import torch
 from rllm.config import ConfigError, TrainConfig
 from rllm.cpus import usable_cores
 from rllm.errors import ImageError, RllmError
+from rllm.inference.options import InferenceOptions
 from rllm.training.backends.base import UpdateLog, mini_batch_order, push_weights_to
 from rllm.training.batch import TrainingRow, nonfinite_tokens
 from rllm.training.off_policy import MISMATCH_SUM_KEYS, mismatch_metrics
@@ -456,11 +457,11 @@ class VerlBackend:
 
     # ------------------------------------------------------------ rollouts and weight sync
 
-    def make_rollout_model(self, **local_model_kwargs: Any) -> Any:
+    def make_rollout_model(self, options: InferenceOptions | None = None) -> Any:
         """A `LocalModel` on the driver's copy of the weights, refreshed by every `push_weights`."""
-        from rllm.models.local import LocalModel
+        from rllm.inference.model import LocalModel
 
-        return LocalModel(self.model, self.tokenizer, **local_model_kwargs)
+        return LocalModel(self.model, self.tokenizer, options)
 
     def rollout_state_dict(self) -> dict[str, torch.Tensor]:
         return {name: tensor.detach().clone() for name, tensor in self.model.state_dict().items()}

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from rllm.models.local_sampling import RowSampler, SamplingMode, sample_rows
+from rllm.inference.sampling import RowSampler, SamplingMode, sample_rows
 
 __all__ = ["RowState"]
 

@@ -30,7 +30,10 @@ routing, but it intercepts every torch call of the forward: 10 ms of a 40 ms dec
   input's gradient, is a packed linear with the transposed weight. Anything else, or a torch build without
   oneDNN, runs `F.linear` unchanged.
 - It runs only where `rllm.runtime` enables `packed_linears` (`rllm train`, `eval` and `serve` do, from the
-  config's `runtime.packed_linears`): a library user's models keep torch's path unless the program opts in.
+  config's `runtime.packed_linears`): a library user's models keep torch's path unless the program opts in. A
+  `LocalModel` packs its linears where that switch AND its own `InferenceOptions.packed_linears` (default on,
+  the config's `inference.packed_linears`) say so: the first is the process's consent to private ops, the second
+  the model's choice.
 - The two private oneDNN ops it relies on are called in one function each, `_onednn_pack` and `_onednn_linear`; a
   unit test fails on a torch whose ops no longer behave as used here.
 """

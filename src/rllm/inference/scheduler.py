@@ -18,11 +18,11 @@ Reused K/V and batched prompts are computed in forwards of other shapes, so logi
 prefill in the last bits (about 1e-6 relative in float32), like any change of batch shape.
 
 A decode step feeds every row's last sampled token and samples the next on the device from the row state
-(`rllm.models.local_rows`); one small copy brings the new ids and log-probs to the host, which checks EOS, stop
+(`rllm.inference.rows`); one small copy brings the new ids and log-probs to the host, which checks EOS, stop
 strings and lengths. The step's operations do not depend on the number of rows, and on CUDA it is replayed from a
-CUDA graph captured per (rows, attention span, sampling mode) bucket (`rllm.models.local_graphs`).
+CUDA graph captured per (rows, attention span, sampling mode) bucket (`rllm.inference.graphs`).
 
-The output layer runs on the last position of each row only, through `rllm.models.lm_head.output_logits` (sliced
+The output layer runs on the last position of each row only, through `rllm.inference.lm_head.output_logits` (sliced
 on the CPU, bitwise the same logits).
 """
 
@@ -39,11 +39,11 @@ from typing import Any
 import torch
 
 from rllm.errors import InfraError
-from rllm.models.lm_head import backbone_and_head, output_logits
-from rllm.models.local_cache import PrefixStore, SlotKVCache, common_prefix_length
-from rllm.models.local_graphs import DecodeGraphs
-from rllm.models.local_rows import RowState
-from rllm.models.local_sampling import RowSampler, SamplingMode
+from rllm.inference.cache import PrefixStore, SlotKVCache, common_prefix_length
+from rllm.inference.graphs import DecodeGraphs
+from rllm.inference.lm_head import backbone_and_head, output_logits
+from rllm.inference.rows import RowState
+from rllm.inference.sampling import RowSampler, SamplingMode
 from rllm.models.vision import ProcessedImage, image_spans, inputs_embeds
 
 __all__ = ["MIN_SHARED_PREFIX", "BatchScheduler", "GenerationRequest", "cheapest_cut"]

@@ -1,7 +1,7 @@
 """`LocalModel`: the embedded inference client (transformers on CPU or one GPU) with continuous batching.
 
 Many rollouts call `generate` concurrently; each call becomes a request in a queue. ONE worker thread owns the
-model and runs the decode loop (`rllm.models.local_scheduler`): new requests are prefilled and join the running
+model and runs the decode loop (`rllm.inference.scheduler`): new requests are prefilled and join the running
 batch at step boundaries, a finished sequence frees its slot at once, and results come back to the caller's event
 loop with `loop.call_soon_threadsafe`. Torch runs on the worker thread so the event loop (environments, tools,
 other clients) stays responsive while the model computes.
@@ -12,14 +12,14 @@ Choices worth knowing:
   that completed it; the tokens up to there are kept (so `text` holds the stop string and may run a few characters
   past it when a token straddles it), never re-tokenized.
 - Logprobs: `logprobs[i]` is log p(completion_ids[i]) under softmax(logits / temperature), temperature 1 for greedy,
-  before top-k/top-p truncation (see `rllm.models.local_sampling`). A trainer recomputing with the same temperature
+  before top-k/top-p truncation (see `rllm.inference.sampling`). A trainer recomputing with the same temperature
   and dtype gets the same numbers up to float rounding.
 - Determinism: a request with `sampling.seed` gives the same completion for the same prompt whatever else is in
-  the batch (its own generator; see `local_sampling`); bitwise only up to the float rounding of different batch
-  shapes and of K/V reused from another forward (a shared prefix, the prefix store), which in practice never
-  moves a sample (`prefix_cache_tokens=0` and `max_batch_size=1` make repeated runs bitwise identical). Without a
-  seed, the seed is derived from the model's `seed` and a counter of submitted requests, so a run that submits the
-  same requests in the same order reproduces.
+  the batch (its own generator; see `rllm.inference.sampling`); bitwise only up to the float rounding of different
+  batch shapes and of K/V reused from another forward (a shared prefix, the prefix store), which in practice never
+  moves a sample (`InferenceOptions(prefix_cache_tokens=0, max_batch_size=1)` makes repeated runs bitwise
+  identical). Without a seed, the seed is derived from the model's `seed` and a counter of submitted requests, so a
+  run that submits the same requests in the same order reproduces.
 - `max_tokens` is cut to what the context still holds (`max_position_embeddings` minus the prompt); a prompt that
   leaves no room is refused with `PromptTooLongError` before it reaches the worker.
 - `update_weights` is applied by the worker between two steps. Requests already running keep going with the new
@@ -30,9 +30,8 @@ Choices worth knowing:
 - The worker is a daemon thread started by the first call and stopped by `close()` (or `async with`).
 - On a GPU nothing of size `[rows, vocab]` leaves the device: sampling runs where the logits are and one small copy a
   step brings the new ids and log-probs to the host; prompts admitted together prefill in one forward; decode steps
-  replay from CUDA graphs (`rllm.models.local_graphs`; `cuda_graphs=False`, or `rllm.runtime`'s
-  `cuda_graphs=False`, runs them eagerly). The K/V cache then stays allocated between rollout phases (graphs hold
-  its address): `close()` frees it.
+  replay from CUDA graphs (`rllm.inference.graphs`; `InferenceOptions(cuda_graphs=False)` runs them
+  eagerly). The K/V cache then stays allocated between rollout phases (graphs hold its address): `close()` frees it.
 - What changes state outside the model is opt-in (`rllm.runtime`, read when the model is built): the thread
   governor, which sets torch's intra-op threads on the worker before each decode step, and the packed oneDNN
   linears. Without `rllm.runtime.enable()` the worker runs with torch's own thread count and linear layers.
@@ -48,7 +47,7 @@ import logging
 import queue
 import threading
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
 
@@ -58,11 +57,12 @@ from rllm import runtime
 from rllm.cpus import governor, set_torch_threads, user_threads
 from rllm.errors import ImageError, InfraError
 from rllm.images import VLM_NEEDED
+from rllm.inference.options import InferenceOptions
+from rllm.inference.packed_linears import PackedLinears, packed_linears_available
+from rllm.inference.sampling import RowSampler, draw_uniforms
+from rllm.inference.scheduler import BatchScheduler, GenerationRequest
 from rllm.models.base import ImagePrompt, Prompt, SamplingParams
 from rllm.models.chat import encode_text
-from rllm.models.cpu_linear import PackedLinears, packed_linears_available
-from rllm.models.local_sampling import RowSampler, draw_uniforms
-from rllm.models.local_scheduler import BatchScheduler, GenerationRequest
 from rllm.types import ModelOutput
 
 __all__ = ["LocalModel", "PromptTooLongError"]
@@ -92,91 +92,73 @@ class LocalModel:
         self,
         model: Any,
         tokenizer: Any,
+        options: InferenceOptions | None = None,
         *,
-        max_batch_size: int = 32,
-        seed: int = 0,
-        device: str | torch.device | None = None,
-        dtype: str | torch.dtype | None = None,
-        eos_token_ids: Iterable[int] | None = None,
-        num_threads: int | None = None,
-        prefix_cache_tokens: int | None = None,
         vision: Any = None,
-        cuda_graphs: bool | None = None,
-        packed_linears: bool | PackedLinears | None = None,
+        packed: PackedLinears | None = None,
     ) -> None:
-        """`dtype` (e.g. "bfloat16") runs inference in that dtype: when it differs from the model's, LocalModel
-        keeps its OWN converted copy and leaves the passed model (the trainer's fp32 weights) alone; logprobs then
-        carry that dtype's rounding. `eos_token_ids` overrides the stop tokens (default: the tokenizer's EOS plus
-        the generation config's); pass `()` to never stop on a token (benchmarks). `num_threads` fixes torch's
-        intra-op threads on the worker (default on a CPU where `rllm.runtime` enables `thread_governor`: chosen
-        before each decode step from the cores other processes leave free, `rllm.cpus.ThreadGovernor`;
-        `OMP_NUM_THREADS`, or a `torch.set_num_threads` of the constructing thread, fixes it too; without it,
-        torch's own count). `prefix_cache_tokens` (default 65,536, or 0 where `rllm.runtime`'s `prefix_cache` is off)
-        bounds the K/V kept from finished sequences so a prompt sharing a prefix with one (the next turn of a
-        multi-turn rollout, the same task sampled again) prefills only the rest; 0 disables it (running prompts
-        still share their common prefixes, see `rllm.models.local_scheduler`). The store is kept while the model
-        is idle (turns are separated by environment steps), evicted LRU past the bound and cleared by
-        `update_weights`. `vision` (a `rllm.models.vision.VisionProcessor`) makes a vision-language model take
-        prompts with images: chat messages with image parts, or an `ImagePrompt` of ids and images. `cuda_graphs`:
-        on a CUDA device, replay decode steps from CUDA graphs (`rllm.models.local_graphs`; default: `rllm.runtime`'s
-        `cuda_graphs`, on unless turned off there). `packed_linears`: on a CPU in fp32, run the linear layers
-        through oneDNN with packed weights (`rllm.models.cpu_linear`; only where `rllm.runtime` enables
-        `packed_linears` and this torch supports it); a `PackedLinears` given shares its packed weights (the
-        trainer's)."""
-        if max_batch_size < 1:
-            raise ValueError("max_batch_size must be >= 1")
-        if dtype is not None and _as_dtype(dtype) != model.dtype:
-            model = copy.deepcopy(model).to(_as_dtype(dtype))
-        if device is not None:
-            model = model.to(device)
-        self.model = model.eval()
-        self.tokenizer = tokenizer
-        self.vision = vision
-        if vision is not None:
-            from rllm.models.vision import check_supported
+        """`options` are the model's settings (`InferenceOptions`, its defaults when None). Two arguments are
+        objects rather than settings: `vision` (a `rllm.models.vision.VisionProcessor`) makes a vision-language model
+        take prompts with images (chat messages with image parts, or an `ImagePrompt` of ids and images); `packed`
+        (a `PackedLinears`, the torch backend's) shares its packed weights instead of packing a second copy.
 
-            check_supported(model)
+        A dtype other than the model's makes LocalModel keep its OWN converted copy and leave the passed model (the
+        trainer's fp32 weights) alone; logprobs then carry that dtype's rounding. The prefix store keeps K/V of
+        finished sequences while the model is idle (turns are separated by environment steps), evicted LRU past
+        `prefix_cache_tokens` and cleared by `update_weights`; running prompts share their common prefixes even
+        with it off (`rllm.inference.scheduler`)."""
+        options = options if options is not None else InferenceOptions()
+        if not isinstance(options, InferenceOptions):
+            raise TypeError(f"LocalModel takes an InferenceOptions, got {type(options).__name__}")
+        self.options = options
+        self.model = _placed(model, options)
+        self.tokenizer = tokenizer
+        self.vision = _checked_vision(self.model, vision)
         self.weight_version = 0
-        self.max_batch_size = max_batch_size
-        self.seed = seed
-        self.eos_token_ids = set(eos_token_ids) if eos_token_ids is not None else _default_eos_ids(model, tokenizer)
-        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        self.context_length = int(getattr(config, "max_position_embeddings", None) or 2048)
-        self.vocab_size = int(config.vocab_size)
-        # On a CPU, unless given or set by the program on this thread (torch.set_num_threads), the worker's thread
-        # count follows the cores other processes leave free (rllm.cpus), where the program opted in to that
-        self._num_threads = num_threads or user_threads(torch.get_num_threads())
-        governed = self._num_threads is None and self.model.device.type == "cpu" and runtime.options().thread_governor
-        self._threads = governor() if governed else None
-        self._scheduler = BatchScheduler(
-            model,
-            eos_ids=self.eos_token_ids,
-            max_batch_size=max_batch_size,
-            context_length=self.context_length,
-            decode=self._decode,
-            prefix_cache_tokens=_prefix_cache_tokens(prefix_cache_tokens),
-            image_token_id=vision.image_token_id if vision is not None else None,
-            cuda_graphs=cuda_graphs if cuda_graphs is not None else runtime.options().cuda_graphs,
+        self.max_batch_size = options.max_batch_size
+        self.seed = options.seed
+        self.eos_token_ids = (
+            set(options.eos_token_ids) if options.eos_token_ids is not None else _default_eos_ids(self.model, tokenizer)
         )
-        self._linears = _packed_linears(self.model, packed_linears)
+        self.context_length, self.vocab_size = _text_limits(self.model)
+        self._num_threads, self._threads = _worker_threads(self.model, options.num_threads)
+        self._scheduler = self._new_scheduler()
+        self._linears = _packed_linears(self.model, options.packed_linears, packed)
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._requests_submitted = 0
         self._lock = threading.Lock()  # guards worker start/stop and the request counter
         self._worker: threading.Thread | None = None
         self._closed = False
 
+    def _new_scheduler(self) -> BatchScheduler:
+        return BatchScheduler(
+            self.model,
+            eos_ids=self.eos_token_ids,
+            max_batch_size=self.max_batch_size,
+            context_length=self.context_length,
+            decode=self._decode,
+            prefix_cache_tokens=self.options.prefix_cache_tokens,
+            image_token_id=self.vision.image_token_id if self.vision is not None else None,
+            cuda_graphs=self.options.cuda_graphs,
+        )
+
     @classmethod
     def from_pretrained(
-        cls, name_or_path: str = "default", *, dtype: Any = "float32", device: str | None = None, **kwargs: Any
+        cls,
+        name_or_path: str = "default",
+        options: InferenceOptions | None = None,
+        *,
+        dtype: Any = "float32",
+        device: str | None = None,
     ) -> LocalModel:
-        """Load an embedded model by name ("default" is `registry.DEFAULT_MODEL`) or a transformers folder."""
+        """Load an embedded model by name ("default" is `registry.DEFAULT_MODEL`) or a transformers folder, in
+        `dtype` on `device` (default: the CPU), with its vision processor where it has one."""
         from rllm.models import registry
 
         name = registry.DEFAULT_MODEL if name_or_path == "default" else name_or_path
         tokenizer = registry.load_tokenizer(name)
         model = registry.load_causal_lm(name, dtype=dtype, device=device or "cpu")
-        kwargs.setdefault("vision", registry.load_vision(name))
-        return cls(model, tokenizer, **kwargs)
+        return cls(model, tokenizer, options, vision=registry.load_vision(name))
 
     # ------------------------------------------------------------ generate
 
@@ -429,7 +411,7 @@ class LocalModel:
 
     @property
     def packed_linears(self) -> bool:
-        """The worker runs the linear layers through oneDNN with packed weights (`rllm.models.cpu_linear`)."""
+        """The worker runs the linear layers through oneDNN with packed weights (`rllm.inference.packed_linears`)."""
         return self._linears is not None
 
     @property
@@ -463,23 +445,48 @@ class LocalModel:
         self.close()
 
 
-def _packed_linears(model: Any, wanted: bool | PackedLinears | None) -> PackedLinears | None:
-    """The worker's packed linears for an fp32 model on a CPU (None elsewhere, or when not wanted or not supported
-    by this torch: then torch's own path runs); `wanted` may be one to share."""
-    if wanted is False or model.device.type != "cpu" or model.dtype != torch.float32:
+def _placed(model: Any, options: InferenceOptions) -> Any:
+    """The model in the options' dtype (a converted copy when it differs, the caller's left alone) and device."""
+    if options.dtype is not None and _as_dtype(options.dtype) != model.dtype:
+        model = copy.deepcopy(model).to(_as_dtype(options.dtype))
+    if options.device is not None:
+        model = model.to(options.device)
+    return model.eval()
+
+
+def _checked_vision(model: Any, vision: Any) -> Any:
+    if vision is not None:
+        from rllm.models.vision import check_supported
+
+        check_supported(model)
+    return vision
+
+
+def _text_limits(model: Any) -> tuple[int, int]:
+    """The context length (2,048 where the config names none) and the vocabulary size of the text model."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return int(getattr(config, "max_position_embeddings", None) or 2048), int(config.vocab_size)
+
+
+def _worker_threads(model: Any, given: int | None) -> tuple[int | None, Any]:
+    """The worker's fixed thread count, and the governor that chooses it each step when none is fixed. Unless given
+    or set by the program on this thread (torch.set_num_threads, OMP_NUM_THREADS), on a CPU the count follows the
+    cores other processes leave free (rllm.cpus), where the program opted in to that (`rllm.runtime`)."""
+    fixed = given or user_threads(torch.get_num_threads())
+    governed = fixed is None and model.device.type == "cpu" and runtime.options().thread_governor
+    return fixed, governor() if governed else None
+
+
+def _packed_linears(model: Any, wanted: bool, shared: PackedLinears | None) -> PackedLinears | None:
+    """The worker's packed linears for an fp32 model on a CPU (None elsewhere, or when not wanted or not enabled in
+    `rllm.runtime` or not supported by this torch: then torch's own path runs); `shared` is one to reuse."""
+    if not wanted or model.device.type != "cpu" or model.dtype != torch.float32:
         return None
     if not packed_linears_available():
         return None
-    packed = wanted if isinstance(wanted, PackedLinears) else PackedLinears()
+    packed = shared if shared is not None else PackedLinears()
     packed.install(model)
     return packed
-
-
-def _prefix_cache_tokens(given: int | None) -> int:
-    """The prefix store's bound: as given, else 65,536 tokens unless `rllm.runtime` turns the cache off (A/B)."""
-    if given is not None:
-        return given
-    return 65536 if runtime.options().prefix_cache else 0
 
 
 def _default_eos_ids(model: Any, tokenizer: Any) -> set[int]:

@@ -1,4 +1,4 @@
-"""Packed oneDNN linears (`rllm.models.cpu_linear`): the same results as `F.linear` up to float rounding, never a
+"""Packed oneDNN linears (`rllm.inference.packed_linears`): the same results as `F.linear` up to float rounding, never a
 stale weight, only on the thread that asked, out of autograd's way, and a copied model keeps its own weights; and
 LocalModel runs its linears packed where rllm.runtime enables it (the tests run with it on, `tuned_runtime`), torch's
 otherwise. (The private oneDNN ops themselves: tests/unit/test_runtime.py.)"""
@@ -15,15 +15,15 @@ import torch
 import torch.nn.functional as F
 
 from rllm import runtime
-from rllm.models import cpu_linear
+from rllm.inference import InferenceOptions, packed_linears
+from rllm.inference.lm_head import output_logits
+from rllm.inference.model import LocalModel
+from rllm.inference.packed_linears import PackedLinears, linear, packed_linears_active, packed_linears_available
 from rllm.models.base import SamplingParams
-from rllm.models.cpu_linear import PackedLinears, linear, packed_linears_active, packed_linears_available
-from rllm.models.lm_head import output_logits
-from rllm.models.local import LocalModel
 from tests.conftest import sharp_tiny_model
 
 # what this torch build can do (packed_linears_available() also asks rllm.runtime, off outside `tuned_runtime`)
-ONEDNN = torch.backends.mkldnn.is_available() and cpu_linear._onednn_packs()
+ONEDNN = torch.backends.mkldnn.is_available() and packed_linears._onednn_packs()
 pytestmark = [
     pytest.mark.skipif(not ONEDNN, reason="this torch build cannot pack with oneDNN"),
     pytest.mark.usefixtures("tuned_runtime"),
@@ -204,7 +204,7 @@ def test_local_model_runs_packed_and_follows_in_place_training_updates(smollm2_t
                 ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
         return ids[len(prompt) :]
 
-    with LocalModel(model, smollm2_tokenizer, prefix_cache_tokens=0) as local:
+    with LocalModel(model, smollm2_tokenizer, InferenceOptions(prefix_cache_tokens=0)) as local:
         first = asyncio.run(local.generate(prompt, greedy))
         assert local.packed_linears and local._linears.calls > 0
         assert first.completion_ids == plain_greedy()
@@ -214,7 +214,7 @@ def test_local_model_runs_packed_and_follows_in_place_training_updates(smollm2_t
         optimizer.step()
         second = asyncio.run(local.generate(prompt, greedy))
         assert second.completion_ids == plain_greedy() != first.completion_ids
-    assert not LocalModel(model, smollm2_tokenizer, packed_linears=False).packed_linears
+    assert not LocalModel(model, smollm2_tokenizer, InferenceOptions(packed_linears=False)).packed_linears
     runtime.disable()  # a library user who did not opt in: torch's path, no module routed
     plain = LocalModel(sharp_tiny_model(smollm2_tokenizer, 1), smollm2_tokenizer)
     assert not plain.packed_linears
@@ -243,14 +243,13 @@ def test_a_frozen_weight_passes_the_input_gradient_like_torch(trained_bias):
 
 
 def test_a_weight_that_would_crowd_memory_keeps_torch_path(monkeypatch):
-    import rllm.models.cpu_linear as cpu_linear
 
     layer = torch.nn.Linear(16, 8)
     layer.weight.requires_grad_(False)
     x = torch.randn(3, 16, requires_grad=True)
-    assert cpu_linear.available_memory() > 0 and cpu_linear.memory_floor() >= cpu_linear.MIN_FREE_MEMORY
-    monkeypatch.setattr(cpu_linear, "memory_floor", lambda: 3 << 30)
-    monkeypatch.setattr(cpu_linear, "available_memory", lambda: (3 << 30) + layer.weight.nbytes - 1)
+    assert packed_linears.available_memory() > 0 and packed_linears.memory_floor() >= packed_linears.MIN_FREE_MEMORY
+    monkeypatch.setattr(packed_linears, "memory_floor", lambda: 3 << 30)
+    monkeypatch.setattr(packed_linears, "available_memory", lambda: (3 << 30) + layer.weight.nbytes - 1)
     with _installed(layer) as packed:
         out = layer(x)
         out.sum().backward()
