@@ -1,7 +1,7 @@
 """LocalModel on a CUDA device: decode steps replayed from CUDA graphs give what eager steps give, only the new ids and
 log-probs cross to the host, and the on-device sampler draws the right distribution. Skipped without a GPU (CI has
 none); `benchmarks/gpu_run.sh` runs them on a lent GPU, and the CPU stand-ins of the same properties are in
-tests/unit/test_local_decode_step.py and test_local_sampling.py."""
+tests/unit/models/test_local_decode_step.py and test_local_sampling.py."""
 
 from __future__ import annotations
 

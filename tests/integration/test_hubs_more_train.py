@@ -1,7 +1,7 @@
 """The skyrl_gym, openenv and verifiers hubs through rllm's real loop: `evaluate` (what `rllm eval` runs) with a
 scripted model that plays well, so the hub's reward reaches the summary, then one training step of a tiny random-init
 model (`AgentTrainer`, what `rllm train` runs). The same shape as tests/integration/test_hubs_train.py; the hubs
-themselves are tested in tests/unit/test_hubs_more.py (whose fixtures make the echo environment and the verifiers
+themselves are tested in tests/unit/tasks/test_hubs_more.py (whose fixtures make the echo environment and the verifiers
 environments). Each test skips without its package (verifiers lives in a venv of its own)."""
 
 from __future__ import annotations
@@ -13,7 +13,13 @@ import pytest
 
 from rllm.config import load_config
 from tests.integration.test_hubs_train import _eval_with, _train_one_step
-from tests.unit.test_hubs_more import FIXTURES, VF_ENVIRONMENTS, forget_modules, make_echo_env, write_vf_environments
+from tests.unit.tasks.test_hubs_more import (
+    FIXTURES,
+    VF_ENVIRONMENTS,
+    forget_modules,
+    make_echo_env,
+    write_vf_environments,
+)
 
 
 def _skyrl_multi_turn_file(tmp_path) -> str:

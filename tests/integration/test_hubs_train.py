@@ -1,6 +1,6 @@
 """Each environment hub, and a catalog benchmark, through rllm's real loop: `evaluate` (what `rllm eval` runs) with a
 scripted model that plays well, so the reward reaches the summary, then one training step of a tiny random-init model
-(`AgentTrainer`, what `rllm train` runs). The hubs themselves are tested in tests/unit/test_hubs.py."""
+(`AgentTrainer`, what `rllm train` runs). The hubs themselves are tested in tests/unit/tasks/test_hubs.py."""
 
 from __future__ import annotations
 

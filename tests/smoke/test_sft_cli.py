@@ -11,7 +11,7 @@ import pytest
 from rllm.config import load_config
 from rllm.runs import RunLog, load_metrics
 from tests.conftest import run_rllm
-from tests.unit.test_sft_data import _episode
+from tests.unit.training.test_sft_data import _episode
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = str(ROOT / "configs" / "arithmetic_sft.yaml")
