@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from rllm.models.base import SamplingParams
 from rllm.models.local import LocalModel
 from rllm.models.local_sampling import SamplingMode, sample_rows
-from tests.conftest import sharpen
+from tests.support.models import sharpen
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -13,7 +13,7 @@ from rllm.agents.base import BaseAgent
 from rllm.engine.execution import AgentExecutionEngine
 from rllm.models.openai import OpenAIClient
 from rllm.testing.fake_openai_server import FakeOpenAIServer, Fault, run_fake_server
-from tests.unit.engine.test_engine import CounterEnv
+from tests.support.envs import CounterEnv
 
 
 class TimedFaultServer(FakeOpenAIServer):

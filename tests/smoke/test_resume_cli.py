@@ -19,7 +19,7 @@ from rllm.errors import RllmError
 from rllm.evaluation import evaluate
 from rllm.runs import load_metrics
 from rllm.training.trainer import AgentTrainer
-from tests.conftest import run_rllm
+from tests.support.cli import run_rllm
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = str(ROOT / "configs" / "arithmetic_grpo.yaml")

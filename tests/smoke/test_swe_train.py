@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from rllm.runs import load_metrics, read_episodes
-from tests.conftest import run_rllm
+from tests.support.cli import run_rllm
 from tests.support.swe import make_calc_task
 
 

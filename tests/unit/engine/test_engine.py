@@ -7,56 +7,18 @@ import itertools
 import threading
 import time
 from collections import Counter
-from typing import Any
 
 import pytest
 
 from rllm.agents.base import BaseAgent
 from rllm.engine.execution import AgentExecutionEngine
-from rllm.envs.base import BaseEnv
 from rllm.errors import InfraError, PolicyError
 from rllm.models.base import SamplingParams
 from rllm.models.fake import FakeModel, FakeTokenizer
 from rllm.types import Action, Episode, ModelOutput, TerminationReason
+from tests.support.envs import CounterEnv
 
 R = TerminationReason
-
-
-class CounterEnv(BaseEnv):
-    """Done after `k` steps; reward 1 for an action that contains `keyword`. `log` (a shared dict from env_args)
-    counts lifecycle calls across instances; `fail_step` makes the first `fail_step` step calls of a task raise."""
-
-    def __init__(self, name: str, k: int, keyword: str, log: dict, fail_step: int, step_sleep: float) -> None:
-        self.name, self.k, self.keyword, self.log = name, k, keyword, log
-        self.fail_step, self.step_sleep, self.t = fail_step, step_sleep, 0
-
-    @classmethod
-    def from_dict(cls, task: dict) -> CounterEnv:
-        return cls(
-            name=str(task.get("id", "?")),
-            k=task.get("k", 3),
-            keyword=task.get("keyword", "yes"),
-            log=task.get("log", Counter()),
-            fail_step=task.get("fail_step", 0),
-            step_sleep=task.get("step_sleep", 0.0),
-        )
-
-    def reset(self) -> tuple[Any, dict]:
-        self.t = 0
-        return f"task {self.name}", {}
-
-    def step(self, action: Any) -> tuple[Any, float, bool, dict]:
-        self.log["step"] += 1
-        self.log[f"step:{self.name}"] += 1
-        if self.log[f"step:{self.name}"] <= self.fail_step:
-            raise RuntimeError(f"env crashed on {self.name}")
-        if self.step_sleep:
-            time.sleep(self.step_sleep)
-        self.t += 1
-        return (f"obs {self.t}", float(self.keyword in str(action)), self.t >= self.k, {"t": self.t})
-
-    def close(self) -> None:
-        self.log["close"] += 1
 
 
 def make_engine(model, log=None, **kwargs) -> AgentExecutionEngine:

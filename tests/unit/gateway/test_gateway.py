@@ -4,95 +4,35 @@ no token ids leaking, recorded calls, token-exact multi-turn and tool-calling se
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
 import json
-import threading
-import typing
 
 import httpx
 import pytest
-from pydantic import BaseModel
 
 openai = pytest.importorskip("openai")
 
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from rllm.errors import InfraError
-from rllm.gateway import Gateway
 from rllm.gateway.openai_format import RequestError, normalize_messages, parse_request, token_pieces
 from rllm.models.base import SamplingParams
-from rllm.models.fake import FakeModel, FakeTokenizer
+from rllm.models.fake import FakeTokenizer
 from rllm.workflows.runtime import TerminationEvent
-
-LEAKS = ("token_ids", "prompt_logprobs", "kv_transfer_params", "stop_reason", "reasoning")
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add two numbers.",
-            "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
-        },
-    }
-]
-CALL_TEXT = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
-
-
-@contextlib.contextmanager
-def serving(model=None, **kwargs):
-    """A started Gateway on a background event loop, so sync SDK clients can call it from the test thread."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    gateway = Gateway(model, **kwargs)
-    try:
-        asyncio.run_coroutine_threadsafe(gateway.start(), loop).result(10)
-        yield gateway
-    finally:
-        asyncio.run_coroutine_threadsafe(gateway.stop(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-
-
-def client(gateway: Gateway, sid: str = "s1") -> openai.OpenAI:
-    return openai.OpenAI(base_url=gateway.session_url(sid), api_key="none", max_retries=0)
-
-
-def assert_strict(model: type[BaseModel], data: typing.Any, where: str = "") -> None:
-    """Every key of `data` is a field of the SDK's pydantic model, recursively (the SDK itself allows extras). A
-    field that is a union told apart by `type` (content blocks, output items, tools) holds each item to the members
-    its `type` names, not to all of them."""
-    if not isinstance(data, dict):
-        return
-    fields = {(f.alias or name): f for name, f in model.model_fields.items()}
-    assert set(data) <= set(fields), f"{where}: unknown fields {set(data) - set(fields)}"
-    for key, value in data.items():
-        for item in value if isinstance(value, list) else [value]:
-            for inner in _members(_models(fields[key].annotation), item):
-                assert_strict(inner, item, f"{where}.{key}")
-
-
-def _members(models: list[type[BaseModel]], item: typing.Any) -> list[type[BaseModel]]:
-    kind = item.get("type") if isinstance(item, dict) else None
-    named = [m for m in models if kind in typing.get_args(getattr(m.model_fields.get("type"), "annotation", None))]
-    return named or models
-
-
-def _models(annotation: typing.Any) -> list[type[BaseModel]]:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [m for arg in typing.get_args(annotation) for m in _models(arg)]
+from tests.support.gateway import (
+    CALL_TEXT,
+    LEAKS,
+    TOOLS,
+    assert_extends,
+    assert_strict,
+    client,
+    fake,
+    serving,
+)
 
 
 def raw_create(sdk: openai.OpenAI, **kwargs) -> dict:
     kwargs.setdefault("model", "policy")
     return json.loads(sdk.chat.completions.with_raw_response.create(**kwargs).http_response.text)
-
-
-def fake(script, tokenizer=None) -> FakeModel:
-    return FakeModel(script, tokenizer=tokenizer or FakeTokenizer())
 
 
 # ---- responses ---------------------------------------------------------------------------------------------------
@@ -169,12 +109,6 @@ def test_token_pieces_add_up_to_the_decoded_text(smollm2_tokenizer):
 
 
 # ---- token exactness ---------------------------------------------------------------------------------------------
-
-
-def assert_extends(records) -> None:
-    for before, after in itertools.pairwise(records):
-        context = before.prompt_ids + before.completion_ids
-        assert after.prompt_ids[: len(context)] == context
 
 
 def test_multi_turn_session_extends_by_prefix_with_sdk_message_objects(smollm2_tokenizer):

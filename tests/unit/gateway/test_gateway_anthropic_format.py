@@ -22,7 +22,7 @@ from rllm.gateway.anthropic_format import (
     parse_messages_request,
 )
 from rllm.gateway.openai_format import Reply, RequestError, normalize_messages
-from tests.unit.gateway.test_gateway import LEAKS, assert_strict
+from tests.support.gateway import LEAKS, assert_strict
 
 EVENTS = TypeAdapter(RawMessageStreamEvent)
 CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}

@@ -10,8 +10,16 @@ import pytest
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
 
-from rllm.models.chat import render_messages
-from tests.unit.gateway.test_gateway import CALL_TEXT, TOOLS, assert_extends, client, fake, serving
+from tests.support.gateway import (
+    CALL_TEXT,
+    TOOLS,
+    assert_extends,
+    assert_one_exact_row,
+    assert_recorded_prompts_render,
+    client,
+    fake,
+    serving,
+)
 
 CALL_2 = '<tool_call>\n{"name": "add", "arguments": {"a": 3, "b": 4}}\n</tool_call>'
 RESPONSES_TOOLS = [{"type": "function", **TOOLS[0]["function"]}]
@@ -24,20 +32,6 @@ def claude(gateway, sid: str = "s1", **kwargs) -> anthropic.Anthropic:
     """The `anthropic` SDK pointed at a session as a user would: given the OpenAI-style session URL."""
     kwargs.setdefault("api_key", "none")
     return anthropic.Anthropic(base_url=gateway.session_url(sid), max_retries=0, **kwargs)
-
-
-def assert_recorded_prompts_render(session, tokenizer) -> None:
-    """What a step records is what the model saw: its messages, rendered with its tools, are its prompt ids."""
-    for record in session.records:
-        assert render_messages(tokenizer, record.rendered_messages, tools=record.tools) == record.prompt_ids
-
-
-def assert_one_exact_row(session, tokenizer) -> None:
-    """The session's calls train as one row of exactly the sampled ids: no mismatch, every prompt extends the last
-    prompt + completion, and what each step records renders to the prompt it sampled from."""
-    assert session.token_mismatches() == 0
-    assert_extends(session.records)
-    assert_recorded_prompts_render(session, tokenizer)
 
 
 # ---- the Responses API -------------------------------------------------------------------------------------------

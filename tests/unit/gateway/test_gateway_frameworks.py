@@ -9,8 +9,7 @@ import asyncio
 import httpx
 import pytest
 
-from tests.unit.gateway.test_gateway import CALL_TEXT, TOOLS, fake, serving
-from tests.unit.gateway.test_gateway_flavours import assert_one_exact_row
+from tests.support.gateway import CALL_TEXT, TOOLS, assert_one_exact_row, fake, serving
 
 
 @pytest.mark.parametrize("api", ["responses", "chat_completions"])

@@ -15,7 +15,7 @@ from pydantic import TypeAdapter
 
 from rllm.gateway.openai_format import Reply, RequestError, normalize_messages
 from rllm.gateway.responses_format import parse_responses_request, reply_message, response_body, response_events
-from tests.unit.gateway.test_gateway import LEAKS, assert_strict
+from tests.support.gateway import LEAKS, assert_strict
 
 META = {"response_id": "resp_abc", "created_at": 1700000000, "model": "policy"}
 TOOL = {

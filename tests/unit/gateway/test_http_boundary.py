@@ -21,7 +21,7 @@ from rllm.models.fake import FakeTokenizer
 from rllm.runs import RunLog, write_json
 from rllm.types import Episode, ModelOutput, Step, Trajectory
 from rllm.viewer import start_server
-from tests.unit.gateway.test_gateway import CALL_TEXT, TOOLS, client, fake, serving
+from tests.support.gateway import CALL_TEXT, TOOLS, client, fake, serving
 
 HI = [{"role": "user", "content": "hi"}]
 JSON = {"Content-Type": "application/json"}

@@ -20,7 +20,7 @@ from rllm.models.base import SamplingParams
 from rllm.models.cpu_linear import PackedLinears, linear, packed_linears_active, packed_linears_available
 from rllm.models.lm_head import output_logits
 from rllm.models.local import LocalModel
-from tests.conftest import sharp_tiny_model
+from tests.support.models import sharp_tiny_model
 
 # what this torch build can do (packed_linears_available() also asks rllm.runtime, off outside `tuned_runtime`)
 ONEDNN = torch.backends.mkldnn.is_available() and cpu_linear._onednn_packs()

@@ -35,7 +35,7 @@ def test_other_heads_are_called_as_they_are():
 
 
 def test_backbone_and_head_of_a_causal_lm(smollm2_tokenizer):
-    from tests.conftest import sharp_tiny_model
+    from tests.support.models import sharp_tiny_model
 
     model = sharp_tiny_model(smollm2_tokenizer, 0)
     backbone, head = backbone_and_head(model)

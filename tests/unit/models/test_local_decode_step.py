@@ -17,7 +17,7 @@ from rllm.models.local_graphs import DecodeGraphs, row_buckets
 from rllm.models.local_sampling import SamplingMode
 from rllm.models.registry import build_tiny_model
 from rllm.testing.ops import decode_step_ops, generate_step_ops
-from tests.conftest import sharp_tiny_model
+from tests.support.models import sharp_tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -12,13 +12,9 @@ import torch
 from rllm.errors import InfraError
 from rllm.models.base import SamplingParams
 from rllm.models.local import LocalModel, PromptTooLongError
-from tests.conftest import sharp_tiny_model
+from tests.support.models import sharp_tiny_model
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
-
-
-def _tiny_model(tokenizer, seed: int = 0):
-    return sharp_tiny_model(tokenizer, seed)
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +27,7 @@ def make_model(tokenizer):
     created = []
 
     def make(**kwargs):
-        model = LocalModel(_tiny_model(tokenizer, seed=kwargs.pop("model_seed", 0)), tokenizer, **kwargs)
+        model = LocalModel(sharp_tiny_model(tokenizer, seed=kwargs.pop("model_seed", 0)), tokenizer, **kwargs)
         created.append(model)
         return model
 
@@ -190,7 +186,7 @@ def test_messages_are_rendered_with_the_chat_template(make_model, tokenizer):
 def test_update_weights_changes_outputs_and_bumps_the_version(make_model, prompts, tokenizer, tmp_path):
     model = make_model()
     before = run(model.generate(prompts[1], GREEDY))
-    other = _tiny_model(tokenizer, seed=1).state_dict()
+    other = sharp_tiny_model(tokenizer, seed=1).state_dict()
     assert model.update_weights(other) == 1 and model.weight_version == 1
     after = run(model.generate(prompts[1], GREEDY))
     assert after.completion_ids != before.completion_ids and after.weight_version == 1
@@ -204,7 +200,7 @@ def test_update_weights_changes_outputs_and_bumps_the_version(make_model, prompt
 
     from safetensors.torch import save_file
 
-    original = _tiny_model(tokenizer, seed=0).state_dict()
+    original = sharp_tiny_model(tokenizer, seed=0).state_dict()
     save_file({k: v.contiguous() for k, v in original.items() if k != "lm_head.weight"}, tmp_path / "w.safetensors")
     assert model.update_weights(tmp_path, version=10) == 10
     restored = run(model.generate(prompts[1], GREEDY))
@@ -220,7 +216,7 @@ def test_a_generation_spanning_a_weight_update_records_a_version_per_token(make_
     """A partial rollout: the update lands between two decode steps of a running request, which goes on with the new
     weights; the output says which version produced each token."""
     model = make_model(eos_token_ids=())  # never stops early: 200 tokens
-    other = _tiny_model(tokenizer, seed=1).state_dict()
+    other = sharp_tiny_model(tokenizer, seed=1).state_dict()
 
     async def go():
         task = asyncio.create_task(model.generate(prompts[1], SamplingParams(temperature=0.0, max_tokens=200)))
@@ -330,7 +326,7 @@ def test_cancelled_request_frees_its_slot(make_model, prompts):
 
 def test_close_stops_the_worker(tokenizer, prompts):
     async def scenario():
-        async with LocalModel(_tiny_model(tokenizer), tokenizer) as model:
+        async with LocalModel(sharp_tiny_model(tokenizer), tokenizer) as model:
             await model.generate(prompts[0], GREEDY)
             worker = model._worker
         return model, worker
@@ -344,7 +340,7 @@ def test_close_stops_the_worker(tokenizer, prompts):
 
 
 def test_bfloat16_copy_leaves_the_passed_model_alone(tokenizer, prompts):
-    base = _tiny_model(tokenizer)
+    base = sharp_tiny_model(tokenizer)
     with LocalModel(base, tokenizer, dtype="bfloat16") as model:
         assert base.dtype == torch.float32 and model.model.dtype == torch.bfloat16
         out = run(model.generate(prompts[1], SamplingParams(max_tokens=6, seed=0)))
@@ -391,7 +387,7 @@ def test_update_weights_clears_the_prefix_cache(make_model, prompts, tokenizer):
     model = make_model(eos_token_ids=())
     first = run(model.generate(prompts[3], GREEDY))
     assert len(model._scheduler.prefixes) == 1
-    model.update_weights(_tiny_model(tokenizer, seed=1).state_dict())
+    model.update_weights(sharp_tiny_model(tokenizer, seed=1).state_dict())
     assert len(model._scheduler.prefixes) == 0 and model._scheduler.prefixes.tokens == 0
     second = run(model.generate(prompts[3] + first.completion_ids + prompts[1], GREEDY))
     assert model.stats["prefix_hit_tokens"] == 0

@@ -394,7 +394,7 @@ from rllm.agents.base import BaseAgent
 from rllm.engine.execution import AgentExecutionEngine
 from rllm.models.openai import OpenAIClient
 from rllm.testing.fake_openai_server import run_fake_server
-from tests.unit.engine.test_engine import CounterEnv
+from tests.support.envs import CounterEnv
 
 with run_fake_server() as server:
     client = OpenAIClient(base_url=server.base_url, model=server.model)
@@ -435,7 +435,7 @@ def test_the_engine_retry_honours_the_servers_retry_after():
 
     from rllm.agents.base import BaseAgent
     from rllm.engine.execution import AgentExecutionEngine
-    from tests.unit.engine.test_engine import CounterEnv
+    from tests.support.envs import CounterEnv
 
     with run_fake_server() as server:
         server.inject(Fault.http(429, retry_after=1))

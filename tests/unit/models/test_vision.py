@@ -23,8 +23,8 @@ from rllm.models.vlm import build_tiny_vlm
 from rllm.training.backends.torch import TorchBackend
 from rllm.training.batch import build_rows, episode_trajectories
 from rllm.types import TerminationReason
-from tests.conftest import sharpen
-from tests.unit.test_images import PictureEnv
+from tests.support.envs import PictureEnv
+from tests.support.models import sharpen
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from rllm.testing.fake_openai_server import run_fake_server
 from rllm.testing.fake_vllm_server import FakeVLLMServer
 from rllm.training.backends.serving import TorchWeightSource
 from rllm.training.backends.torch import TorchBackend
-from tests.conftest import sharp_tiny_model
+from tests.support.models import sharp_tiny_model
 
 
 def _backend(tokenizer, *, lora: bool = True) -> TorchBackend:

@@ -14,22 +14,11 @@ import pytest
 
 from rllm.arguments import UnknownArgumentError
 from rllm.envs import check_env
-from rllm.tasks import UnknownTaskError, get_task, is_task_name
+from rllm.tasks import get_task, is_task_name
 from rllm.tasks.hubs import HubError, split_seed
 from rllm.tasks.hubs import reasoning_gym as rg_hub
 from rllm.tasks.hubs import textarena as ta_hub
-
-
-def _error(name: str) -> str:
-    with pytest.raises(UnknownTaskError) as caught:
-        get_task(name)
-    message = str(caught.value)
-    assert "\n" not in message, message
-    return message
-
-
-def _round_trip(rows: list[dict]) -> list[dict]:
-    return json.loads(json.dumps(rows))
+from tests.support.hubs import hub_error, round_trip
 
 
 def test_split_seeds_are_disjoint_by_construction():
@@ -49,16 +38,16 @@ def test_reasoning_gym_names_its_generators_and_suggests_the_closest():
     assert is_task_name("reasoning_gym:leg_counting")
     task = get_task("reasoning_gym:leg_counting")
     assert task.name == "reasoning_gym:leg_counting" and task.default_workflow == "single_turn"
-    message = _error("reasoning_gym:leg_countin")
+    message = hub_error("reasoning_gym:leg_countin")
     assert "reasoning_gym has no generator 'leg_countin' (did you mean 'leg_counting'" in message
     assert "python -m rllm.tasks.hubs.reasoning_gym" in message
-    assert "(did you mean reasoning_gym?)" in _error("reasoning_gm:leg_counting")
+    assert "(did you mean reasoning_gym?)" in hub_error("reasoning_gm:leg_counting")
 
 
 def test_reasoning_gym_rows_are_json_deterministic_and_the_splits_do_not_overlap():
     make = get_task("reasoning_gym:basic_arithmetic").make_tasks
     train = make(40, seed=0, split="train")
-    assert train == make(40, seed=0, split="train") and _round_trip(train) == train
+    assert train == make(40, seed=0, split="train") and round_trip(train) == train
     val = make(40, seed=1, split="val")
     same_seed_val = make(40, seed=0, split="val")
     for other in (val, same_seed_val):
@@ -72,7 +61,7 @@ def test_reasoning_gym_rows_are_json_deterministic_and_the_splits_do_not_overlap
 def test_reasoning_gym_scores_with_the_generators_own_scorer_after_a_json_round_trip():
     for name in ("leg_counting", "arc_agi"):
         task = get_task(f"reasoning_gym:{name}")
-        for row in _round_trip(task.make_tasks(3, seed=4, split="val")):
+        for row in round_trip(task.make_tasks(3, seed=4, split="val")):
             prompt = task.prompt_fn(row)
             assert prompt.startswith(row["question"]) and "<answer></answer>" in prompt
             right = task.reward_fn(row, f"Thinking it over.\n<answer>\n{row['answer']}\n</answer>")
@@ -82,7 +71,7 @@ def test_reasoning_gym_scores_with_the_generators_own_scorer_after_a_json_round_
             untagged = task.reward_fn(row, str(row["answer"]))
             assert (untagged.reward, untagged.correct, untagged.info["answer"]) == (0.0, False, None)
     # ARC compares boards as tuples: stored as plain JSON lists, its own answer would score 0.05
-    row = _round_trip(get_task("reasoning_gym:arc_agi").make_tasks(1, seed=4, split="val"))[0]
+    row = round_trip(get_task("reasoning_gym:arc_agi").make_tasks(1, seed=4, split="val"))[0]
     flattened = json.loads(json.dumps(rg_hub._from_json(row["entry"])))
     dataset = rg_hub._dataset(row["generator"], row["config"], row["dataset_seed"], row["dataset_size"])
     assert dataset.score_answer(answer=row["answer"], entry=flattened) < 1.0
@@ -93,7 +82,7 @@ def test_reasoning_gym_task_args_are_the_generators_config_and_typos_are_refused
     rows = make(5, seed=0, min_animals=1, max_animals=1)
     assert all(row["entry"]["metadata"]["num_animals"] == 1 for row in rows)
     assert rows[0]["config"] == {"min_animals": 1, "max_animals": 1}
-    row = _round_trip(rows)[0]
+    row = round_trip(rows)[0]
     assert get_task("reasoning_gym:leg_counting").reward_fn(row, f"<answer>{row['answer']}</answer>").reward == 1.0
     with pytest.raises(UnknownArgumentError) as caught:
         make(2, seed=0, min_animal=1)
@@ -110,11 +99,11 @@ def test_reasoning_gym_task_args_are_the_generators_config_and_typos_are_refused
 
 def test_a_missing_hub_package_is_one_line_naming_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)
-    assert _error("reasoning_gym:leg_counting") == (
+    assert hub_error("reasoning_gym:leg_counting") == (
         "reasoning_gym:leg_counting needs the reasoning-gym package: pip install 'rllm[hubs]'"
     )
     monkeypatch.setitem(sys.modules, "textarena", None)
-    assert _error("textarena:GuessTheNumber-v0") == (
+    assert hub_error("textarena:GuessTheNumber-v0") == (
         "textarena:GuessTheNumber-v0 needs the textarena package: pip install 'rllm[hubs]'"
     )
 
@@ -129,12 +118,12 @@ def test_textarena_names_its_local_single_player_games_and_refuses_the_others_in
     task = get_task("textarena:GuessTheNumber-v0")
     assert task.agent_class is ta_hub.TextArenaAgent and task.env_class is ta_hub.TextArenaEnv
     assert task.default_workflow == "agent_env"
-    message = _error("textarena:GuessTheNumbr-v0")
+    message = hub_error("textarena:GuessTheNumbr-v0")
     assert "textarena has no single-player game 'GuessTheNumbr-v0' (did you mean 'GuessTheNumber-v0'" in message
     assert "python -m rllm.tasks.hubs.textarena" in message
-    assert "is a multi-player game" in _error("textarena:TicTacToe-v0")
-    assert "needs an LLM game master" in _error("textarena:TwentyQuestions-v0")
-    assert "does not load in the installed textarena" in _error("textarena:Klondike-v0")
+    assert "is a multi-player game" in hub_error("textarena:TicTacToe-v0")
+    assert "needs an LLM game master" in hub_error("textarena:TwentyQuestions-v0")
+    assert "does not load in the installed textarena" in hub_error("textarena:Klondike-v0")
 
 
 def test_a_word_game_without_its_nltk_data_is_refused_naming_the_download_and_nothing_is_fetched():
@@ -145,7 +134,7 @@ def test_a_word_game_without_its_nltk_data_is_refused_naming_the_download_and_no
         pytest.skip("nltk's word list is on this machine: Wordle runs")
     except LookupError:
         pass
-    message = _error("textarena:Wordle-v0")
+    message = hub_error("textarena:Wordle-v0")
     assert message.startswith("textarena:Wordle-v0 needs nltk data") and "python -m nltk.downloader" in message
     assert "words" in message
     with pytest.raises(LookupError):
@@ -155,7 +144,7 @@ def test_a_word_game_without_its_nltk_data_is_refused_naming_the_download_and_no
 def test_textarena_rows_hold_the_env_id_and_a_seed_per_row_disjoint_between_splits():
     make = get_task("textarena:GuessTheNumber-v0").make_tasks
     train = make(16, seed=0, split="train")
-    assert train == make(16, seed=0, split="train") and _round_trip(train) == train
+    assert train == make(16, seed=0, split="train") and round_trip(train) == train
     assert {row["env_id"] for row in train} == {"GuessTheNumber-v0"}
     val = make(16, seed=0, split="val")
     assert len({row["seed"] for row in train + val}) == 32 and len({row["id"] for row in train + val}) == 32

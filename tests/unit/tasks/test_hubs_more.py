@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -24,30 +23,29 @@ from rllm.arguments import UnknownArgumentError
 from rllm.envs import check_env
 from rllm.tasks import get_task, is_task_name
 from rllm.tasks.hubs import HubError
-from tests.unit.tasks.test_hubs import _error, _round_trip
-
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "catalog"
-
-
-def forget_modules(*names: str) -> None:
-    """Drop `names` (and their submodules) from sys.modules: each test writes its environments to its own tmp_path,
-    and a module imported from an earlier test's folder would shadow them."""
-    for module in [m for m in sys.modules if m in names or m.startswith(tuple(f"{name}." for name in names))]:
-        del sys.modules[module]
+from tests.support.hubs import (
+    FIXTURES,
+    VF_ENVIRONMENTS,
+    forget_modules,
+    hub_error,
+    make_echo_env,
+    round_trip,
+    write_vf_environments,
+)
 
 
 def test_the_three_hubs_are_named_and_a_missing_package_is_one_line(monkeypatch):
     for name in ("skyrl_gym:gsm8k", "openenv:echo_env", "verifiers:x"):
         assert is_task_name(name)
     monkeypatch.setitem(sys.modules, "skyrl_gym", None)
-    assert _error("skyrl_gym:gsm8k") == "skyrl_gym:gsm8k needs the skyrl-gym package: pip install 'rllm[hubs]'"
+    assert hub_error("skyrl_gym:gsm8k") == "skyrl_gym:gsm8k needs the skyrl-gym package: pip install 'rllm[hubs]'"
     monkeypatch.setitem(sys.modules, "openenv.core", None)
-    assert _error("openenv:echo_env") == "openenv:echo_env needs the openenv-core package: pip install 'rllm[hubs]'"
+    assert hub_error("openenv:echo_env") == "openenv:echo_env needs the openenv-core package: pip install 'rllm[hubs]'"
     monkeypatch.setitem(sys.modules, "verifiers", None)
-    assert _error("verifiers:vf_sums").startswith(
+    assert hub_error("verifiers:vf_sums").startswith(
         "verifiers:vf_sums needs the verifiers package: pip install -e '.[verifiers]' into a venv of its own"
     )
-    assert "(did you mean skyrl_gym?)" in _error("skyrl_gm:gsm8k")
+    assert "(did you mean skyrl_gym?)" in hub_error("skyrl_gm:gsm8k")
 
 
 # ----------------------------------------------------------------------------------------------------- SkyRL-Gym
@@ -66,18 +64,18 @@ def test_skyrl_gym_names_its_local_envs_and_refuses_the_others_in_one_line():
     assert not {"search", "lcb"} & set(hub.names())
     task = get_task("skyrl_gym:gsm8k")
     assert task.agent_class is hub.SkyRLGymAgent and task.env_class is hub.SkyRLGymEnv
-    message = _error("skyrl_gym:gsm8")
+    message = hub_error("skyrl_gym:gsm8")
     assert "skyrl_gym has no environment 'gsm8' (did you mean 'gsm8k'" in message
     assert "python -m rllm.tasks.hubs.skyrl_gym" in message
-    assert "retrieval server" in _error("skyrl_gym:search")
-    assert "outside rllm's sandbox" in _error("skyrl_gym:lcb")
+    assert "retrieval server" in hub_error("skyrl_gym:search")
+    assert "outside rllm's sandbox" in hub_error("skyrl_gym:lcb")
 
 
 def test_skyrl_gym_gsm8k_rows_come_from_the_catalog_as_skyrl_writes_them_and_splits_are_its_own():
     _skyrl()
     make = get_task("skyrl_gym:gsm8k").make_tasks
     train = make(3, seed=0, split="train", data_dir=str(FIXTURES))
-    assert train == make(3, seed=0, split="train", data_dir=str(FIXTURES)) and _round_trip(train) == train
+    assert train == make(3, seed=0, split="train", data_dir=str(FIXTURES)) and round_trip(train) == train
     row = train[0]
     assert row["env_class"] == "gsm8k" and row["data_source"] == "skyrl_gym:gsm8k"
     assert row["prompt"][0]["content"].endswith('output the final answer after "####".')
@@ -139,7 +137,7 @@ def test_skyrl_gym_reads_skyrl_data_files_one_file_split_by_prompt_and_a_folder_
 
 def test_skyrl_gym_envs_reward_with_skyrls_own_scorers_single_and_multi_turn(tmp_path):
     hub = _skyrl()
-    rows = _round_trip(get_task("skyrl_gym:gsm8k").make_tasks(2, seed=0, split="val", data_dir=str(FIXTURES)))
+    rows = round_trip(get_task("skyrl_gym:gsm8k").make_tasks(2, seed=0, split="val", data_dir=str(FIXTURES)))
     env = hub.SkyRLGymEnv.from_dict(rows[0])
     observation, info = env.reset()
     assert observation == rows[0]["prompt"] and info["max_turns"] == 1
@@ -176,24 +174,6 @@ def test_skyrl_gym_env_passes_rllms_env_check(tmp_path):
 # ------------------------------------------------------------------------------------------------------- OpenEnv
 
 
-def make_echo_env(parent: Path) -> Path:
-    """The echo environment of `openenv init echo_env`, written by the package's own template generator (without
-    its `uv lock`, which needs the network). openenv-core 0.2.0's template types its client `EnvClient[Action,
-    Observation]` where its EnvClient takes three parameters (0.3.0's template adds `State`): that one line is fixed."""
-    from openenv.cli.commands.init import _copy_template_directory, _create_template_replacements
-
-    folder = parent / "echo_env"
-    folder.mkdir()
-    replacements = _create_template_replacements("echo_env")
-    _copy_template_directory("openenv.cli.templates.openenv_env", "", folder, replacements, "echo_env")
-    client = folder / "client.py"
-    source = client.read_text()
-    old = "EnvClient[EchoAction, EchoObservation]"
-    if old in source:
-        client.write_text(source.replace(old, "EnvClient[EchoAction, EchoObservation, State]"))
-    return folder
-
-
 @pytest.fixture
 def echo_env(tmp_path, monkeypatch):
     """`openenv:echo_env` importable for this test; its servers stopped after it."""
@@ -214,11 +194,11 @@ def test_openenv_names_its_env_packages_and_suggests_the_closest(echo_env):
     assert "echo_env" in echo_env.names()
     task = get_task("openenv:echo_env")
     assert task.agent_class is echo_env.OpenEnvAgent and task.env_class is echo_env.OpenEnvEnv
-    message = _error("openenv:echo_en")
+    message = hub_error("openenv:echo_en")
     assert "openenv has no environment package 'echo_en' (did you mean 'echo_env'" in message
     assert "python -m rllm.tasks.hubs.openenv" in message
     train = task.make_tasks(8, seed=0, split="train")
-    assert train == task.make_tasks(8, seed=0, split="train") and _round_trip(train) == train
+    assert train == task.make_tasks(8, seed=0, split="train") and round_trip(train) == train
     val = task.make_tasks(8, seed=0, split="val")
     assert len({r["seed"] for r in train + val}) == 16 and {r["env"] for r in train} == {"echo_env"}
 
@@ -282,108 +262,6 @@ def test_openenv_a_server_that_cannot_start_is_one_line(echo_env, tmp_path):
 
 # ----------------------------------------------------------------------------------------------------- verifiers
 
-VF_SUMS = '''
-"""Single-digit sums, one reply each (rllm's test environment, in the shape of a verifiers environment package)."""
-
-import verifiers as vf
-from datasets import Dataset
-
-
-def load_environment(num_train: int = 40, num_eval: int = 10, system_prompt: str = "Reply with the number only."):
-    def rows(first, count):
-        numbers = range(first, first + count)
-        return [{"question": f"What is {i % 10} + {i // 10}?", "answer": str(i % 10 + i // 10)} for i in numbers]
-
-    parser = vf.Parser()
-
-    def exact_sum(completion, answer, **kwargs) -> float:
-        return 1.0 if (parser.parse_answer(completion) or "").strip() == answer else 0.0
-
-    return vf.SingleTurnEnv(
-        dataset=Dataset.from_list(rows(0, num_train)),
-        eval_dataset=Dataset.from_list(rows(50, num_eval)),
-        system_prompt=system_prompt,
-        parser=parser,
-        rubric=vf.Rubric(funcs=[exact_sum], parser=parser),
-    )
-'''
-
-VF_TOOLS = '''
-"""Sums with an `add` tool (rllm's test environment: a vf.ToolEnv); one dataset, no eval_dataset."""
-
-import verifiers as vf
-from datasets import Dataset
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers.
-
-    Args:
-        a: The first integer.
-        b: The second integer.
-    """
-    return a + b
-
-
-def load_environment(max_turns: int = 4):
-    question = "Use the add tool to compute {} + {}, then reply with the sum only."
-    dataset = Dataset.from_list([{"question": question.format(i, 2 * i), "answer": str(3 * i)} for i in range(30)])
-    parser = vf.Parser()
-
-    def exact_sum(completion, answer, **kwargs) -> float:
-        return 1.0 if (parser.parse_answer(completion) or "").strip() == answer else 0.0
-
-    rubric = vf.Rubric(funcs=[exact_sum], parser=parser)
-    return vf.ToolEnv(dataset=dataset, tools=[add], max_turns=max_turns, parser=parser, rubric=rubric)
-'''
-
-VF_GUESS = '''
-"""Guess a number from 1 to 20 with higher/lower hints (rllm's test environment: a vf.MultiTurnEnv)."""
-
-import verifiers as vf
-from datasets import Dataset
-
-
-class GuessEnv(vf.MultiTurnEnv):
-    async def env_response(self, messages, state, **kwargs):
-        guess = (self.parser.parse_answer(messages) or "").strip()
-        secret = int(state["answer"])
-        if not guess.isdigit():
-            return [{"role": "user", "content": "Reply with a number."}]
-        return [{"role": "user", "content": "higher" if int(guess) < secret else "lower"}]
-
-    @vf.stop
-    async def guessed(self, state) -> bool:
-        return bool(state["trajectory"]) and self._last_guess(state) == state["answer"]
-
-    def _last_guess(self, state):
-        return (self.parser.parse_answer(state["trajectory"][-1]["completion"]) or "").strip()
-
-
-def load_environment(max_turns: int = 6):
-    question = "Guess my number from 1 to 20. Reply with the number only."
-    rows = [{"question": question, "answer": str(n), "info": {"n": n}} for n in range(1, 21)]
-    parser = vf.Parser()
-
-    def found(completion, answer, **kwargs) -> float:
-        return 1.0 if (parser.parse_answer(completion) or "").strip() == answer else 0.0
-
-    return GuessEnv(
-        dataset=Dataset.from_list(rows[:16]),
-        eval_dataset=Dataset.from_list(rows[16:]),
-        max_turns=max_turns,
-        parser=parser,
-        rubric=vf.Rubric(funcs=[found], parser=parser),
-    )
-'''
-
-VF_ENVIRONMENTS = {"vf_sums": VF_SUMS, "vf_tools": VF_TOOLS, "vf_guess": VF_GUESS}
-
-
-def write_vf_environments(folder: Path) -> None:
-    for name, source in VF_ENVIRONMENTS.items():
-        (folder / f"{name}.py").write_text(textwrap.dedent(source).lstrip())
-
 
 @pytest.fixture
 def vf_envs(tmp_path, monkeypatch):
@@ -403,18 +281,18 @@ def test_verifiers_loads_an_environment_by_name_and_refuses_unknown_ones_in_one_
     task = get_task("verifiers:vf_sums")
     assert task.name == "verifiers:vf_sums" and task.default_workflow == "rllm.harnesses.verifiers:VerifiersWorkflow"
     assert "Single-digit sums" in task.description
-    message = _error("verifiers:vf_sumz")
+    message = hub_error("verifiers:vf_sumz")
     assert (
         message.startswith("verifiers has no environment 'vf_sumz'")
         and "python -m rllm.tasks.hubs.verifiers" in message
     )
-    assert "defines no load_environment()" in _error("verifiers:textwrap")
+    assert "defines no load_environment()" in hub_error("verifiers:textwrap")
 
 
 def test_verifiers_rows_are_its_formatted_dataset_rows_json_and_seeded(vf_envs):
     make = get_task("verifiers:vf_sums").make_tasks
     train = make(10, seed=0, split="train")
-    assert train == make(10, seed=0, split="train") and _round_trip(train) == train
+    assert train == make(10, seed=0, split="train") and round_trip(train) == train
     row = train[0]
     assert [m["role"] for m in row["prompt"]] == ["system", "user"] and row["prompt"][0]["content"] == (
         "Reply with the number only."

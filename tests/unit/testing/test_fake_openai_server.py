@@ -140,7 +140,7 @@ def test_with_a_tokenizer_replies_carry_its_ids_so_every_turn_extends_the_last(s
     from rllm.agents.base import BaseAgent
     from rllm.engine.execution import AgentExecutionEngine
     from rllm.models.openai import OpenAIClient
-    from tests.unit.engine.test_engine import CounterEnv
+    from tests.support.envs import CounterEnv
 
     tokenizer = smollm2_tokenizer
     ids = tokenizer.encode(DEFAULT_REPLY_TEXT, add_special_tokens=False) + [tokenizer.eos_token_id]

@@ -12,7 +12,7 @@ from rllm.runs import load_metrics
 from rllm.training.batch import TrainingRow
 from rllm.training.distill import Teacher, apply_distillation, check_same_tokenizer
 from rllm.training.trainer import AgentTrainer
-from tests.conftest import sharp_tiny_model
+from tests.support.models import sharp_tiny_model
 
 
 def _row(advantage: float) -> TrainingRow:

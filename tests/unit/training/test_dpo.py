@@ -16,7 +16,7 @@ from rllm.training.backends.torch import TorchBackend
 from rllm.training.dpo import DPOTrainer
 from rllm.training.dpo_data import pairs_from_preferences
 from rllm.training.losses import dpo_loss
-from tests.conftest import sharp_tiny_model
+from tests.support.models import sharp_tiny_model
 
 
 def _preferences(n: int) -> list[dict]:

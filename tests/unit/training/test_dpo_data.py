@@ -10,61 +10,70 @@ import pytest
 from rllm.training.dpo_data import export_trl_preferences, pairs_from_episodes, pairs_from_preferences
 from rllm.training.sft_data import TrainingDataError
 from rllm.types import Episode, ModelOutput, Step, Trajectory
-from tests.unit.training.test_sft_data import _episode, _records
+from tests.support.episodes import episode_records, sampled_episode
 
 
 def test_pairs_match_successes_with_failures_of_the_same_task_in_file_order():
     episodes = [
-        _episode("a", 0, 1.0),
-        _episode("a", 1, 0.0),
-        _episode("a", 2, 1.0),
-        _episode("a", 3, 0.0),
-        _episode("a", 4, 0.0),
-        _episode("solved", 0, 1.0),
-        _episode("never", 0, 0.0),
+        sampled_episode("a", 0, 1.0),
+        sampled_episode("a", 1, 0.0),
+        sampled_episode("a", 2, 1.0),
+        sampled_episode("a", 3, 0.0),
+        sampled_episode("a", 4, 0.0),
+        sampled_episode("solved", 0, 1.0),
+        sampled_episode("never", 0, 0.0),
     ]
-    pairs, stats = pairs_from_episodes(_records(episodes), max_pairs_per_task=5, max_length=64)
+    pairs, stats = pairs_from_episodes(episode_records(episodes), max_pairs_per_task=5, max_length=64)
     assert [(p.chosen.episode_id, p.rejected.episode_id) for p in pairs] == [("a:0", "a:1"), ("a:2", "a:3")]
     assert (stats["groups"], stats["groups_all_succeeded"], stats["groups_all_failed"]) == (3, 1, 1)
     assert pairs[0].key == "a:agent" and pairs[0].chosen.input_ids == [1, 2, 3, 10, 20]
-    pairs, _ = pairs_from_episodes(_records(episodes), max_length=64)  # max_pairs_per_task defaults to 1
+    pairs, _ = pairs_from_episodes(episode_records(episodes), max_length=64)  # max_pairs_per_task defaults to 1
     assert len(pairs) == 1
 
 
 def test_multi_turn_sides_share_their_prompt_and_train_only_sampled_tokens():
-    pairs, _ = pairs_from_episodes([_episode("t", 0, 1.0, turns=2), _episode("t", 1, 0.0, turns=3)], max_length=64)
+    pairs, _ = pairs_from_episodes(
+        [sampled_episode("t", 0, 1.0, turns=2), sampled_episode("t", 1, 0.0, turns=3)], max_length=64
+    )
     (pair,) = pairs
     assert pair.chosen.input_ids[:3] == pair.rejected.input_ids[:3] == [1, 2, 3]
     assert pair.rejected.loss_mask == [0, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1]  # observations are context
 
 
 def test_roles_and_splits_pair_separately():
-    solver = [_episode("a", 0, 1.0, name="solver"), _episode("a", 1, 0.0, name="solver")]
-    judge = [_episode("a", 2, 1.0, name="judge")]
-    pairs, stats = pairs_from_episodes(_records(solver + judge), max_length=64)
+    solver = [sampled_episode("a", 0, 1.0, name="solver"), sampled_episode("a", 1, 0.0, name="solver")]
+    judge = [sampled_episode("a", 2, 1.0, name="judge")]
+    pairs, stats = pairs_from_episodes(episode_records(solver + judge), max_length=64)
     assert [p.key for p in pairs] == ["a:solver"] and stats["groups_all_succeeded"] == 1
     with pytest.raises(TrainingDataError, match=r"no task of split 'val' has both .*with a role in \['judge'\]"):
-        pairs_from_episodes(_records(solver + judge), split="val", roles=["judge"], max_length=64)
+        pairs_from_episodes(episode_records(solver + judge), split="val", roles=["judge"], max_length=64)
 
 
 def test_no_pair_says_why_with_counts():
     with pytest.raises(TrainingDataError, match=r"no preference pairs: .*groups=2, all succeeded=1, all failed=1"):
-        pairs_from_episodes([_episode("a", 0, 1.0), _episode("b", 0, 0.0)], max_length=64)
+        pairs_from_episodes([sampled_episode("a", 0, 1.0), sampled_episode("b", 0, 0.0)], max_length=64)
 
 
 def test_a_side_that_splits_into_several_rows_is_counted_not_paired():
     first = ModelOutput(prompt_ids=[1, 2], completion_ids=[3], logprobs=[0.0])
     rewrites_history = ModelOutput(prompt_ids=[9, 9], completion_ids=[4], logprobs=[0.0])
     rewritten = Trajectory(steps=[Step(model_output=first), Step(model_output=rewrites_history)], reward=0.0)
-    episodes = [_episode("a", 0, 1.0), Episode(id="a:1", trajectories=[rewritten]), _episode("a", 2, 0.0)]
+    episodes = [sampled_episode("a", 0, 1.0), Episode(id="a:1", trajectories=[rewritten]), sampled_episode("a", 2, 0.0)]
     with pytest.raises(TrainingDataError, match="split trajectories=1"):
         pairs_from_episodes(episodes, max_length=64)
-    pairs, stats = pairs_from_episodes(episodes + [_episode("b", 0, 1.0), _episode("b", 1, 0.0)], max_length=64)
+    pairs, stats = pairs_from_episodes(
+        episodes + [sampled_episode("b", 0, 1.0), sampled_episode("b", 1, 0.0)], max_length=64
+    )
     assert [p.key for p in pairs] == ["b:agent"] and stats["trajectories_split"] == 1
 
 
 def test_long_pairs_error_truncate_or_drop():
-    episodes = [_episode("a", 0, 1.0, turns=3), _episode("a", 1, 0.0), _episode("b", 0, 1.0), _episode("b", 1, 0.0)]
+    episodes = [
+        sampled_episode("a", 0, 1.0, turns=3),
+        sampled_episode("a", 1, 0.0),
+        sampled_episode("b", 0, 1.0),
+        sampled_episode("b", 1, 0.0),
+    ]
     with pytest.raises(
         TrainingDataError,
         match=r"1 of 2 pairs have a side longer than dpo.max_length=8 tokens "
@@ -130,8 +139,10 @@ def test_every_dpo_data_key_reaches_the_pairs(tmp_path, smollm2_tokenizer):
 
     (tmp_path / "run").mkdir()
     log = RunLog(tmp_path / "run")
-    log.log_episodes(1, [_episode("a", i, float(i % 2 == 0), name="solver") for i in range(4)], "train")
-    log.log_episodes(1, [_episode("a", 9, 1.0, name="judge"), _episode("a", 8, 0.0, name="judge", turns=3)], "val")
+    log.log_episodes(1, [sampled_episode("a", i, float(i % 2 == 0), name="solver") for i in range(4)], "train")
+    log.log_episodes(
+        1, [sampled_episode("a", 9, 1.0, name="judge"), sampled_episode("a", 8, 0.0, name="judge", turns=3)], "val"
+    )
     log.close()
 
     def load(*keys):

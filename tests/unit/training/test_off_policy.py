@@ -13,7 +13,7 @@ import torch
 from rllm.config import AlgorithmConfig, ConfigError, OffPolicyConfig, load_config
 from rllm.training.losses import actor_loss
 from rllm.training.off_policy import importance_weights, merge_mismatch_sums, mismatch_metrics, mismatch_sums
-from tests.unit.training.backends.test_torch_backend import make_backend, sample_rows
+from tests.support.backends import make_backend, sample_rows
 
 NAN, INF = float("nan"), float("inf")
 LOG_RATIO = torch.tensor([[0.0, 0.5, -1.0, 0.0], [0.1, 0.3, 0.2, 0.0]])
@@ -128,9 +128,9 @@ def test_a_lagged_policy_gives_the_expected_ratios_and_masks(smollm2_tokenizer):
     """Rows sampled at version 0, trained at version 2 (two updates later): the decoupled mode's weights are exactly
     exp(pi_prox - pi_sampler) of the recomputed log-probs, truncated at is_high, and the mask mode drops exactly the
     tokens outside the band."""
-    from tests.unit.training.backends.test_torch_backend import _tiny_model
+    from tests.support.models import sharp_tiny_model
 
-    base = _tiny_model(smollm2_tokenizer)
+    base = sharp_tiny_model(smollm2_tokenizer)
     backend = make_backend(smollm2_tokenizer, base, lr=5e-2)
     rows = sample_rows(backend, smollm2_tokenizer, [1.0, -1.0, 1.0, -1.0])  # version 0's samples
     for _ in range(2):

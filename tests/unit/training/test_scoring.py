@@ -301,7 +301,7 @@ def test_a_non_finite_env_reward_ends_its_episode_and_is_left_out_of_training_co
     from rllm.models.fake import FakeModel
     from rllm.training.advantages import score_episodes
     from rllm.types import TerminationReason
-    from tests.unit.engine.test_engine import CounterEnv
+    from tests.support.envs import CounterEnv
 
     class NaNOnTask1(CounterEnv):
         def step(self, action):

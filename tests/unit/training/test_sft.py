@@ -16,6 +16,7 @@ from rllm.runs import load_metrics
 from rllm.training.backends.torch import TorchBackend
 from rllm.training.sft import SFTTrainer
 from rllm.training.sft_data import TrainingDataError, export_trl, rows_from_messages
+from tests.support.episodes import sampled_episode
 
 
 def _records(n: int) -> list[dict]:
@@ -171,21 +172,20 @@ def test_every_sft_key_reaches_the_rows(tmp_path, smollm2_tokenizer):
     """The config's filters and limits, through `load_sft_rows` (what `rllm sft` calls), on a run directory."""
     from rllm.runs import RunLog
     from rllm.training.sft import load_sft_rows
-    from tests.unit.training.test_sft_data import _episode
 
     (tmp_path / "run").mkdir()
     log = RunLog(tmp_path / "run")
     log.log_episodes(
         1,
         [
-            _episode("a", 0, 1.0, name="solver"),
-            _episode("a", 1, 0.0, name="solver"),
-            _episode("a", 2, 0.5, name="solver", turns=3),
-            _episode("b", 0, 1.0, name="judge"),
+            sampled_episode("a", 0, 1.0, name="solver"),
+            sampled_episode("a", 1, 0.0, name="solver"),
+            sampled_episode("a", 2, 0.5, name="solver", turns=3),
+            sampled_episode("b", 0, 1.0, name="judge"),
         ],
         "train",
     )
-    log.log_episodes(1, [_episode("c", 0, 1.0, name="solver")], "val")
+    log.log_episodes(1, [sampled_episode("c", 0, 1.0, name="solver")], "val")
     log.close()
 
     def load(*keys):

@@ -17,33 +17,13 @@ from rllm.training.sft_data import (
     rows_from_trajectories,
     select_trajectories,
 )
-from rllm.types import Episode, ModelOutput, Step, Trajectory
-
-
-def _episode(task: str, index: int, reward: float, *, turns=1, name="agent", ids=True) -> Episode:
-    steps, prompt = [], [1, 2, 3]
-    for turn in range(turns):
-        completion = [10 + turn, 20 + index]
-        output = ModelOutput(
-            prompt_ids=list(prompt) if ids else None,
-            completion_ids=completion if ids else None,
-            logprobs=[-0.5, -0.25] if ids else None,
-        )
-        steps.append(Step(model_output=output))
-        prompt = prompt + completion + [7, 8]  # observation
-    trajectory = Trajectory(name=name, steps=steps, reward=reward)
-    return Episode(id=f"{task}:{index}", trajectories=[trajectory], is_correct=reward > 0)
-
-
-def _records(episodes, split="train"):
-    return [{"step": 1, "split": split, "episode": e} for e in episodes]
-
+from tests.support.episodes import episode_records, sampled_episode
 
 # ---- episodes -------------------------------------------------------------------------------------------------
 
 
 def test_episode_rows_are_exactly_the_sampled_ids_with_rl_masks():
-    pairs, _ = select_trajectories([_episode("a", 0, 1.0, turns=2)])
+    pairs, _ = select_trajectories([sampled_episode("a", 0, 1.0, turns=2)])
     rows, stats = rows_from_trajectories(pairs, max_length=64)
     assert len(rows) == 1 and stats["rows_split"] == 0
     row = rows[0]
@@ -54,26 +34,26 @@ def test_episode_rows_are_exactly_the_sampled_ids_with_rl_masks():
 
 def test_filters_apply_in_order_and_count_what_each_left():
     episodes = [
-        _episode("solved", 0, 1.0),
-        _episode("solved", 1, 1.0),  # pass rate 1
-        _episode("mixed", 0, 1.0),
-        _episode("mixed", 1, 0.0),
-        _episode("mixed", 2, 0.5),  # pass rate 2/3
-        _episode("never", 0, 0.0),
+        sampled_episode("solved", 0, 1.0),
+        sampled_episode("solved", 1, 1.0),  # pass rate 1
+        sampled_episode("mixed", 0, 1.0),
+        sampled_episode("mixed", 1, 0.0),
+        sampled_episode("mixed", 2, 0.5),  # pass rate 2/3
+        sampled_episode("never", 0, 0.0),
     ]
-    pairs, stats = select_trajectories(_records(episodes), task_pass_rate="mixed")
+    pairs, stats = select_trajectories(episode_records(episodes), task_pass_rate="mixed")
     assert [e.id for e, _ in pairs] == ["mixed:0", "mixed:2"]
     assert stats["trajectories"] == 6 and stats["after_correct_only"] == 4 and stats["after_task_pass_rate"] == 2
-    pairs, stats = select_trajectories(_records(episodes), min_reward=0.75, max_per_task=1)
+    pairs, stats = select_trajectories(episode_records(episodes), min_reward=0.75, max_per_task=1)
     assert [e.id for e, _ in pairs] == ["solved:0", "mixed:0"]
     assert stats["after_min_reward"] == 3 and stats["after_max_per_task"] == 2 and stats["tasks"] == 2
-    pairs, _ = select_trajectories(_records(episodes), correct_only=False)
+    pairs, _ = select_trajectories(episode_records(episodes), correct_only=False)
     assert len(pairs) == 6
 
 
 def test_split_and_role_filters():
-    records = _records([_episode("a", 0, 1.0, name="solver"), _episode("a", 1, 1.0, name="judge")])
-    records += _records([_episode("b", 0, 1.0, name="solver")], split="val")
+    records = episode_records([sampled_episode("a", 0, 1.0, name="solver"), sampled_episode("a", 1, 1.0, name="judge")])
+    records += episode_records([sampled_episode("b", 0, 1.0, name="solver")], split="val")
     pairs, _ = select_trajectories(records, split="train", roles=["solver"])
     assert [e.id for e, _ in pairs] == ["a:0"]
     with pytest.raises(TrainingDataError, match=r"no trajectory has a role in \['critic'\]; the roles are \['judge', "):
@@ -91,18 +71,18 @@ def test_split_and_role_filters():
 )
 def test_a_filter_that_leaves_nothing_says_which_with_counts(kwargs, message):
     with pytest.raises(TrainingDataError, match=message):
-        select_trajectories(_records([_episode("a", 0, 0.0), _episode("a", 1, 0.0)]), **kwargs)
+        select_trajectories(episode_records([sampled_episode("a", 0, 0.0), sampled_episode("a", 1, 0.0)]), **kwargs)
 
 
 def test_episodes_without_token_ids_are_refused_naming_the_fix():
-    pairs, _ = select_trajectories([_episode("a", 0, 1.0, ids=False)])
+    pairs, _ = select_trajectories([sampled_episode("a", 0, 1.0, ids=False)])
     with pytest.raises(TrainingDataError, match=r"step 0 has no token ids.*rollout.openai.tokenizer.*sft.messages"):
         rows_from_trajectories(pairs, max_length=64)
 
 
 def test_episodes_round_trip_through_a_run_directory(tmp_path):
     log = RunLog(tmp_path)
-    log.log_episodes(3, [_episode("a", 0, 1.0), _episode("a", 1, 0.0)], "eval")
+    log.log_episodes(3, [sampled_episode("a", 0, 1.0), sampled_episode("a", 1, 0.0)], "eval")
     log.close()
     pairs, stats = select_trajectories(read_episode_records(tmp_path))
     rows, _ = rows_from_trajectories(pairs, max_length=64)
@@ -113,7 +93,7 @@ def test_episodes_round_trip_through_a_run_directory(tmp_path):
 
 
 def _long_rows():
-    pairs, _ = select_trajectories([_episode("a", 0, 1.0, turns=3), _episode("b", 0, 1.0)])
+    pairs, _ = select_trajectories([sampled_episode("a", 0, 1.0, turns=3), sampled_episode("b", 0, 1.0)])
     return rows_from_trajectories(pairs, max_length=64)[0]  # 13 and 5 tokens
 
 

@@ -22,7 +22,7 @@ from rllm.types import Episode, ModelOutput, Step, Trajectory
 from rllm.viewer import EpisodeIndex, NotARunError, discover_runs, start_server
 from rllm.viewer import index as index_module
 from rllm.viewer.data import query_episodes
-from tests.conftest import run_rllm
+from tests.support.cli import run_rllm
 
 LAKE = {"id": "lake", "desc": ["SFFF", "FFFF", "FFFF", "FFFG"], "max_steps": 10}
 
@@ -318,7 +318,7 @@ def test_images_are_served_by_their_stored_name_and_linked_from_the_conversation
     import http.client
 
     from rllm.images import image_part
-    from tests.unit.test_images import _picture, picture_run
+    from tests.support.envs import picture, picture_run
 
     run = picture_run(tmp_path)
     names = sorted(p.name for p in (run / "images").iterdir())
@@ -334,7 +334,7 @@ def test_images_are_served_by_their_stored_name_and_linked_from_the_conversation
         assert turns[1]["messages"][0]["content"][0]["type"] == "image_url"
         with urllib.request.urlopen(server.url + url[1:], timeout=30) as response:
             assert response.headers["Content-Type"] == "image/png"
-            assert response.read() == base64.b64decode(image_part(_picture())["image_url"]["url"].split(",")[1])
+            assert response.read() == base64.b64decode(image_part(picture())["image_url"]["url"].split(",")[1])
 
         host, port = server.server_address[:2]
         for path in (

@@ -12,7 +12,7 @@ from rllm.tasks.frozenlake import FrozenLakeAgent, FrozenLakeEnv, make_frozenlak
 from rllm.workflows import TerminationEvent, Workflow
 from rllm.workflows.agent_env import AgentEnvWorkflow
 from rllm.workflows.resolve import resolve_workflow
-from tests.conftest import sharp_tiny_model
+from tests.support.models import sharp_tiny_model
 
 SAMPLING = SamplingParams(temperature=1.0, max_tokens=8, seed=11)
 MAX_STEPS = 4

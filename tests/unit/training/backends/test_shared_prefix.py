@@ -9,7 +9,7 @@ import torch
 from rllm.training.backends.shared_prefix import plan_shared_prefixes
 from rllm.training.backends.torch_model import forward_targets
 from rllm.training.batch import TrainingRow, collate
-from tests.unit.training.backends.test_torch_backend import grads, make_backend
+from tests.support.backends import grads, make_backend
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,7 @@ def tokenizer(smollm2_tokenizer):
 
 @pytest.fixture(scope="module")
 def base_model(tokenizer):
-    from tests.conftest import sharp_tiny_model
+    from tests.support.models import sharp_tiny_model
 
     return sharp_tiny_model(tokenizer, 0)
 

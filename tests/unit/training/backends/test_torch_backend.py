@@ -4,7 +4,6 @@ accumulation, the gathered output layer, checkpoints, merged weights for another
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import itertools
 
@@ -12,16 +11,11 @@ import pytest
 import torch
 
 from rllm.config import AlgorithmConfig, LoraConfig, ModelConfig, OptimConfig
-from rllm.models.base import SamplingParams
 from rllm.training.backends.torch import TorchBackend
 from rllm.training.backends.torch_model import forward_targets, linear_module_names, lr_factor
-from rllm.training.batch import TrainingRow, build_rows, collate, episode_trajectories
-from rllm.types import Episode, Step, Trajectory
-from tests.conftest import sharp_tiny_model
-
-
-def _tiny_model(tokenizer, seed: int = 0):
-    return sharp_tiny_model(tokenizer, seed)
+from rllm.training.batch import TrainingRow, collate
+from tests.support.backends import grads, make_backend, sample_rows
+from tests.support.models import sharp_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -31,48 +25,7 @@ def tokenizer(smollm2_tokenizer):
 
 @pytest.fixture(scope="module")
 def base_model(tokenizer):
-    return _tiny_model(tokenizer)
-
-
-def make_backend(tokenizer, base_model, *, lora=True, lr=1e-2, micro=4, total_steps=10, checkpointing=False, **algo):
-    model_cfg = ModelConfig(
-        name="unused", lora=LoraConfig(enabled=lora, rank=4, alpha=8.0), gradient_checkpointing=checkpointing
-    )
-    optim = OptimConfig(lr=lr, micro_batch_size=micro, grad_clip=None)
-    return TorchBackend(
-        model_cfg,
-        AlgorithmConfig(**algo),
-        optim,
-        total_steps=total_steps,
-        seed=0,
-        model=copy.deepcopy(base_model),
-        tokenizer=tokenizer,
-    )
-
-
-def sample_rows(backend, tokenizer, advantages, *, max_tokens=6, temperature=1.0):
-    """Roll out with a LocalModel sharing the backend's model; one row per prompt, given advantages."""
-    prompts = ["Hi there", "The cat sat on the mat and", "1 2 3 4 5", "Once upon a time"]
-    local = backend.make_rollout_model(max_batch_size=8, seed=3)
-
-    async def go():
-        sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens)
-        return await asyncio.gather(*(local.generate(tokenizer.encode(p), sampling) for p in prompts))
-
-    try:
-        outputs = asyncio.run(go())
-    finally:
-        local.close()
-    episodes = [
-        Episode(id=f"t{i}:0", trajectories=[Trajectory(steps=[Step(model_output=o)])]) for i, o in enumerate(outputs)
-    ]
-    rows, _ = build_rows(
-        episode_trajectories(episodes),
-        step_advantages=[[a] for a in advantages],
-        max_prompt_length=64,
-        max_response_length=64,
-    )
-    return rows
+    return sharp_tiny_model(tokenizer)
 
 
 def loss_token_logprobs(backend, rows, **kwargs):
@@ -111,10 +64,6 @@ def synthetic_rows(n=6, seed=0, backend=None):
             noise = (torch.rand(len(row), generator=g) - 0.5).tolist()
             row.old_logprobs = [(lp + 0.6 * e) * m for lp, e, m in zip(lps, noise, row.loss_mask, strict=True)]
     return rows
-
-
-def grads(backend):
-    return {n: p.grad.clone() for n, p in backend.model.named_parameters() if p.grad is not None}
 
 
 def test_on_policy_logprobs_and_first_update_ratio_is_one(tokenizer, base_model):
@@ -338,7 +287,7 @@ def test_a_gpu_device_without_a_gpu_fails_naming_the_fix(smollm2_tokenizer):
             config.optim,
             total_steps=1,
             device=config.model.device,
-            model=_tiny_model(smollm2_tokenizer),
+            model=sharp_tiny_model(smollm2_tokenizer),
             tokenizer=smollm2_tokenizer,
         )
     with pytest.raises(ConfigError, match="model.device"):
