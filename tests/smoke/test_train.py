@@ -76,26 +76,32 @@ class Parity(Workflow):
 """
 
 
-@pytest.mark.parametrize("advantage", typing.get_args(AdvantageName))
-def test_every_advantage_estimator_trains_a_step_through_the_cli(tmp_path, tiny_model_dir, advantage):
+def _train_a_parity_step(tmp_path, model_dir, overrides: list[str]) -> dict:
+    """One `rllm train` step of the parity workflow (groups of 4) under `overrides`: the step's metrics."""
     (tmp_path / "parity.py").write_text(PARITY_WORKFLOW)
     args = [
         "configs/arithmetic_grpo.yaml",
         *TINY,
         "rollout.n=4",
-        f"model.name={tiny_model_dir}",
+        f"model.name={model_dir}",
         "trainer.total_steps=1",
         "data.val_size=0",
         "trainer.tensorboard=false",
         f"trainer.run_dir={tmp_path}",
         "trainer.name=run",
         f"workflow={tmp_path / 'parity.py'}:Parity",
-        f"algorithm.advantage={advantage}",
+        *overrides,
         "--no-progress",
     ]
     out = run_rllm("train", *args)
     assert out.returncode == 0, out.stderr[-3000:]
     (step,) = [m for m in load_metrics(tmp_path / "run") if "reward_mean" in m]
+    return step
+
+
+@pytest.mark.parametrize("advantage", typing.get_args(AdvantageName))
+def test_every_advantage_estimator_trains_a_step_through_the_cli(tmp_path, tiny_model_dir, advantage):
+    step = _train_a_parity_step(tmp_path, tiny_model_dir, [f"algorithm.advantage={advantage}"])
     assert step["skipped_update"] == 0 and step["grad_norm"] > 0 and 0 < step["reward_mean"] < 1
     _, state = final_state(tmp_path / "run")
     assert (state["value_head"] is not None) == (advantage == "gae")  # the critic is checkpointed
@@ -111,25 +117,7 @@ def test_every_advantage_estimator_trains_a_step_through_the_cli(tmp_path, tiny_
     ],
 )
 def test_gspo_and_cispo_train_a_step_through_the_cli(tmp_path, tiny_model_dir, loss, extra):
-    (tmp_path / "parity.py").write_text(PARITY_WORKFLOW)
-    args = [
-        "configs/arithmetic_grpo.yaml",
-        *TINY,
-        "rollout.n=4",
-        f"model.name={tiny_model_dir}",
-        "trainer.total_steps=1",
-        "data.val_size=0",
-        "trainer.tensorboard=false",
-        f"trainer.run_dir={tmp_path}",
-        "trainer.name=run",
-        f"workflow={tmp_path / 'parity.py'}:Parity",
-        f"algorithm.policy_loss={loss}",
-        *extra,
-        "--no-progress",
-    ]
-    out = run_rllm("train", *args)
-    assert out.returncode == 0, out.stderr[-3000:]
-    (step,) = [m for m in load_metrics(tmp_path / "run") if "reward_mean" in m]
+    step = _train_a_parity_step(tmp_path, tiny_model_dir, [f"algorithm.policy_loss={loss}", *extra])
     assert step["skipped_update"] == 0 and step["grad_norm"] > 0 and step["loss"] != 0
     if "algorithm.overlong_buffer=2" in extra:  # replies of 6 tokens, the limit: each punished (DAPO)
         assert step["batch/overlong_penalized"] > 0

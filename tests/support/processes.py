@@ -35,3 +35,17 @@ def own_processes(keywords=("raylet", "gcs_server", "vllm serve")) -> dict[int, 
 def leftover_processes() -> list[str]:
     """Ray daemons and vLLM servers this test process started that are still running."""
     return list(own_processes().values())
+
+
+def processes_with(marker: str) -> list[int]:
+    """Host pids, but this test process's, whose command line mentions `marker` (a sandboxed program gets it as an
+    argument)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:  # ended since the listing
+                pass
+    return found

@@ -1,7 +1,9 @@
-"""Short training runs for the end-to-end tests: a tiny run's overrides and its final checkpoint, an evaluation with
+"""Short training runs for the end-to-end tests: tiny runs' overrides and a run's final checkpoint, an evaluation with
 a scripted model, and one checked training step."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 
@@ -12,6 +14,20 @@ from rllm.runs import load_metrics, read_episodes
 from rllm.training.checkpoint import latest_checkpoint, load_checkpoint
 from rllm.training.trainer import AgentTrainer
 
+# The shipped arithmetic config and the overrides that make its run tiny, for `rllm train` command lines.
+CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic_grpo.yaml")
+TINY_CLI = [
+    "rollout.n=2",
+    "rollout.max_tokens=6",
+    "trainer.tasks_per_step=2",
+    "data.train_size=6",
+    "data.val_size=2",
+    "rollout.val_n=1",
+    "optim.micro_batch_size=2",
+    "trainer.tensorboard=false",
+]
+
+# A tiny run of a workflow or environment given in the test (groups of 2, two turns an episode, greedy validation).
 TINY = [
     "rollout.n=2",
     "rollout.max_tokens=6",

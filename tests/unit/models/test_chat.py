@@ -6,17 +6,7 @@ import pytest
 
 from rllm.models.chat import ChatRenderer, render_messages, render_text
 from rllm.types import ModelOutput
-
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "calc",
-            "description": "Evaluate arithmetic.",
-            "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]},
-        },
-    }
-]
+from tests.support.chat import CALC_TOOLS
 
 
 def _sample(tokenizer, prompt_ids, reply, *, end_with_eos=True):
@@ -76,12 +66,12 @@ def test_a_stored_reply_that_differs_from_the_sample_is_counted(shipped_tokenize
 
 
 def test_tools_are_rendered_and_turns_still_extend(qwen_tokenizer):
-    renderer = ChatRenderer(qwen_tokenizer, tools=TOOLS)
+    renderer = ChatRenderer(qwen_tokenizer, tools=CALC_TOOLS)
     messages, _ = _converse(qwen_tokenizer, renderer, turns=2)
     final = renderer.render(messages)
     assert renderer.mismatches == 0
     assert '"name": "calc"' in qwen_tokenizer.decode(final)
-    assert final == render_messages(qwen_tokenizer, messages, tools=TOOLS)
+    assert final == render_messages(qwen_tokenizer, messages, tools=CALC_TOOLS)
 
 
 def test_record_before_render_is_an_error(smollm2_tokenizer):
@@ -137,7 +127,7 @@ def _conversations():
 
 
 @pytest.mark.filterwarnings("ignore:the chat template .* ignores `tools`")
-@pytest.mark.parametrize("tools", [None, TOOLS])
+@pytest.mark.parametrize("tools", [None, CALC_TOOLS])
 @pytest.mark.parametrize("add_generation_prompt", [True, False])
 def test_render_text_equals_apply_chat_template(shipped_tokenizer, tools, add_generation_prompt, tuned_runtime):
     """The fast path (transformers' compiled template called directly, where rllm.runtime enables it) renders exactly
@@ -301,8 +291,10 @@ def test_a_template_that_renders_tools_is_left_alone(qwen_tokenizer, fresh_warni
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning either
         _, _, ids = _swe_first_prompt(qwen_tokenizer)
-        text = render_text(qwen_tokenizer, messages, tools=TOOLS)
-    assert text == qwen_tokenizer.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True, tokenize=False)
+        text = render_text(qwen_tokenizer, messages, tools=CALC_TOOLS)
+    assert text == qwen_tokenizer.apply_chat_template(
+        messages, tools=CALC_TOOLS, add_generation_prompt=True, tokenize=False
+    )
     assert text.count('"name": "calc"') == 1 and text.count("# Tools") == 1
     assert qwen_tokenizer.decode(ids).count("# Tools") == 1
 
@@ -312,8 +304,8 @@ def test_without_a_system_message_one_is_added_for_the_tools(smollm2_tokenizer, 
 
     messages = [{"role": "user", "content": "2+2?"}]
     with pytest.warns(UserWarning, match="put the tool in the system message"):
-        text = render_text(smollm2_tokenizer, messages, tools=TOOLS)
-    expected = [{"role": "system", "content": tools_system_prompt(TOOLS)}, *messages]
+        text = render_text(smollm2_tokenizer, messages, tools=CALC_TOOLS)
+    expected = [{"role": "system", "content": tools_system_prompt(CALC_TOOLS)}, *messages]
     assert text == smollm2_tokenizer.apply_chat_template(expected, add_generation_prompt=True, tokenize=False)
 
 
@@ -328,5 +320,5 @@ def test_a_template_that_ignores_tools_and_calls_in_another_format_is_refused():
             return super().apply_chat_template(messages, None, add_generation_prompt, tokenize)
 
     with pytest.raises(RllmError, match="ignores `tools` and writes tool calls in the mistral format"):
-        render_text(MistralLike(), [{"role": "user", "content": "hi"}], tools=TOOLS)
-    assert render_text(FakeTokenizer(), [{"role": "user", "content": "hi"}], tools=TOOLS).count("calc") == 1
+        render_text(MistralLike(), [{"role": "user", "content": "hi"}], tools=CALC_TOOLS)
+    assert render_text(FakeTokenizer(), [{"role": "user", "content": "hi"}], tools=CALC_TOOLS).count("calc") == 1

@@ -25,6 +25,7 @@ from rllm.errors import RllmError
 from rllm.sandbox import Sandbox, SandboxLimits, SandboxResult, SandboxUnavailableError
 from rllm.sandbox import _cgroup as cgroup_module
 from rllm.sandbox import runner as sandbox_module
+from tests.support.processes import processes_with
 
 LIMITS = SandboxLimits(wall_s=5, cpu_s=5, memory_mb=192, pids=32, tmpfs_mb=16, output_bytes=256 << 10)
 
@@ -41,19 +42,6 @@ def sandbox() -> Sandbox:
 
 def run_python(sandbox: Sandbox, code: str, *args: str, files: dict | None = None, **kwargs) -> SandboxResult:
     return sandbox.run(sandbox.python_argv("main.py", *args), files={"main.py": code, **(files or {})}, **kwargs)
-
-
-def processes_with(marker: str) -> list[int]:
-    """Host pids whose command line mentions marker (the sandboxed program gets it as an argument)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
 
 
 def assert_host_fine(sandbox: Sandbox, marker: str | None = None) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from rllm.errors import InfraError
 from rllm.sandbox import RepoMount, Sandbox, SandboxLimits, SessionClosedError, make_editable
+from tests.support.processes import processes_with
 
 LIMITS = SandboxLimits(wall_s=10, cpu_s=10, memory_mb=256, pids=32, tmpfs_mb=16)
 
@@ -112,18 +113,6 @@ for line in sys.stdin:
 """
 
 
-def host_pids_with(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
-
-
 def test_a_session_keeps_its_state_between_requests_and_leaves_nothing(tree):
     sandbox = Sandbox(LIMITS)
     with session(sandbox, SERVER, repo=RepoMount(str(tree))) as s:
@@ -134,7 +123,7 @@ def test_a_session_keeps_its_state_between_requests_and_leaves_nothing(tree):
         assert check.ok
     assert not s.alive
     assert (tree / "pkg" / "a.py").read_text() == "x = 1\n"
-    assert host_pids_with("/work/server.py") == []
+    assert processes_with("/work/server.py") == []
 
 
 @pytest.mark.parametrize(("op", "reason"), [("exit", "exit:3"), ("hog", "memory"), ("sleep", "no_reply")])

@@ -19,6 +19,18 @@ from rllm.training.sft_data import TrainingDataError, export_trl, rows_from_mess
 from tests.support.episodes import sampled_episode
 
 
+def _sft_backend(model, tokenizer, *, lora: bool, lr: float) -> TorchBackend:
+    """A TorchBackend of one step on a copy of `model`, micro-batches of 2, no gradient clipping."""
+    return TorchBackend(
+        ModelConfig(lora=LoraConfig(enabled=lora)),
+        AlgorithmConfig(),
+        OptimConfig(micro_batch_size=2, grad_clip=None, lr=lr),
+        total_steps=1,
+        model=copy.deepcopy(model),
+        tokenizer=tokenizer,
+    )
+
+
 def _records(n: int) -> list[dict]:
     """Prompt/completion conversations of different lengths (so micro-batches pad differently)."""
     system = {"role": "system", "content": "Be brief."}
@@ -68,14 +80,7 @@ def test_sft_loss_and_gradient_match_trls_sft_trainer(tiny, smollm2_tokenizer, t
     datasets = pytest.importorskip("datasets")
     rows, _ = rows_from_messages(_records(5), smollm2_tokenizer, max_length=512)
     # ours: micro-batches of 2 (3 forward/backward passes, exact accumulation), full fine-tuning
-    backend = TorchBackend(
-        ModelConfig(lora=LoraConfig(enabled=False)),
-        AlgorithmConfig(),
-        OptimConfig(micro_batch_size=2, grad_clip=None, lr=1e-6),
-        total_steps=1,
-        model=copy.deepcopy(tiny),
-        tokenizer=smollm2_tokenizer,
-    )
+    backend = _sft_backend(tiny, smollm2_tokenizer, lora=False, lr=1e-6)
     ours = backend.update(rows, temperature=1.0, objective="sft")
     # TRL: the exported rows (its pre-tokenized format), one batch of all five
     export_trl(rows, tmp_path / "rows.jsonl")
@@ -212,14 +217,7 @@ def test_packed_rows_train_exactly_as_padded_micro_batches(tiny, smollm2_tokeniz
     assert [len(p) for p in pack_rows(rows, 90)] != [1] * 7  # several rows share a pack
 
     def update(**kwargs):
-        backend = TorchBackend(
-            ModelConfig(lora=LoraConfig(enabled=lora)),
-            AlgorithmConfig(),
-            OptimConfig(micro_batch_size=2, grad_clip=None, lr=1e-3),
-            total_steps=1,
-            model=copy.deepcopy(tiny),
-            tokenizer=smollm2_tokenizer,
-        )
+        backend = _sft_backend(tiny, smollm2_tokenizer, lora=lora, lr=1e-3)
         metrics = backend.update(rows, temperature=1.0, objective="sft", **kwargs)
         return metrics, [p.detach().clone() for p in backend.model.parameters() if p.requires_grad]
 
