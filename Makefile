@@ -56,7 +56,7 @@ test-verl: verl models
 	$(VERL_PY) -m pytest -q -n 2 tests/verl
 
 test-verifiers: hub-verifiers models
-	PYTHONPATH=src $(VERIFIERS_PY) -m pytest -q -k verifiers tests/unit/test_hubs_more.py tests/integration/test_hubs_more_train.py
+	PYTHONPATH=src $(VERIFIERS_PY) -m pytest -q -k verifiers tests/unit/tasks/test_hubs_more.py tests/integration/test_hubs_more_train.py
 
 test-setup: models sandbox chromium codex vllm verl hub-verifiers lint docs wheel-test
 

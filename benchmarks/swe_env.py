@@ -6,7 +6,7 @@ environment, and scripted episodes per second.
 Tasks: `--task-source default` takes a deterministic handful of the shipped set (rllm.tasks.swe.build's
 `load_default_tasks`: the first `--packages` packages by name, the first `--per-package` tasks of each by
 instance_id whose fix is a few `str_replace` edits); when that set is not there yet it falls back to the tiny `calc`
-task of tests/unit/swe_fixtures.py (no download) and says so. The first materialization of a real task downloads its
+task of tests/support/swe.py (no download) and says so. The first materialization of a real task downloads its
 sdist from PyPI: `materialize <package>` times it apart from every other figure.
 
 - latency, one environment at a time: `reset()` (a sandbox session started, its server answering), each tool call
@@ -101,10 +101,10 @@ def make_plan(task: dict) -> Plan | None:
 
 
 def calc_plans() -> list[Plan]:
-    """The calc task of tests/unit/swe_fixtures.py, its tree kept at a fixed place so that its task tree is made
+    """The calc task of tests/support/swe.py, its tree kept at a fixed place so that its task tree is made
     once and reused by later runs (a fresh directory would be a new task every run)."""
-    sys.path.insert(0, str(ROOT / "tests" / "unit"))
-    from swe_fixtures import make_calc_task
+    sys.path.insert(0, str(ROOT))
+    from tests.support.swe import make_calc_task
 
     with tempfile.TemporaryDirectory() as tmp:
         row = make_calc_task(Path(tmp))

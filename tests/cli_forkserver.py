@@ -1,4 +1,4 @@
-"""A fork server for the suite's `rllm` command lines (`tests.conftest.run_rllm`): a CLI run in a subprocess spent
+"""A fork server for the suite's `rllm` command lines (`tests.support.cli.run_rllm`): a CLI run in a subprocess spent
 about 4 of its 6 CPU seconds importing torch, transformers and rllm, so this process imports them once (running no
 torch op, so no thread pool exists to be broken by fork) and forks one child per command line.
 
@@ -10,7 +10,7 @@ The child is what `python -m rllm.cli.main ARGV` run in `cwd` with `env` would b
 sys.path, stdin from /dev/null, stdout and stderr to the files, `rllm.cli.main.main(argv)`'s code as its exit
 status, its atexit handlers run. What it cannot be: a process whose environment differs from this one's where a
 module reads it at import, so run_rllm uses a real subprocess whenever its environment is not the one this server
-started in (but for variables read only when used: `CALL_TIME_VARIABLES` in tests/conftest.py).
+started in (but for variables read only when used: `CALL_TIME_VARIABLES` in tests/support/cli.py).
 All children share this server's string hash seed.
 """
 

@@ -4,25 +4,21 @@ unit tests are tiny random-init ones built around those tokenizers, so the suite
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from rllm.cpus import usable_cores
+from tests.support.cli import remember_suite_environment
+from tests.support.models import QWEN, SMOLLM2
+from tests.support.processes import TEST_PROCESS_MARK
 
 # One torch thread count for the whole suite and the CLIs it starts, whatever else the machine runs: by default rllm
 # follows the machine's load (rllm.cpus), and tests that compare two runs bitwise need the same count in both.
 os.environ.setdefault("OMP_NUM_THREADS", str(usable_cores()))
-# Every process a test starts (a CLI run, Ray's daemons, a vLLM server) inherits this mark of the test process that
-# started it (each xdist worker puts its own), so that a check for leftover processes counts only its own: the two
-# xdist workers, or a verl test run beside the main suite, may each have Ray or vLLM running at the same time.
-TEST_PROCESS_MARK = "RLLM_TEST_PROCESS"
+# Every process a test starts inherits this test process's mark (tests/support/processes.py says why).
 os.environ[TEST_PROCESS_MARK] = str(os.getpid())
 # A Ray temp dir of each test process's own: a local `ray.init()` connects to the cluster whose address the latest
 # simulated cluster (ray.cluster_utils) wrote under it, which must not be another test process's. Short, since Ray
@@ -30,8 +26,7 @@ os.environ[TEST_PROCESS_MARK] = str(os.getpid())
 os.environ["RAY_TMPDIR"] = f"/tmp/rllm-ray-{os.getpid()}"
 atexit.register(shutil.rmtree, os.environ["RAY_TMPDIR"], ignore_errors=True)
 
-SMOLLM2 = "smollm2-135m-instruct"
-QWEN = "qwen2.5-coder-0.5b-instruct"
+remember_suite_environment()  # the environment run_rllm's fork server starts in, as set above
 
 # The quick tier (`make check` runs `pytest -m "not slow"`) is decided here, so that nobody has to remember to mark a
 # test: a test is slow when it lives in a folder of end-to-end tests, carries the marker of one that drives a browser
@@ -157,127 +152,3 @@ def tiny_vlm_dir(tmp_path_factory, smollm2_tokenizer):
     model.save_pretrained(path)
     processor.save_pretrained(path)
     return path
-
-
-def sharp_tiny_model(tokenizer, seed: int = 0, **shape):
-    """A tiny model with wider random weights. build_tiny_model's init gives near-uniform logits and a degenerate
-    greedy output (one token repeated); these give peaked, prompt-dependent ones, so comparisons between batch
-    compositions, log-prob checks and update directions mean something."""
-
-    from rllm.models.registry import build_tiny_model
-
-    return sharpen(build_tiny_model(tokenizer, seed=seed, **shape), seed)
-
-
-def sharpen(model, seed: int = 0):
-    """`model` with its matrices redrawn wider (seeded): peaked, input-dependent logits (see sharp_tiny_model)."""
-    import torch
-
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if param.ndim == 2:
-                scale = 2.0 / param.shape[1] ** 0.5 * (8 if "embed" in name else 1)
-                param.copy_(torch.randn(param.shape, generator=generator) * scale)
-    return model
-
-
-def own_processes(keywords=("raylet", "gcs_server", "vllm serve")) -> dict[int, str]:
-    """pid -> command line of the running processes that this test process started (directly or not: they carry its
-    mark, see TEST_PROCESS_MARK) and whose command line names one of `keywords`: by default Ray's daemons and vLLM
-    servers."""
-    mark = f"{TEST_PROCESS_MARK}={os.environ[TEST_PROCESS_MARK]}".encode()
-    listing = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, check=True).stdout
-    found = {}
-    for line in listing.splitlines():
-        pid, _, args = line.strip().partition(" ")
-        if not any(k in args for k in keywords):
-            continue
-        try:
-            environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:  # ended since the listing
-            continue
-        if mark in environment:
-            found[int(pid)] = args
-    return found
-
-
-def leftover_processes() -> list[str]:
-    """Ray daemons and vLLM servers this test process started that are still running."""
-    return list(own_processes().values())
-
-
-def run_rllm(*args: str, cwd=None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """The `rllm` command line in a process of its own, as a user types it; the caller checks `returncode`. Forked
-    from this test process's CLI fork server (tests/cli_forkserver.py: torch and rllm imported once) while the
-    environment is the suite's own, else `python -m rllm.cli.main` in a subprocess (a test that set a variable)."""
-    command = [sys.executable, "-m", "rllm.cli.main", *args]
-    if _environment() != SUITE_ENVIRONMENT:
-        return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
-    return _cli_server().run(command, list(args), cwd or os.getcwd(), timeout)
-
-
-# Variables set in the test process that no module reads at import, which the forked child is given as they are:
-# pytest's name of the running test, and the cache folder torch's compiler sets for itself at its first use.
-CALL_TIME_VARIABLES = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"}
-
-
-def _environment() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in CALL_TIME_VARIABLES}
-
-
-SUITE_ENVIRONMENT = _environment()  # as set above, before any test changed it
-
-
-class CliForkServer:
-    """This test process's tests/cli_forkserver.py (started at its first use, stopped at exit)."""
-
-    def __init__(self) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, str(TESTS / "cli_forkserver.py")],
-            cwd=TESTS.parent,
-            env=SUITE_ENVIRONMENT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self._reply()  # ready: everything imported
-        self.outputs = Path(tempfile.mkdtemp(prefix="rllm-cli-"))
-        self.runs = 0
-        atexit.register(self.close)
-
-    def run(self, command: list[str], argv: list[str], cwd, timeout: float) -> subprocess.CompletedProcess:
-        self.runs += 1
-        stdout, stderr = self.outputs / f"{self.runs}.out", self.outputs / f"{self.runs}.err"
-        request = {"argv": argv, "cwd": str(cwd), "env": dict(os.environ), "timeout_s": timeout}
-        request |= {"stdout": str(stdout), "stderr": str(stderr)}
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        reply = self._reply()
-        out, err = (path.read_text(encoding="utf-8", errors="replace") for path in (stdout, stderr))
-        stdout.unlink()
-        stderr.unlink()
-        if reply.get("timed_out"):
-            raise subprocess.TimeoutExpired(command, timeout, output=out, stderr=err)
-        return subprocess.CompletedProcess(command, reply["returncode"], out, err)
-
-    def _reply(self) -> dict:
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"tests/cli_forkserver.py died (exit {self.process.poll()}); its stderr is above")
-        return json.loads(line)
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
-        shutil.rmtree(self.outputs, ignore_errors=True)
-
-
-_CLI_SERVER: CliForkServer | None = None
-
-
-def _cli_server() -> CliForkServer:
-    global _CLI_SERVER
-    if _CLI_SERVER is None or _CLI_SERVER.process.poll() is not None:
-        _CLI_SERVER = CliForkServer()
-    return _CLI_SERVER

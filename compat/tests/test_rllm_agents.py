@@ -20,7 +20,7 @@ from rllm.environments.appworld.appworld_env import AppWorldEnv
 from rllm.errors import RllmError
 from rllm.models.fake import FakeModel
 from rllm.workflows.agent_env import AgentEnvWorkflow
-from tests.unit.swe_fixtures import make_calc_task
+from tests.support.swe import make_calc_task
 
 
 def engine(agent_class: type, env_class: type, script, max_steps: int) -> AgentWorkflowEngine:

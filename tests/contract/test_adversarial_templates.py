@@ -26,6 +26,7 @@ from rllm.models.fake import FakeModel
 from rllm.training.batch import build_rows
 from rllm.types import Action, Step, Trajectory
 from rllm.workflows.base import Workflow
+from tests.support.chat import CALC_TOOLS
 
 TURNS = 4
 REPLIES = [
@@ -33,16 +34,6 @@ REPLIES = [
     "Action: Down  ",  # whitespace that `| trim` removes (trailing: leading spaces would merge with the header)
     '<tool_call>\n{"name": "calc", "arguments": {"expr": "1+1"}}\n</tool_call>',  # Qwen2.5's tool-call format
     "The answer is 2.",
-]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "calc",
-            "description": "Evaluate arithmetic.",
-            "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]},
-        },
-    }
 ]
 
 # A ChatML template with the two adversarial habits, switched on by `{strip}` and `{trim}`.
@@ -314,7 +305,7 @@ def test_gateway(template, tokenizer_name, budget):
     from rllm.gateway.rollout import rollout
 
     name, tokenizer = template
-    tools = TOOLS if tokenizer_name == "qwen" and name == "shipped" else None
+    tools = CALC_TOOLS if tokenizer_name == "qwen" and name == "shipped" else None
     workflow = rollout(reward_fn=lambda task, answer: 1.0)(gateway_rollout)
     engine = AgentWorkflowEngine(workflow_class=workflow, model=scripted_model(tokenizer), **engine_kwargs(budget))
     episodes = engine.execute_tasks(tasks(tools=tools))

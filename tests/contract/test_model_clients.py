@@ -13,8 +13,8 @@ from rllm.models.base import close_model
 from rllm.models.fake import FakeModel, FakeTokenizer
 from rllm.models.openai import OpenAIClient
 from rllm.testing import run_fake_server
-from tests.conftest import sharp_tiny_model
 from tests.support.model_contract import CLAUSES
+from tests.support.models import sharp_tiny_model
 
 # a real (tiny) transformers model is slow by this suite's rule (`make check` leaves it out)
 CLIENTS = ("fake-model", pytest.param("local-model", marks=pytest.mark.slow), "openai-client")

@@ -1,7 +1,7 @@
 """LocalModel on a CUDA device: decode steps replayed from CUDA graphs give what eager steps give, only the new ids and
 log-probs cross to the host, and the on-device sampler draws the right distribution. Skipped without a GPU (CI has
 none); `benchmarks/gpu_run.sh` runs them on a lent GPU, and the CPU stand-ins of the same properties are in
-tests/unit/test_local_decode_step.py and test_local_sampling.py."""
+tests/unit/inference/test_local_decode_step.py and test_local_sampling.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rllm.inference import InferenceOptions
 from rllm.inference.model import LocalModel
 from rllm.inference.sampling import SamplingMode, sample_rows
 from rllm.models.base import SamplingParams
-from tests.conftest import sharpen
+from tests.support.models import sharpen
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

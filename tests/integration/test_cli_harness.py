@@ -12,7 +12,7 @@ from rllm.harnesses.base import HarnessError, HarnessJob
 from rllm.harnesses.codex_cli import CODEX_VERSION, CodexCliError, codex_cli, find_codex
 from rllm.types import TerminationReason
 from rllm.workflows.runtime import TerminationEvent
-from tests.unit.test_gateway import fake, serving
+from tests.support.gateway import fake, serving
 
 
 def _require_codex() -> None:

@@ -2,7 +2,7 @@
 examples with a scripted model that solves each task through the bash tool (it sends the task's solve.sh as its
 command, then calls finish), so Harbor's verifiers' rewards reach the summary; then one training step of a tiny
 random-init model on them (`AgentTrainer`, what `rllm train path/to/tasks` runs), every episode graded in the
-sandbox. The format, the rule and the errors are tested in tests/unit/test_harbor.py."""
+sandbox. The format, the rule and the errors are tested in tests/unit/tasks/test_harbor.py."""
 
 from __future__ import annotations
 

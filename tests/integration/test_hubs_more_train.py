@@ -1,7 +1,7 @@
 """The skyrl_gym, openenv and verifiers hubs through rllm's real loop: `evaluate` (what `rllm eval` runs) with a
 scripted model that plays well, so the hub's reward reaches the summary, then one training step of a tiny random-init
 model (`AgentTrainer`, what `rllm train` runs). The same shape as tests/integration/test_hubs_train.py; the hubs
-themselves are tested in tests/unit/test_hubs_more.py (whose fixtures make the echo environment and the verifiers
+themselves are tested in tests/unit/tasks/test_hubs_more.py (whose fixtures make the echo environment and the verifiers
 environments). Each test skips without its package (verifiers lives in a venv of its own)."""
 
 from __future__ import annotations
@@ -12,8 +12,14 @@ import re
 import pytest
 
 from rllm.config import load_config
-from tests.integration.test_hubs_train import _eval_with, _train_one_step
-from tests.unit.test_hubs_more import FIXTURES, VF_ENVIRONMENTS, forget_modules, make_echo_env, write_vf_environments
+from tests.support.hubs import (
+    FIXTURES,
+    VF_ENVIRONMENTS,
+    forget_modules,
+    make_echo_env,
+    write_vf_environments,
+)
+from tests.support.training import eval_with, train_one_step
 
 
 def _skyrl_multi_turn_file(tmp_path) -> str:
@@ -42,11 +48,11 @@ def test_skyrl_gym_evaluates_and_trains_a_step(tmp_path, monkeypatch, smollm2_to
         return next(f"Step by step.\n#### {a}" for question, a in answers.items() if question in text)
 
     runs = [f"trainer.run_dir={tmp_path / 'runs'}", "trainer.name=eval", "rollout.max_tokens=32"]
-    summary, episodes = _eval_with(monkeypatch, smollm2_tokenizer, reply, [*task, "data.val_size=3", *runs])
+    summary, episodes = eval_with(monkeypatch, smollm2_tokenizer, reply, [*task, "data.val_size=3", *runs])
     assert summary["episodes"] == 3 and summary["success_rate"] == 1.0 and summary["reward_mean"] == 1.0
     assert all(episode.termination_reason.value == "env_done" for episode in episodes)
     multi = ["data.task=skyrl_gym:gsm8k_multi_turn", f"data.task_args.dataset={_skyrl_multi_turn_file(tmp_path)}"]
-    _train_one_step(tmp_path, tiny_model_dir, [*multi, "rollout.max_steps=2"])
+    train_one_step(tmp_path, tiny_model_dir, [*multi, "rollout.max_steps=2"])
 
 
 def test_openenv_evaluates_and_trains_a_step(tmp_path, monkeypatch, smollm2_tokenizer, tiny_model_dir):
@@ -60,7 +66,7 @@ def test_openenv_evaluates_and_trains_a_step(tmp_path, monkeypatch, smollm2_toke
     try:
         task = ["data.task=openenv:echo_env", "rollout.max_steps=2"]
         runs = [f"trainer.run_dir={tmp_path / 'runs'}", "trainer.name=eval", "rollout.max_tokens=16"]
-        summary, episodes = _eval_with(
+        summary, episodes = eval_with(
             monkeypatch, smollm2_tokenizer, lambda text: "echo", [*task, "data.val_size=2", *runs]
         )
         assert summary["episodes"] == 2 and summary["reward_mean"] == pytest.approx(0.8)  # 2 turns x 0.1 x len("echo")
@@ -68,7 +74,7 @@ def test_openenv_evaluates_and_trains_a_step(tmp_path, monkeypatch, smollm2_toke
             (trajectory,) = episode.trajectories
             assert [step.observation for step in trajectory.steps] == ["echo", "echo"]
             assert episode.termination_reason.value == "max_turns"
-        _train_one_step(tmp_path, tiny_model_dir, task)
+        train_one_step(tmp_path, tiny_model_dir, task)
         assert hub.running_servers() >= 1  # pooled for the rest of the process
     finally:
         hub.shutdown_servers()
@@ -103,13 +109,13 @@ def test_verifiers_single_turn_evaluates_and_trains_a_step(
 
     task = ["data.task=verifiers:vf_sums"]
     runs = [f"trainer.run_dir={tmp_path / 'runs'}", "trainer.name=eval", "rollout.max_tokens=8"]
-    summary, episodes = _eval_with(monkeypatch, smollm2_tokenizer, reply, [*task, "data.val_size=4", *runs])
+    summary, episodes = eval_with(monkeypatch, smollm2_tokenizer, reply, [*task, "data.val_size=4", *runs])
     assert summary["episodes"] == 4 and summary["success_rate"] == 1.0 and summary["reward_mean"] == 1.0
     for episode in episodes:
         (trajectory,) = episode.trajectories
         assert len(trajectory.steps) == 1 and trajectory.steps[-1].info["stop_condition"] == "max_turns_reached"
         assert "Reply with the number only." in json.dumps(trajectory.steps[0].chat_completions)
-    _train_one_step(tmp_path, tiny_model_dir, task)
+    train_one_step(tmp_path, tiny_model_dir, task)
 
 
 def test_verifiers_tool_env_calls_its_tool_through_the_gateway(tmp_path, monkeypatch, smollm2_tokenizer, vf_path):
@@ -120,7 +126,7 @@ def test_verifiers_tool_env_calls_its_tool_through_the_gateway(tmp_path, monkeyp
 
     task = ["data.task=verifiers:vf_tools"]
     runs = [f"trainer.run_dir={tmp_path / 'runs'}", "trainer.name=eval", "rollout.max_tokens=64"]
-    summary, episodes = _eval_with(monkeypatch, smollm2_tokenizer, reply, [*task, "data.val_size=2", *runs])
+    summary, episodes = eval_with(monkeypatch, smollm2_tokenizer, reply, [*task, "data.val_size=2", *runs])
     assert summary["episodes"] == 2 and summary["success_rate"] == 1.0
     for episode in episodes:
         (trajectory,) = episode.trajectories
@@ -138,7 +144,7 @@ def test_verifiers_multi_turn_env_plays_its_own_turns(tmp_path, monkeypatch, smo
 
     task = ["data.task=verifiers:vf_guess"]
     runs = [f"trainer.run_dir={tmp_path / 'runs'}", "trainer.name=eval", "rollout.max_tokens=8"]
-    summary, episodes = _eval_with(monkeypatch, smollm2_tokenizer, reply, [*task, "data.val_size=4", *runs])
+    summary, episodes = eval_with(monkeypatch, smollm2_tokenizer, reply, [*task, "data.val_size=4", *runs])
     assert summary["episodes"] == 4 and summary["success_rate"] == 1.0
     for episode in episodes:
         (trajectory,) = episode.trajectories

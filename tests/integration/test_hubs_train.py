@@ -1,6 +1,6 @@
 """Each environment hub, and a catalog benchmark, through rllm's real loop: `evaluate` (what `rllm eval` runs) with a
 scripted model that plays well, so the reward reaches the summary, then one training step of a tiny random-init model
-(`AgentTrainer`, what `rllm train` runs). The hubs themselves are tested in tests/unit/test_hubs.py."""
+(`AgentTrainer`, what `rllm train` runs). The hubs themselves are tested in tests/unit/tasks/test_hubs.py."""
 
 from __future__ import annotations
 
@@ -9,38 +9,8 @@ import re
 import pytest
 
 from rllm.config import load_config
-from rllm.evaluation import evaluate
-from rllm.models.fake import FakeModel
 from rllm.runs import load_metrics, read_episodes
-from rllm.training.trainer import AgentTrainer
-
-ONE_STEP = [
-    "data.train_size=4",
-    "data.val_size=0",
-    "trainer.total_steps=1",
-    "trainer.tasks_per_step=2",
-    "rollout.n=2",
-    "rollout.max_tokens=6",
-    "optim.micro_batch_size=2",
-    "trainer.tensorboard=false",
-]
-
-
-def _eval_with(monkeypatch, tokenizer, reply, overrides: list[str]) -> tuple[dict, list]:
-    model = FakeModel(lambda prompt, sampling: reply(tokenizer.decode(prompt)), tokenizer=tokenizer)
-    monkeypatch.setattr("rllm.evaluation.make_eval_model", lambda config, run_dir: model)
-    summary, run_dir = evaluate(load_config(None, overrides))
-    return summary, read_episodes(run_dir)
-
-
-def _train_one_step(tmp_path, model_dir, overrides: list[str]) -> None:
-    config = load_config(
-        None, [f"model.name={model_dir}", *ONE_STEP, *overrides, f"trainer.run_dir={tmp_path}", "trainer.name=train"]
-    )
-    AgentTrainer(config=config, progress=False).train()
-    (step,) = [m for m in load_metrics(tmp_path / "train") if "reward_mean" in m]
-    assert step["step"] == 1 and "loss_tokens" in step
-    assert len(read_episodes(tmp_path / "train", split="train")) == 2 * 2  # tasks x rollout.n
+from tests.support.training import ONE_STEP, eval_with, train_one_step
 
 
 def test_reasoning_gym_evaluates_and_trains_a_step(tmp_path, monkeypatch, smollm2_tokenizer, tiny_model_dir):
@@ -53,10 +23,10 @@ def test_reasoning_gym_evaluates_and_trains_a_step(tmp_path, monkeypatch, smollm
         return next(f"Counting.\n<answer>{a}</answer>" for question, a in answers.items() if question in text)
 
     runs = [f"trainer.run_dir={tmp_path / 'runs'}", "trainer.name=eval", "rollout.max_tokens=32"]
-    summary, episodes = _eval_with(monkeypatch, smollm2_tokenizer, reply, [*task, "data.val_size=4", *runs])
+    summary, episodes = eval_with(monkeypatch, smollm2_tokenizer, reply, [*task, "data.val_size=4", *runs])
     assert summary["episodes"] == 4 and summary["success_rate"] == 1.0 and summary["reward_mean"] == 1.0
     assert {episode.task["question"] for episode in episodes} == set(answers)
-    _train_one_step(tmp_path, tiny_model_dir, task)
+    train_one_step(tmp_path, tiny_model_dir, task)
 
 
 def test_textarena_evaluates_and_trains_a_step(tmp_path, monkeypatch, smollm2_tokenizer, tiny_model_dir):
@@ -71,13 +41,13 @@ def test_textarena_evaluates_and_trains_a_step(tmp_path, monkeypatch, smollm2_to
         return f"My guess: [{(low + high) // 2}]"
 
     runs = [f"trainer.run_dir={tmp_path / 'runs'}", "trainer.name=eval", "rollout.max_steps=6"]
-    summary, episodes = _eval_with(monkeypatch, smollm2_tokenizer, reply, [*task, "data.val_size=3", *runs])
+    summary, episodes = eval_with(monkeypatch, smollm2_tokenizer, reply, [*task, "data.val_size=3", *runs])
     assert summary["episodes"] == 3 and summary["success_rate"] == 1.0 and summary["reward_mean"] == 1.0
     for episode in episodes:
         (trajectory,) = episode.trajectories
         assert 1 <= len(trajectory.steps) <= 5 and [s.reward for s in trajectory.steps][-1] == 1.0
         assert episode.termination_reason.value == "env_done"
-    _train_one_step(tmp_path, tiny_model_dir, [*task, "rollout.max_steps=2"])
+    train_one_step(tmp_path, tiny_model_dir, [*task, "rollout.max_steps=2"])
 
 
 @pytest.fixture(autouse=True)

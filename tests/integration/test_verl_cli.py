@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from rllm.runs import load_metrics
-from tests.conftest import leftover_processes, run_rllm
+from tests.support.cli import run_rllm
+from tests.support.processes import leftover_processes
 
 VERL_PYTHON = Path(".venv-verl/bin/python")
 

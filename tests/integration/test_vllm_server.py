@@ -19,8 +19,8 @@ from rllm.models.vllm_rollout import VLLMRolloutClient
 from rllm.models.vllm_server import VLLMServer, VLLMUnavailableError, find_vllm_python
 from rllm.training.backends.serving import TorchWeightSource
 from rllm.training.backends.torch import TorchBackend
-from tests.conftest import sharp_tiny_model
 from tests.support.model_contract import CLAUSES
+from tests.support.models import sharp_tiny_model
 
 pytestmark = pytest.mark.slow
 

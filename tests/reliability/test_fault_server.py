@@ -1,7 +1,7 @@
 """Rollouts against a server that fails like a busy production one (issue 15, item 16): of its first 400 model
 requests, a seeded 30 % answer 429 with Retry-After 1 s, 10 % answer 503 and 5 % hang past the client's timeout.
 No trajectory may be lost. (That each retry honours Retry-After, in the client and in the engine's whole-rollout
-retry, is tested where it can be timed: tests/unit/test_openai_client.py.)"""
+retry, is tested where it can be timed: tests/unit/models/test_openai_client.py.)"""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rllm.agents.base import BaseAgent
 from rllm.engine.execution import AgentExecutionEngine
 from rllm.models.openai import OpenAIClient
 from rllm.testing.fake_openai_server import FakeOpenAIServer, Fault, run_fake_server
-from tests.unit.test_engine import CounterEnv
+from tests.support.envs import CounterEnv
 
 
 class TimedFaultServer(FakeOpenAIServer):

@@ -11,7 +11,8 @@ from rllm.config import load_config
 from rllm.runs import load_metrics, read_episode_records
 from rllm.training.checkpoint import latest_checkpoint, load_checkpoint
 from rllm.training.trainer import AgentTrainer, is_time_metric
-from tests.smoke.test_train import TINY, LetterEnv, _final_state
+from tests.support.envs import LetterEnv
+from tests.support.training import TINY, final_state
 
 TASKS = [{"id": f"t{i}", "letter": letter} for i, letter in enumerate("eatoinsr")]
 
@@ -86,7 +87,7 @@ def test_an_async_run_stopped_and_resumed_equals_an_uninterrupted_one(tmp_path, 
     step, parts = load_checkpoint(latest_checkpoint(tmp_path / "resumed"))
     assert step == 2 and [r["step"] for r in parts["trainer"]["pending_rollouts"]] == [3, 4]
     _run(tmp_path, tiny_model_dir, "resumed", [*extra, f"trainer.resume={tmp_path / 'resumed'}"])
-    (_, a), (_, b) = _final_state(tmp_path / "straight"), _final_state(tmp_path / "resumed")
+    (_, a), (_, b) = final_state(tmp_path / "straight"), final_state(tmp_path / "resumed")
     assert a["trainable"].keys() == b["trainable"].keys()
     assert all(torch.equal(a["trainable"][name], b["trainable"][name]) for name in a["trainable"])
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from rllm.config import load_config
 from rllm.runs import read_episodes
 from rllm.testing import FakeReply, run_fake_server
-from tests.conftest import run_rllm
+from tests.support.cli import run_rllm
 
 ROOT = Path(__file__).resolve().parents[2]
 

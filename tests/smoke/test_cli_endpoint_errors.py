@@ -12,7 +12,7 @@ from aiohttp import web
 
 from rllm.testing import run_fake_server
 from rllm.testing.fake_openai_server import FakeOpenAIServer, Fault
-from tests.conftest import run_rllm
+from tests.support.cli import run_rllm
 
 
 def _eval_against(base_url: str, tmp_path, *more: str):

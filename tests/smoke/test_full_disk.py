@@ -24,20 +24,7 @@ import pytest
 from rllm.cli.main import main
 from rllm.runs import load_metrics
 from rllm.training.checkpoint import find_resumable_checkpoint
-
-ROOT = Path(__file__).resolve().parents[2]
-CONFIG = str(ROOT / "configs" / "arithmetic_grpo.yaml")
-TINY = [
-    "rollout.n=2",
-    "rollout.max_tokens=6",
-    "trainer.tasks_per_step=2",
-    "data.train_size=6",
-    "data.val_size=2",
-    "rollout.val_n=1",
-    "optim.micro_batch_size=2",
-    "trainer.tensorboard=false",
-    "--no-progress",
-]
+from tests.support.training import CONFIG, TINY_CLI
 
 
 @pytest.fixture
@@ -130,7 +117,7 @@ def test_every_write_of_a_run_on_a_full_disk_costs_one_line_and_resume_continues
 
     run_dir = disk / "a"
     resume = f"continue it with --resume {run_dir}"
-    common = [f"model.name={tiny_model_dir}", f"trainer.run_dir={disk}", *TINY]
+    common = [f"model.name={tiny_model_dir}", f"trainer.run_dir={disk}", *TINY_CLI, "--no-progress"]
     args = [CONFIG, *common, "trainer.name=a", "trainer.total_steps=2"]
     checkpoint = rllm.training.checkpoint
 
@@ -193,7 +180,14 @@ def test_every_write_of_a_run_on_a_full_disk_costs_one_line_and_resume_continues
 def test_a_failed_start_and_a_vanished_run_directory_cost_one_line(disk, tiny_model_dir, monkeypatch, capsys):
     import rllm.runs
 
-    common = [CONFIG, f"model.name={tiny_model_dir}", f"trainer.run_dir={disk}", *TINY, "trainer.total_steps=1"]
+    common = [
+        CONFIG,
+        f"model.name={tiny_model_dir}",
+        f"trainer.run_dir={disk}",
+        *TINY_CLI,
+        "--no-progress",
+        "trainer.total_steps=1",
+    ]
     # config.yaml of a new run: the run directory that held nothing is removed, so the advice is to start again
     with monkeypatch.context() as m:
         before(m, rllm.runs, "write_text_atomically", lambda path, _: path.name == "config.yaml", lambda: fill(disk))
@@ -223,7 +217,7 @@ def test_every_json_file_of_a_run_is_strict_json_with_a_non_finite_metric(tmp_pa
     original = ArithmeticEnv.step
     monkeypatch.setattr(ArithmeticEnv, "step", huge_reward)
     run_dir = tmp_path / "runs" / "inf"
-    args = [CONFIG, f"model.name={tiny_model_dir}", f"trainer.run_dir={tmp_path / 'runs'}", *TINY]
+    args = [CONFIG, f"model.name={tiny_model_dir}", f"trainer.run_dir={tmp_path / 'runs'}", *TINY_CLI, "--no-progress"]
     assert main(["train", *args, "trainer.name=inf", "trainer.total_steps=1"]) == 0
 
     assert_strict_json_everywhere(run_dir)

@@ -22,7 +22,7 @@ from rllm.testing.fake_openai_server import read_first_line
 from rllm.training.batch import build_rows, episode_trajectories
 from rllm.training.trainer import AgentTrainer
 from rllm.types import Episode
-from tests.conftest import sharp_tiny_model
+from tests.support.models import sharp_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [

@@ -19,20 +19,8 @@ from rllm.errors import RllmError
 from rllm.evaluation import evaluate
 from rllm.runs import load_metrics
 from rllm.training.trainer import AgentTrainer
-from tests.conftest import run_rllm
-
-ROOT = Path(__file__).resolve().parents[2]
-CONFIG = str(ROOT / "configs" / "arithmetic_grpo.yaml")
-TINY = [
-    "rollout.n=2",
-    "rollout.max_tokens=6",
-    "trainer.tasks_per_step=2",
-    "data.train_size=6",
-    "data.val_size=2",
-    "rollout.val_n=1",
-    "optim.micro_batch_size=2",
-    "trainer.tensorboard=false",
-]
+from tests.support.cli import run_rllm
+from tests.support.training import CONFIG, TINY_CLI
 
 
 def _train_steps(run_dir: Path) -> list[int]:
@@ -51,7 +39,7 @@ def _one_error_line(out: subprocess.CompletedProcess, *expected: str) -> str:
 def test_a_failed_start_leaves_no_run_directory(tmp_path):
     """Item 6: a train or eval run whose model cannot load leaves nothing that `rllm view` would list as a stopped
     run, and the same trainer.name can be used again at once."""
-    overrides = [*TINY, f"model.name={tmp_path / 'no-model'}", f"trainer.run_dir={tmp_path / 'runs'}"]
+    overrides = [*TINY_CLI, f"model.name={tmp_path / 'no-model'}", f"trainer.run_dir={tmp_path / 'runs'}"]
     for name in ("a", "a"):
         config = load_config(CONFIG, [*overrides, f"trainer.name={name}"])
         with pytest.raises(RllmError, match="unknown model"):
@@ -63,7 +51,7 @@ def test_a_failed_start_leaves_no_run_directory(tmp_path):
 
 
 def test_resume_trains_with_the_runs_own_config(tmp_path, tiny_model_dir):
-    common = [CONFIG, *TINY, f"model.name={tiny_model_dir}", f"trainer.run_dir={tmp_path / 'runs'}"]
+    common = [CONFIG, *TINY_CLI, f"model.name={tiny_model_dir}", f"trainer.run_dir={tmp_path / 'runs'}"]
     run_dir = tmp_path / "runs" / "a"
     first = ["trainer.name=a", "trainer.total_steps=2", "trainer.stop_after=1", "--no-progress"]
     out = run_rllm("train", *common, *first, cwd=tmp_path)
@@ -108,7 +96,7 @@ def _start(tmp_path: Path, tiny_model_dir: Path, name: str, *extra: str) -> subp
         "rllm.cli.main",
         "train",
         CONFIG,
-        *TINY,
+        *TINY_CLI,
         f"model.name={tiny_model_dir}",
         f"trainer.run_dir={tmp_path / 'runs'}",
         f"trainer.name={name}",

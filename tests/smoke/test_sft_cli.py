@@ -10,8 +10,8 @@ import pytest
 
 from rllm.config import load_config
 from rllm.runs import RunLog, load_metrics
-from tests.conftest import run_rllm
-from tests.unit.test_sft_data import _episode
+from tests.support.cli import run_rllm
+from tests.support.episodes import sampled_episode
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = str(ROOT / "configs" / "arithmetic_sft.yaml")
@@ -103,7 +103,9 @@ def test_dpo_on_the_pairs_of_a_run(tmp_path, tiny_model_dir, attempts):
     assert out.returncode == 2 and "no preference pairs" in out.stderr and "all failed=4" in out.stderr
     (tmp_path / "mixed").mkdir()
     log = RunLog(tmp_path / "mixed")  # a run whose tasks have both outcomes
-    log.log_episodes(1, [_episode(t, i, float(i % 2 == 0), turns=1 + i % 2) for t in "abc" for i in range(4)], "eval")
+    log.log_episodes(
+        1, [sampled_episode(t, i, float(i % 2 == 0), turns=1 + i % 2) for t in "abc" for i in range(4)], "eval"
+    )
     out = run_rllm(
         "dpo",
         DPO_CONFIG,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from rllm.runs import load_metrics, read_episodes
-from tests.conftest import run_rllm
-from tests.unit.swe_fixtures import make_calc_task
+from tests.support.cli import run_rllm
+from tests.support.swe import make_calc_task
 
 
 def test_rllm_train_runs_the_swe_config(tmp_path, tiny_model_dir, monkeypatch):

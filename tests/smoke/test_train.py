@@ -12,23 +12,12 @@ from rllm.agents.base import BaseAgent
 from rllm.config import AdvantageName, load_config
 from rllm.envs.base import BaseEnv
 from rllm.runs import load_metrics, read_episodes
-from rllm.training.checkpoint import latest_checkpoint, load_checkpoint
+from rllm.training.checkpoint import latest_checkpoint
 from rllm.training.rollout_source import TaskSampler
 from rllm.training.trainer import AgentTrainer, is_time_metric
-from tests.conftest import run_rllm
-
-TINY = [
-    "rollout.n=2",
-    "rollout.max_tokens=6",
-    "rollout.max_steps=2",
-    "trainer.tasks_per_step=2",
-    "data.train_size=6",
-    "data.val_size=2",
-    "optim.micro_batch_size=2",
-    "optim.lr=1e-2",
-    "rollout.val_n=1",
-    "rollout.val_temperature=0",  # greedy validation, one episode a task (the config samples 4)
-]
+from tests.support.cli import run_rllm
+from tests.support.envs import LetterEnv
+from tests.support.training import TINY, final_state
 
 
 def test_rllm_train_cli_runs_two_steps(tmp_path, tiny_model_dir):
@@ -87,28 +76,34 @@ class Parity(Workflow):
 """
 
 
-@pytest.mark.parametrize("advantage", typing.get_args(AdvantageName))
-def test_every_advantage_estimator_trains_a_step_through_the_cli(tmp_path, tiny_model_dir, advantage):
+def _train_a_parity_step(tmp_path, model_dir, overrides: list[str]) -> dict:
+    """One `rllm train` step of the parity workflow (groups of 4) under `overrides`: the step's metrics."""
     (tmp_path / "parity.py").write_text(PARITY_WORKFLOW)
     args = [
         "configs/arithmetic_grpo.yaml",
         *TINY,
         "rollout.n=4",
-        f"model.name={tiny_model_dir}",
+        f"model.name={model_dir}",
         "trainer.total_steps=1",
         "data.val_size=0",
         "trainer.tensorboard=false",
         f"trainer.run_dir={tmp_path}",
         "trainer.name=run",
         f"workflow={tmp_path / 'parity.py'}:Parity",
-        f"algorithm.advantage={advantage}",
+        *overrides,
         "--no-progress",
     ]
     out = run_rllm("train", *args)
     assert out.returncode == 0, out.stderr[-3000:]
     (step,) = [m for m in load_metrics(tmp_path / "run") if "reward_mean" in m]
+    return step
+
+
+@pytest.mark.parametrize("advantage", typing.get_args(AdvantageName))
+def test_every_advantage_estimator_trains_a_step_through_the_cli(tmp_path, tiny_model_dir, advantage):
+    step = _train_a_parity_step(tmp_path, tiny_model_dir, [f"algorithm.advantage={advantage}"])
     assert step["skipped_update"] == 0 and step["grad_norm"] > 0 and 0 < step["reward_mean"] < 1
-    _, state = _final_state(tmp_path / "run")
+    _, state = final_state(tmp_path / "run")
     assert (state["value_head"] is not None) == (advantage == "gae")  # the critic is checkpointed
     if advantage == "gae":
         assert step["value_loss"] > 0 and step["return_mean"] > 0
@@ -122,48 +117,10 @@ def test_every_advantage_estimator_trains_a_step_through_the_cli(tmp_path, tiny_
     ],
 )
 def test_gspo_and_cispo_train_a_step_through_the_cli(tmp_path, tiny_model_dir, loss, extra):
-    (tmp_path / "parity.py").write_text(PARITY_WORKFLOW)
-    args = [
-        "configs/arithmetic_grpo.yaml",
-        *TINY,
-        "rollout.n=4",
-        f"model.name={tiny_model_dir}",
-        "trainer.total_steps=1",
-        "data.val_size=0",
-        "trainer.tensorboard=false",
-        f"trainer.run_dir={tmp_path}",
-        "trainer.name=run",
-        f"workflow={tmp_path / 'parity.py'}:Parity",
-        f"algorithm.policy_loss={loss}",
-        *extra,
-        "--no-progress",
-    ]
-    out = run_rllm("train", *args)
-    assert out.returncode == 0, out.stderr[-3000:]
-    (step,) = [m for m in load_metrics(tmp_path / "run") if "reward_mean" in m]
+    step = _train_a_parity_step(tmp_path, tiny_model_dir, [f"algorithm.policy_loss={loss}", *extra])
     assert step["skipped_update"] == 0 and step["grad_norm"] > 0 and step["loss"] != 0
     if "algorithm.overlong_buffer=2" in extra:  # replies of 6 tokens, the limit: each punished (DAPO)
         assert step["batch/overlong_penalized"] > 0
-
-
-class LetterEnv(BaseEnv):
-    """Two turns; each reply earns 1 if it contains the task's letter. A random model earns it often enough for
-    every group to have reward variance, so the weights really move."""
-
-    def __init__(self, letter: str) -> None:
-        self.letter, self.turn = letter, 0
-
-    @classmethod
-    def from_dict(cls, task: dict) -> LetterEnv:
-        return cls(task["letter"])
-
-    def reset(self):
-        self.turn = 0
-        return f"Write words with the letter {self.letter}.", {}
-
-    def step(self, action):
-        self.turn += 1
-        return "Again.", float(self.letter in str(action)), self.turn >= 2, {}
 
 
 class DeadOrLiveEnv(BaseEnv):
@@ -238,22 +195,16 @@ def _run(tmp_path, tiny_model_dir, name, extra=()):
     return trainer.train()
 
 
-def _final_state(run_dir):
-    checkpoint = latest_checkpoint(run_dir)
-    step, _parts = load_checkpoint(checkpoint)  # verifies every checksum
-    return step, torch.load(checkpoint / "backend.pt", weights_only=False)
-
-
 @pytest.mark.parametrize("advantage", ["grpo", "gae"])  # gae: the critic head is saved and restored too
 def test_resume_after_step_2_of_4_equals_an_uninterrupted_run_bitwise(tmp_path, tiny_model_dir, advantage):
     extra = [f"algorithm.advantage={advantage}"]
     _run(tmp_path, tiny_model_dir, "straight", extra)
     _run(tmp_path, tiny_model_dir, "resumed", [*extra, "trainer.stop_after=2"])
-    assert _final_state(tmp_path / "resumed")[0] == 2
+    assert final_state(tmp_path / "resumed")[0] == 2
     _run(tmp_path, tiny_model_dir, "ignored", [*extra, f"trainer.resume={tmp_path / 'resumed'}"])
 
-    step_a, state_a = _final_state(tmp_path / "straight")
-    step_b, state_b = _final_state(tmp_path / "resumed")
+    step_a, state_a = final_state(tmp_path / "straight")
+    step_b, state_b = final_state(tmp_path / "resumed")
     assert step_a == step_b == 4
     params_a, params_b = state_a["trainable"], state_b["trainable"]
     assert params_a.keys() == params_b.keys() and params_a

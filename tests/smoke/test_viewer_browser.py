@@ -19,7 +19,7 @@ import yaml
 from rllm.runs import read_episode_records
 from rllm.training.batch import build_rows
 from rllm.viewer import start_server
-from tests.conftest import run_rllm
+from tests.support.cli import run_rllm
 
 ARTIFACTS = Path(os.environ.get("RLLM_TEST_ARTIFACTS", "test-artifacts")) / "viewer"
 TRAIN = [
@@ -441,7 +441,7 @@ def test_a_corrupt_line_is_marked_and_the_rest_shown(viewer):
 
 def test_images_in_a_conversation_show_as_thumbnails_that_open_the_full_image(tmp_path, viewer):
     """Its own small eval run (an env that shows pictures), no training: the page shows each image, never its JSON."""
-    from tests.unit.test_images import picture_run
+    from tests.support.envs import picture_run
 
     _, _, browser = viewer
     # The module's browser runs Playwright's event loop in this thread: the engine's own loop runs in another.

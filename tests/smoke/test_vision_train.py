@@ -9,7 +9,7 @@ import json
 import torch
 
 from rllm.runs import load_metrics, read_episodes
-from tests.conftest import run_rllm
+from tests.support.cli import run_rllm
 
 SMALL = [
     "rollout.n=2",

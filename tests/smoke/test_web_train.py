@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rllm.runs import load_metrics, read_episodes
-from tests.conftest import run_rllm
+from tests.support.cli import run_rllm
 
 pytestmark = pytest.mark.browser
 

@@ -199,7 +199,7 @@ def test_generation_and_training_run_with_the_threads_the_governor_chooses(
     from rllm.models.base import SamplingParams
     from rllm.training.backends.torch import score_rows
     from rllm.training.batch import TrainingRow
-    from tests.conftest import sharp_tiny_model
+    from tests.support.models import sharp_tiny_model
 
     governor = ThreadGovernor(cores=2, load=_FakeLoad([1.5] * 1000), interval=0.0, fixed=0)
     monkeypatch.setattr(cpus, "_GOVERNOR", governor)
@@ -242,7 +242,7 @@ def test_without_the_runtime_enabled_torch_keeps_its_thread_count(smollm2_tokeni
     import torch
 
     from rllm.inference.model import LocalModel
-    from tests.conftest import sharp_tiny_model
+    from tests.support.models import sharp_tiny_model
 
     monkeypatch.setattr(cpus, "_TORCH_DEFAULT", None)
     monkeypatch.setattr(cpus, "_GOVERNOR", ThreadGovernor(cores=2, load=_FakeLoad([1.5] * 10), interval=0.0, fixed=0))
@@ -259,7 +259,7 @@ def test_a_count_the_program_set_itself_is_kept(smollm2_tokenizer, monkeypatch, 
     import torch
 
     from rllm.inference.model import LocalModel
-    from tests.conftest import sharp_tiny_model
+    from tests.support.models import sharp_tiny_model
 
     monkeypatch.setattr(cpus, "_TORCH_DEFAULT", 2)
     monkeypatch.setattr(cpus, "_CHOSEN", threading.local())  # nothing chosen by rllm on this thread yet

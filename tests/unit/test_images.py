@@ -13,7 +13,6 @@ from PIL import Image
 
 from rllm.agents.base import BaseAgent
 from rllm.engine import AgentExecutionEngine
-from rllm.envs.base import BaseEnv
 from rllm.envs.checker import check_env
 from rllm.errors import ImageError
 from rllm.images import (
@@ -28,12 +27,7 @@ from rllm.images import (
 )
 from rllm.models.fake import FakeModel
 from rllm.types import Episode, TerminationReason
-
-
-def _picture(size=(5, 4), colour=(200, 30, 60)) -> Image.Image:
-    image = Image.new("RGB", size, colour)
-    image.putpixel((1, 2), (0, 255, 0))  # not uniform: a transposed or resized decode would differ
-    return image
+from tests.support.envs import PictureEnv, picture
 
 
 def _encoded(image: Image.Image, fmt: str) -> bytes:
@@ -60,7 +54,7 @@ def _same_pixels(a: Image.Image, b: Image.Image) -> bool:
 
 
 def test_a_pil_image_becomes_a_png_data_url_with_its_pixels():
-    image = _picture()
+    image = picture()
     url = _url(image_part(image))
     assert url.startswith("data:image/png;base64,")
     assert _same_pixels(_decoded(url), image)
@@ -68,7 +62,7 @@ def test_a_pil_image_becomes_a_png_data_url_with_its_pixels():
 
 @pytest.mark.parametrize("fmt, kind", [("PNG", "png"), ("JPEG", "jpeg"), ("GIF", "gif"), ("WEBP", "webp")])
 def test_bytes_keep_their_own_encoding_byte_for_byte(fmt, kind):
-    data = _encoded(_picture(), fmt)
+    data = _encoded(picture(), fmt)
     assert _url(image_part(data)) == f"data:image/{kind};base64," + base64.b64encode(data).decode()
 
 
@@ -78,21 +72,21 @@ def test_a_pil_image_png_cannot_hold_is_converted():
 
 
 def test_bytes_of_another_format_are_re_encoded_as_png_with_the_same_pixels():
-    data = _encoded(_picture(), "BMP")
+    data = _encoded(picture(), "BMP")
     url = _url(image_part(data))
-    assert url.startswith("data:image/png;base64,") and _same_pixels(_decoded(url), _picture())
+    assert url.startswith("data:image/png;base64,") and _same_pixels(_decoded(url), picture())
 
 
 def test_paths_file_urls_and_data_urls_give_the_file_bytes(tmp_path):
-    data = _encoded(_picture(), "JPEG")
+    data = _encoded(picture(), "JPEG")
     path = tmp_path / "a picture.png"  # the name says png, the bytes are a JPEG: the bytes decide
     path.write_bytes(data)
     expected = "data:image/jpeg;base64," + base64.b64encode(data).decode()
     assert _url(image_part(path)) == _url(image_part(str(path))) == expected
     assert _url(image_part(path.as_uri())) == expected  # file:// URL, its space percent-encoded
     assert _url(image_part(expected)) == expected  # a canonical data URL is kept as it is
-    bmp = "data:image/bmp;base64," + base64.b64encode(_encoded(_picture(), "BMP")).decode()
-    assert _same_pixels(_decoded(_url(image_part(bmp))), _picture())  # another type is re-encoded
+    bmp = "data:image/bmp;base64," + base64.b64encode(_encoded(picture(), "BMP")).decode()
+    assert _same_pixels(_decoded(_url(image_part(bmp))), picture())  # another type is re-encoded
     assert _url(image_part("https://example.com/cat.png")) == "https://example.com/cat.png"  # never downloaded
 
 
@@ -115,14 +109,14 @@ def test_an_unreadable_or_non_image_file_is_refused_naming_the_path(tmp_path):
 
 def test_normalize_turns_every_image_form_into_data_url_parts(tmp_path):
     path = tmp_path / "p.png"
-    path.write_bytes(_encoded(_picture(colour=(1, 2, 3)), "PNG"))
+    path.write_bytes(_encoded(picture(colour=(1, 2, 3)), "PNG"))
     messages = [
         {"role": "system", "content": "You see images."},
         {
             "role": "user",
             "content": [
                 {"type": "text", "text": "Which is red?"},
-                {"type": "image", "image": _picture()},
+                {"type": "image", "image": picture()},
                 {"type": "image", "path": str(path)},
                 {"type": "image_url", "image_url": {"url": str(path), "detail": "low"}},
                 {"type": "image_url", "image_url": "https://example.com/x.png"},
@@ -142,7 +136,7 @@ def test_normalize_turns_every_image_form_into_data_url_parts(tmp_path):
     decoded = message_images(local)
     assert [image.size for image in decoded] == [(5, 4)] * 3
     assert [
-        _same_pixels(a, b) for a, b in zip(decoded, [_picture(), *[_picture(colour=(1, 2, 3))] * 2], strict=True)
+        _same_pixels(a, b) for a, b in zip(decoded, [picture(), *[picture(colour=(1, 2, 3))] * 2], strict=True)
     ] == [True] * 3
     assert has_images(messages) and has_images(out)
 
@@ -153,7 +147,7 @@ def test_text_only_messages_come_back_as_they_are():
 
 
 def test_in_place_normalisation_is_seen_by_every_holder_of_the_message():
-    message = {"role": "user", "content": [{"type": "image", "image": _picture()}]}
+    message = {"role": "user", "content": [{"type": "image", "image": picture()}]}
     history, recorded = [message], [message]
     assert normalize_images(history, in_place=True) is history
     assert _url(recorded[0]["content"][0]).startswith("data:image/png;base64,")
@@ -165,7 +159,7 @@ def test_remote_images_are_not_decoded():
 
 
 def test_pil_images_in_observations_become_parts_and_nothing_else_changes():
-    observation = {"board": _picture(), "text": "turn 3", "history": [_picture(colour=(0, 0, 0)), "x"]}
+    observation = {"board": picture(), "text": "turn 3", "history": [picture(colour=(0, 0, 0)), "x"]}
     encoded = encode_pil_images(observation)
     assert encoded["text"] == "turn 3" and encoded["history"][1] == "x"
     assert encoded["board"] == image_part(observation["board"]) and encoded["history"][0]["type"] == "image_url"
@@ -189,7 +183,7 @@ def _record_with(url: str) -> dict:
 
 @pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
 def test_store_then_load_gives_the_same_strings_and_writes_each_image_once(tmp_path, fmt):
-    url = _url(image_part(_encoded(_picture(), fmt)))
+    url = _url(image_part(_encoded(picture(), fmt)))
     record = _record_with(url)
     stored = store_images(record, tmp_path / "images")
     assert "data:image" not in json.dumps(stored) and record == _record_with(url)  # a copy: the input is kept
@@ -202,7 +196,7 @@ def test_store_then_load_gives_the_same_strings_and_writes_each_image_once(tmp_p
 
 
 def test_a_data_url_that_would_not_round_trip_stays_inline(tmp_path):
-    payload = base64.b64encode(_encoded(_picture(), "PNG")).decode()
+    payload = base64.b64encode(_encoded(picture(), "PNG")).decode()
     wrapped = "data:image/png;base64," + payload[:20] + "\n" + payload[20:]  # MIME-style line break
     loose = "data:image/png;base64,AB=="  # decodes, but to bytes whose own encoding is AA==
     text = "a message that mentions data:image/png;base64,AAAA in passing"
@@ -212,7 +206,7 @@ def test_a_data_url_that_would_not_round_trip_stays_inline(tmp_path):
 
 
 def test_a_missing_stored_image_is_an_error_naming_its_path(tmp_path):
-    stored = store_images(_record_with(_url(image_part(_picture()))), tmp_path / "images")
+    stored = store_images(_record_with(_url(image_part(picture()))), tmp_path / "images")
     (image,) = (tmp_path / "images").iterdir()
     image.unlink()
     with pytest.raises(ImageError, match=f"{image}.*images/ folder must stay"):
@@ -220,7 +214,7 @@ def test_a_missing_stored_image_is_an_error_naming_its_path(tmp_path):
 
 
 def test_an_interrupted_write_leaves_no_file_and_a_retry_writes_it(tmp_path, monkeypatch):
-    url = _url(image_part(_picture()))
+    url = _url(image_part(picture()))
 
     def killed(src, dst):
         raise OSError("killed before the rename")
@@ -235,29 +229,6 @@ def test_an_interrupted_write_leaves_no_file_and_a_retry_writes_it(tmp_path, mon
 
 
 # ---- the engine: an environment that returns images -----------------------------------------------------------
-
-
-class PictureEnv(BaseEnv):
-    """Shows a picture; the episode ends after the second action. `path` makes the second observation a file."""
-
-    def __init__(self, path: str | None = None) -> None:
-        self.path, self.turn = path, 0
-
-    @classmethod
-    def from_dict(cls, task: dict) -> PictureEnv:
-        return cls(task.get("path"))
-
-    def reset(self):
-        self.turn = 0
-        return _picture(), {}
-
-    def step(self, action):
-        if self.turn == 2:
-            raise RuntimeError("the episode is over; call reset()")
-        self.turn += 1
-        if self.path is not None:
-            return self.path, 0.0, False, {}
-        return _picture(colour=(0, 0, 255)), float(self.turn == 2), self.turn == 2, {}
 
 
 class PathAgent(BaseAgent):
@@ -277,27 +248,12 @@ def test_an_env_that_returns_pil_images_gives_a_json_episode_with_data_url_parts
     sent = model.calls[1].prompt[:3]  # the agent's own list, which grew after the call
     assert [m["role"] for m in sent] == ["user", "assistant", "user"]
     first, second = sent[0]["content"][0], sent[2]["content"][0]
-    assert _same_pixels(_decoded(_url(first)), _picture())
-    assert _same_pixels(_decoded(_url(second)), _picture(colour=(0, 0, 255)))
+    assert _same_pixels(_decoded(_url(first)), picture())
+    assert _same_pixels(_decoded(_url(second)), picture(colour=(0, 0, 255)))
     steps = episode.trajectories[0].steps
     assert steps[1].chat_completions == sent  # what the model saw is what the step recorded
-    assert steps[0].observation == image_part(_picture(colour=(0, 0, 255)))
+    assert steps[0].observation == image_part(picture(colour=(0, 0, 255)))
     assert Episode.model_validate(json.loads(json.dumps(episode.model_dump(mode="json")))) == episode
-
-
-def picture_run(root):
-    """An eval run directory `root/pics` holding one PictureEnv episode (two screens, three images shown), as
-    `rllm eval` writes it; for the viewer's tests."""
-    from rllm.runs import RunLog, write_json
-
-    engine = AgentExecutionEngine(
-        agent_class=BaseAgent, env_class=PictureEnv, model=FakeModel(script=["a", "b"]), max_steps=3, env_workers=0
-    )
-    run = root / "pics"
-    run.mkdir()
-    write_json(run / "manifest.json", {"kind": "eval", "model": "m"})
-    RunLog(run).log_episodes(0, engine.execute_tasks([{"id": "pic"}]), "eval")
-    return run
 
 
 def test_an_unreadable_image_file_fails_the_episode_naming_the_path(tmp_path):
@@ -329,7 +285,7 @@ def test_a_local_text_only_model_refuses_an_image_naming_the_model(smollm2_token
     from rllm.inference.model import LocalModel
     from rllm.models.registry import build_tiny_model
 
-    messages = [{"role": "user", "content": [{"type": "text", "text": "What is it?"}, image_part(_picture())]}]
+    messages = [{"role": "user", "content": [{"type": "text", "text": "What is it?"}, image_part(picture())]}]
 
     async def go():
         async with LocalModel(build_tiny_model(smollm2_tokenizer, seed=0), smollm2_tokenizer) as model:

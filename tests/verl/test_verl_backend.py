@@ -23,7 +23,7 @@ from rllm.training.backends.torch import TorchBackend
 from rllm.training.backends.verl import VerlBackend
 from rllm.training.batch import TrainingRow
 from rllm.training.trainer import AgentTrainer, is_time_metric
-from tests.conftest import leftover_processes, own_processes
+from tests.support.processes import leftover_processes, own_processes
 
 TINY = [
     "rollout.n=2",

@@ -21,7 +21,7 @@ A hub adapter is one module here, `rllm/tasks/hubs/<hub>.py`, that turns the lib
 - `names()` lists what the hub offers, and `python -m rllm.tasks.hubs.<hub>` prints it.
 
 To add a hub: write the module, add `"<hub>": "rllm.tasks.hubs.<hub>"` to `rllm.tasks.HUBS`, pin the library in the
-`hubs` extra of pyproject.toml, and test it with the real package (tests/unit/test_hubs.py, and one evaluation and
+`hubs` extra of pyproject.toml, and test it with the real package (tests/unit/tasks/test_hubs.py, and one evaluation and
 one training step through the real loop in tests/integration/test_hubs_train.py). Adapters sit in the tasks layer:
 they may import `rllm.agents`, `rllm.envs`, `rllm.rewards` and below, never the workflows, engine or training.
 """

@@ -20,7 +20,7 @@ Parts: `TextArenaEnv` (a `BaseEnv` around `textarena.make(env_id)`), `TextArenaA
   `rollout.max_steps` to at least that, counting one more reply for each invalid move the game forgives.
 - Only games that run locally: TextArena's online modes (`make_online`) are never used, and games whose module
   calls an LLM game master (TwentyQuestions, GuessWho: OpenRouter) or is not single-player are refused by name.
-  `import textarena` and `make` of the local games open no connection (tests/unit/test_hubs.py runs them with the
+  `import textarena` and `make` of the local games open no connection (tests/unit/tasks/test_hubs.py runs them with the
   network closed). Word games load nltk's word lists, which TextArena downloads when it starts: rllm turns that
   download into a no-op, so such a game runs when the data is on disk and is otherwise refused in one line naming the
   `python -m nltk.downloader ...` command.

@@ -3,7 +3,8 @@
 `oracle_action(task, observation)` reads only what an agent reads (the goal and the accessibility tree) and answers
 with the action text an agent would write. It keeps no state: a task that takes several steps is answered from the
 page as it is now (a ticked box shows `[checked]`, an expanded section shows its content). `run_oracle` plays one
-episode with it. `benchmarks/web_oracle.py` measures every covered task over seeds; tests/unit/test_web_oracle.py a few.
+episode with it. `benchmarks/web_oracle.py` measures every covered task over seeds;
+tests/unit/tasks/web/test_web_oracle.py a few.
 """
 
 from __future__ import annotations
