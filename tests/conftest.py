@@ -12,7 +12,7 @@ import pytest
 
 from rllm.cpus import usable_cores
 from tests.support.cli import remember_suite_environment
-from tests.support.models import QWEN, SMOLLM2
+from tests.support.models import QWEN, SMOLLM2, saved_model_dir
 from tests.support.processes import TEST_PROCESS_MARK
 
 # One torch thread count for the whole suite and the CLIs it starts, whatever else the machine runs: by default rllm
@@ -130,15 +130,29 @@ def chromium() -> str:
         pytest.skip(str(e))
 
 
+@pytest.fixture(scope="module")
+def module_fake_server():
+    """One fake OpenAI-compatible server (rllm.testing) for a test module."""
+    from rllm.testing import run_fake_server
+
+    with run_fake_server() as fake:
+        yield fake
+
+
+@pytest.fixture
+def server(module_fake_server):
+    """The module's fake server, with no faults or replies left queued by an earlier test."""
+    module_fake_server.reset()
+    return module_fake_server
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, smollm2_tokenizer):
     """A saved tiny random-init model folder with the real SmolLM2 tokenizer (for CLI and loader tests)."""
     from rllm.models.registry import build_tiny_model
 
     path = tmp_path_factory.mktemp("tiny-model")
-    build_tiny_model(smollm2_tokenizer, seed=0).save_pretrained(path)
-    smollm2_tokenizer.save_pretrained(path)
-    return path
+    return saved_model_dir(path, build_tiny_model(smollm2_tokenizer, seed=0), smollm2_tokenizer)
 
 
 @pytest.fixture(scope="session")
@@ -149,6 +163,4 @@ def tiny_vlm_dir(tmp_path_factory, smollm2_tokenizer):
 
     path = tmp_path_factory.mktemp("tiny-vlm")
     model, processor = build_tiny_vlm(smollm2_tokenizer, seed=0, image_size=64, patch_size=16)
-    model.save_pretrained(path)
-    processor.save_pretrained(path)
-    return path
+    return saved_model_dir(path, model, processor)

@@ -14,10 +14,9 @@ import pytest
 from rllm.config import load_config
 from tests.support.hubs import (
     FIXTURES,
-    VF_ENVIRONMENTS,
     forget_modules,
+    importable_vf_environments,
     make_echo_env,
-    write_vf_environments,
 )
 from tests.support.training import eval_with, train_one_step
 
@@ -85,19 +84,22 @@ def test_openenv_evaluates_and_trains_a_step(tmp_path, monkeypatch, smollm2_toke
 
 @pytest.fixture
 def vf_path(tmp_path, monkeypatch):
-    pytest.importorskip("verifiers")
-    from rllm.tasks.hubs import verifiers as hub
-
-    write_vf_environments(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(hub, "_ENVS", {})
-    forget_modules(*VF_ENVIRONMENTS)
-    yield
-    forget_modules(*VF_ENVIRONMENTS)
+    yield from importable_vf_environments(tmp_path, monkeypatch)
 
 
 def _last_user(text: str) -> str:
     return text.rsplit("user", 1)[-1]
+
+
+def _solved_vf_episodes(tmp_path, monkeypatch, tokenizer, env: str, tasks: int, max_tokens: int, reply) -> list:
+    """`rllm eval` of the verifiers environment `env` on `tasks` tasks with a scripted model replying `reply(text)`;
+    every task must be solved, in one trajectory an episode. The summary and the episodes."""
+    runs = [f"trainer.run_dir={tmp_path / 'runs'}", "trainer.name=eval", f"rollout.max_tokens={max_tokens}"]
+    overrides = [f"data.task=verifiers:{env}", f"data.val_size={tasks}", *runs]
+    summary, episodes = eval_with(monkeypatch, tokenizer, reply, overrides)
+    assert summary["episodes"] == tasks and summary["success_rate"] == 1.0
+    assert len(episodes) == tasks and all(len(episode.trajectories) == 1 for episode in episodes)
+    return summary, episodes
 
 
 def test_verifiers_single_turn_evaluates_and_trains_a_step(
@@ -108,9 +110,8 @@ def test_verifiers_single_turn_evaluates_and_trains_a_step(
         return str(a + b)
 
     task = ["data.task=verifiers:vf_sums"]
-    runs = [f"trainer.run_dir={tmp_path / 'runs'}", "trainer.name=eval", "rollout.max_tokens=8"]
-    summary, episodes = eval_with(monkeypatch, smollm2_tokenizer, reply, [*task, "data.val_size=4", *runs])
-    assert summary["episodes"] == 4 and summary["success_rate"] == 1.0 and summary["reward_mean"] == 1.0
+    summary, episodes = _solved_vf_episodes(tmp_path, monkeypatch, smollm2_tokenizer, "vf_sums", 4, 8, reply)
+    assert summary["reward_mean"] == 1.0
     for episode in episodes:
         (trajectory,) = episode.trajectories
         assert len(trajectory.steps) == 1 and trajectory.steps[-1].info["stop_condition"] == "max_turns_reached"
@@ -124,10 +125,7 @@ def test_verifiers_tool_env_calls_its_tool_through_the_gateway(tmp_path, monkeyp
         call = json.dumps({"name": "add", "arguments": {"a": a, "b": b}})
         return str(a + b) if call in text else f"<tool_call>\n{call}\n</tool_call>"
 
-    task = ["data.task=verifiers:vf_tools"]
-    runs = [f"trainer.run_dir={tmp_path / 'runs'}", "trainer.name=eval", "rollout.max_tokens=64"]
-    summary, episodes = eval_with(monkeypatch, smollm2_tokenizer, reply, [*task, "data.val_size=2", *runs])
-    assert summary["episodes"] == 2 and summary["success_rate"] == 1.0
+    _, episodes = _solved_vf_episodes(tmp_path, monkeypatch, smollm2_tokenizer, "vf_tools", 2, 64, reply)
     for episode in episodes:
         (trajectory,) = episode.trajectories
         assert len(trajectory.steps) == 2 and trajectory.steps[0].info["tool_calls"][0]["function"]["name"] == "add"
@@ -142,10 +140,7 @@ def test_verifiers_multi_turn_env_plays_its_own_turns(tmp_path, monkeypatch, smo
             low, high = (int(guess) + 1, high) if hint == "higher" else (low, int(guess) - 1)
         return str((low + high) // 2)
 
-    task = ["data.task=verifiers:vf_guess"]
-    runs = [f"trainer.run_dir={tmp_path / 'runs'}", "trainer.name=eval", "rollout.max_tokens=8"]
-    summary, episodes = eval_with(monkeypatch, smollm2_tokenizer, reply, [*task, "data.val_size=4", *runs])
-    assert summary["episodes"] == 4 and summary["success_rate"] == 1.0
+    _, episodes = _solved_vf_episodes(tmp_path, monkeypatch, smollm2_tokenizer, "vf_guess", 4, 8, reply)
     for episode in episodes:
         (trajectory,) = episode.trajectories
         assert 1 <= len(trajectory.steps) <= 5 and trajectory.steps[-1].info["stop_condition"] == "guessed"

@@ -10,6 +10,7 @@ import pytest
 from rllm.runs import load_metrics
 from tests.support.cli import run_rllm
 from tests.support.processes import leftover_processes
+from tests.support.training import TINY_BATCH
 
 VERL_PYTHON = Path(".venv-verl/bin/python")
 
@@ -23,12 +24,7 @@ def test_the_issue_command_runs_on_two_verl_workers_from_the_main_environment(tm
         "trainer.backend=verl",
         "trainer.workers_per_node=2",
         "trainer.total_steps=2",
-        "rollout.n=2",
-        "rollout.max_tokens=6",
-        "trainer.tasks_per_step=2",
-        "data.train_size=6",
-        "data.val_size=2",
-        "optim.micro_batch_size=2",
+        *TINY_BATCH,
         f"model.name={tiny_model_dir}",
         f"trainer.run_dir={tmp_path}",
         "trainer.name=v",

@@ -26,18 +26,14 @@ from pathlib import Path
 import pytest
 
 from rllm.training.trainer import is_time_metric
+from tests.support.training import TINY_BATCH
 
 pytestmark = pytest.mark.reliability
 
 HARNESS = Path(__file__).with_name("kill_harness.py")
 REPO = Path(__file__).resolve().parents[2]
 OVERRIDES = [
-    "rollout.n=2",
-    "rollout.max_tokens=6",
-    "trainer.tasks_per_step=2",
-    "data.train_size=6",
-    "data.val_size=2",
-    "optim.micro_batch_size=2",
+    *TINY_BATCH,
     "optim.lr=1e-2",
     "trainer.total_steps=2",
     "trainer.save_every=1",

@@ -6,13 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rllm.agents.base import BaseAgent
-from rllm.config import load_config
 from rllm.runs import load_metrics, read_episode_records
 from rllm.training.checkpoint import latest_checkpoint, load_checkpoint
-from rllm.training.trainer import AgentTrainer, is_time_metric
+from rllm.training.trainer import is_time_metric
 from tests.support.envs import LetterEnv
-from tests.support.training import TINY, final_state
+from tests.support.training import TINY, env_trainer, final_state
 
 TASKS = [{"id": f"t{i}", "letter": letter} for i, letter in enumerate("eatoinsr")]
 
@@ -30,15 +28,7 @@ def _run(tmp_path, tiny_model_dir, name, extra=(), steps=5):
         f"trainer.name={name}",
         *extra,
     ]
-    trainer = AgentTrainer(
-        agent_class=BaseAgent,
-        env_class=LetterEnv,
-        train_dataset=TASKS,
-        val_dataset=[],
-        config=load_config("configs/frozenlake_grpo.yaml", overrides),
-        progress=False,
-    )
-    trainer.train()
+    env_trainer(LetterEnv, TASKS, overrides).train()
     return [m for m in load_metrics(tmp_path / name) if "reward_mean" in m]
 
 

@@ -28,6 +28,14 @@ def _endpoint(server, *more: str) -> list[str]:
     ]
 
 
+def _eval_against(server, tmp_path, task: str, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """`rllm eval task *args` against the fake server; it must succeed. Its output and its one run directory."""
+    out = _rllm("eval", task, *args, f"trainer.run_dir={tmp_path / 'runs'}", *_endpoint(server), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    return out, run_dir
+
+
 def test_eval_on_a_local_model_folder_writes_a_run_directory(tmp_path, tiny_model_dir):
     out = _rllm(
         "eval",
@@ -74,18 +82,8 @@ def test_eval_of_a_training_config_uses_its_validation_split_and_sampling(tmp_pa
 def test_eval_against_an_openai_compatible_endpoint_in_chat_mode(tmp_path):
     with run_fake_server() as server:
         server.queue_replies(*[FakeReply("Action: down")] * 6)
-        out = _rllm(
-            "eval",
-            "frozenlake",
-            "data.val_size=2",
-            "rollout.max_steps=3",
-            f"trainer.run_dir={tmp_path / 'runs'}",
-            *_endpoint(server),
-            cwd=tmp_path,
-        )
-    assert out.returncode == 0, out.stderr
+        out, run_dir = _eval_against(server, tmp_path, "frozenlake", "data.val_size=2", "rollout.max_steps=3")
     assert "episodes" in out.stdout
-    (run_dir,) = (tmp_path / "runs").iterdir()
     assert json.loads((run_dir / "summary.json").read_text())["episodes"] == 2
 
 
@@ -133,18 +131,9 @@ def test_eval_countdown_with_the_solver_judge_workflow_against_an_endpoint(tmp_p
             FakeReply("<answer>1 + 1</answer>"),
             FakeReply("<answer>2</answer>"),
         )
-        out = _rllm(
-            "eval",
-            "countdown",
-            "workflow=solver_judge",
-            "data.val_size=1",
-            "rollout.n_parallel=1",
-            f"trainer.run_dir={tmp_path / 'runs'}",
-            *_endpoint(server),
-            cwd=tmp_path,
+        out, run_dir = _eval_against(
+            server, tmp_path, "countdown", "workflow=solver_judge", "data.val_size=1", "rollout.n_parallel=1"
         )
-    assert out.returncode == 0, out.stderr
-    (run_dir,) = (tmp_path / "runs").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["role/solver/count"], summary["role/solver/reward_mean"], summary["role/solver/success_rate"]) == (
         2,
@@ -169,17 +158,7 @@ def test_eval_math_against_an_endpoint_scores_by_verified_equivalence(tmp_path):
             FakeReply(f"So the answer is \\boxed{{({first['answer']}) + 0}}."),
             FakeReply(f"\\boxed{{{second['answer']} + 1}}"),
         )
-        out = _rllm(
-            "eval",
-            "math",
-            "data.val_size=2",
-            "rollout.n_parallel=1",
-            f"trainer.run_dir={tmp_path / 'runs'}",
-            *_endpoint(server),
-            cwd=tmp_path,
-        )
-    assert out.returncode == 0, out.stderr
-    (run_dir,) = (tmp_path / "runs").iterdir()
+        _, run_dir = _eval_against(server, tmp_path, "math", "data.val_size=2", "rollout.n_parallel=1")
     episodes = read_episodes(run_dir / "episodes.jsonl")
     assert [ep.is_correct for ep in episodes] == [True, False]
     assert json.loads((run_dir / "summary.json").read_text())["success_rate"] == 0.5
@@ -193,17 +172,7 @@ def test_eval_humaneval_against_an_endpoint_runs_the_tests_in_the_sandbox(tmp_pa
     wrong = f"```python\n{second['prompt']}    return None\n```"
     with run_fake_server() as server:
         server.queue_replies(FakeReply(right), FakeReply(wrong))
-        out = _rllm(
-            "eval",
-            "humaneval",
-            "data.val_size=2",
-            "rollout.n_parallel=1",
-            f"trainer.run_dir={tmp_path / 'runs'}",
-            *_endpoint(server),
-            cwd=tmp_path,
-        )
-    assert out.returncode == 0, out.stderr
-    (run_dir,) = (tmp_path / "runs").iterdir()
+        _, run_dir = _eval_against(server, tmp_path, "humaneval", "data.val_size=2", "rollout.n_parallel=1")
     episodes = read_episodes(run_dir / "episodes.jsonl")
     assert [ep.task["id"] for ep in episodes] == [first["id"], second["id"]]
     assert [ep.is_correct for ep in episodes] == [True, False]
@@ -222,18 +191,8 @@ def test_eval_mcp_kb_against_an_endpoint_that_parses_tool_calls_itself(tmp_path)
             FakeReply("", tool_calls=[{"name": "lookup", "arguments": {"entity": planet, "attribute": "moons"}}]),
             FakeReply(f"<answer>{task['answer']}</answer>"),
         )
-        out = _rllm(
-            "eval",
-            "mcp_kb",
-            "data.val_size=1",
-            "rollout.max_steps=3",
-            f"trainer.run_dir={tmp_path / 'runs'}",
-            *_endpoint(server),
-            cwd=tmp_path,
-        )
+        _, run_dir = _eval_against(server, tmp_path, "mcp_kb", "data.val_size=1", "rollout.max_steps=3")
         bodies = [body for path, body in server.requests if path.endswith("/chat/completions")]
-    assert out.returncode == 0, out.stderr
-    (run_dir,) = (tmp_path / "runs").iterdir()
     (episode,) = read_episodes(run_dir / "episodes.jsonl")
     assert episode.is_correct and len(episode.trajectories[0].steps) == 2
     assert {t["function"]["name"] for t in bodies[0]["tools"]} == {"lookup", "convert", "finish"}  # tools were sent

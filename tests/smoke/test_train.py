@@ -15,27 +15,18 @@ from rllm.runs import load_metrics, read_episodes
 from rllm.training.checkpoint import latest_checkpoint
 from rllm.training.rollout_source import TaskSampler
 from rllm.training.trainer import AgentTrainer, is_time_metric
-from tests.support.cli import run_rllm
+from tests.support.cli import rllm_run, run_rllm
 from tests.support.envs import LetterEnv
-from tests.support.training import TINY, final_state
+from tests.support.training import TINY, env_trainer, final_state
 
 
 def test_rllm_train_cli_runs_two_steps(tmp_path, tiny_model_dir):
-    args = [
-        "configs/frozenlake_grpo.yaml",
-        *TINY,
-        f"model.name={tiny_model_dir}",
-        "trainer.total_steps=2",
-        f"trainer.run_dir={tmp_path}",
-        "trainer.name=cli",
-        "--no-progress",
-    ]
-    out = run_rllm("train", *args)
-    assert out.returncode == 0, out.stderr[-3000:]
+    args = ["configs/frozenlake_grpo.yaml", *TINY, f"model.name={tiny_model_dir}", "trainer.total_steps=2"]
+    out, run = rllm_run("train", *args, run_root=tmp_path, name="cli")
     assert "val success rate" in out.stdout
     # a random model never solves FrozenLake: said once, at the first step, with the numbers
     assert out.stderr.count("step 1: the model solved 0% of its 4 episodes and 100% of the 2 groups") == 1
-    metrics = load_metrics(tmp_path / "cli")
+    metrics = load_metrics(run)
     train_steps = [m["step"] for m in metrics if "reward_mean" in m]
     assert train_steps == [1, 2]
     step = next(m for m in metrics if m["step"] == 2 and "reward_mean" in m)
@@ -54,10 +45,10 @@ def test_rllm_train_cli_runs_two_steps(tmp_path, tiny_model_dir):
         assert key in step, key
     assert 0 <= step["time_push_s"] <= step["time_update_s"]  # the push is part of the update's time
     assert "gpu_peak_memory_gib" not in step  # a CPU run has no GPU memory to report
-    assert (tmp_path / "cli" / "config.yaml").exists() and latest_checkpoint(tmp_path / "cli") is not None
-    assert len(read_episodes(tmp_path / "cli", split="train")) == 2 * 2 * 2  # steps x tasks x rollout.n
-    assert len(read_episodes(tmp_path / "cli", split="val")) == 2 * 2  # before and after, 2 validation tasks
-    assert any((tmp_path / "cli" / "tensorboard").glob("events.out.tfevents.*"))
+    assert (run / "config.yaml").exists() and latest_checkpoint(run) is not None
+    assert len(read_episodes(run, split="train")) == 2 * 2 * 2  # steps x tasks x rollout.n
+    assert len(read_episodes(run, split="val")) == 2 * 2  # before and after, 2 validation tasks
+    assert any((run / "tensorboard").glob("events.out.tfevents.*"))
 
 
 PARITY_WORKFLOW = """
@@ -184,15 +175,7 @@ def _run(tmp_path, tiny_model_dir, name, extra=()):
         *extra,
     ]
     tasks = [{"id": f"t{i}", "letter": letter} for i, letter in enumerate("eatoin")]
-    trainer = AgentTrainer(
-        agent_class=BaseAgent,
-        env_class=LetterEnv,
-        train_dataset=tasks,
-        val_dataset=tasks[:2],
-        config=load_config("configs/frozenlake_grpo.yaml", overrides),
-        progress=False,
-    )
-    return trainer.train()
+    return env_trainer(LetterEnv, tasks, overrides, val_tasks=tasks[:2]).train()
 
 
 @pytest.mark.parametrize("advantage", ["grpo", "gae"])  # gae: the critic head is saved and restored too
@@ -364,14 +347,7 @@ def test_non_finite_updates_are_skipped_and_the_run_stops_with_its_weights_intac
         "algorithm.advantage=reinforce",
     ]
     tasks = [{"id": f"t{i}", "letter": letter} for i, letter in enumerate("eatoin")]
-    trainer = AgentTrainer(
-        agent_class=BaseAgent,
-        env_class=HugeRewardEnv,
-        train_dataset=tasks,
-        val_dataset=[],
-        config=load_config("configs/frozenlake_grpo.yaml", overrides),
-        progress=False,
-    )
+    trainer = env_trainer(HugeRewardEnv, tasks, overrides)
     from rllm.models.registry import load_causal_lm
 
     initial = load_causal_lm(tiny_model_dir).state_dict()

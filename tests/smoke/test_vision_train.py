@@ -9,7 +9,7 @@ import json
 import torch
 
 from rllm.runs import load_metrics, read_episodes
-from tests.support.cli import run_rllm
+from tests.support.cli import rllm_run
 
 SMALL = [
     "rollout.n=2",
@@ -27,31 +27,11 @@ def test_sft_then_grpo_on_pictures_with_a_trainable_tower(tmp_path, tiny_vlm_dir
 
     messages = tmp_path / "shapes.jsonl"
     messages.write_text("".join(json.dumps(r) + "\n" for r in sft_records(make_shapes_tasks(8, seed=5))))
-    sft = run_rllm(
-        "sft",
-        "configs/shapes_sft.yaml",
-        f"model.name={tiny_vlm_dir}",
-        f"sft.messages={messages}",
-        "sft.batch_size=4",
-        f"trainer.run_dir={tmp_path}",
-        "trainer.name=sft",
-        *SMALL,
-        "--no-progress",
-    )
-    assert sft.returncode == 0, sft.stderr[-3000:]
-    grpo = run_rllm(
-        "train",
-        "configs/shapes_grpo.yaml",
-        f"model.name={tiny_vlm_dir}",
-        "trainer.total_steps=1",
-        f"model.init_from={tmp_path / 'sft'}",
-        f"trainer.run_dir={tmp_path}",
-        "trainer.name=grpo",
-        *SMALL,
-        "--no-progress",
-    )
-    assert grpo.returncode == 0, grpo.stderr[-3000:]
-    (step,) = [m for m in load_metrics(tmp_path / "grpo") if "reward_mean" in m]
+    sft_args = ["configs/shapes_sft.yaml", f"model.name={tiny_vlm_dir}", f"sft.messages={messages}", "sft.batch_size=4"]
+    _, sft = rllm_run("sft", *sft_args, *SMALL, run_root=tmp_path, name="sft")
+    grpo_args = ["configs/shapes_grpo.yaml", f"model.name={tiny_vlm_dir}", "trainer.total_steps=1"]
+    _, grpo = rllm_run("train", *grpo_args, f"model.init_from={sft}", *SMALL, run_root=tmp_path, name="grpo")
+    (step,) = [m for m in load_metrics(grpo) if "reward_mean" in m]
     assert step["mismatch/tokens"] > 0 and step["mismatch/abs_diff_max"] < 1e-4  # trainer == sampler
     episodes = read_episodes(tmp_path / "grpo", split="train")
     outputs = [s.model_output for e in episodes for t in e.trajectories for s in t.steps]
@@ -79,19 +59,8 @@ def test_init_from_carries_the_trained_tower(tmp_path, tiny_vlm_dir):
 
     messages = tmp_path / "shapes.jsonl"
     messages.write_text("".join(json.dumps(r) + "\n" for r in sft_records(make_shapes_tasks(4, seed=6))))
-    sft = run_rllm(
-        "sft",
-        "configs/shapes_sft.yaml",
-        *SMALL,
-        f"model.name={tiny_vlm_dir}",
-        f"sft.messages={messages}",
-        "sft.batch_size=4",
-        "data.val_size=0",
-        f"trainer.run_dir={tmp_path}",
-        "trainer.name=sft",
-        "--no-progress",
-    )
-    assert sft.returncode == 0, sft.stderr[-3000:]
+    sft_args = ["configs/shapes_sft.yaml", *SMALL, f"model.name={tiny_vlm_dir}", f"sft.messages={messages}"]
+    rllm_run("sft", *sft_args, "sft.batch_size=4", "data.val_size=0", run_root=tmp_path, name="sft")
     model = load_causal_lm(tiny_vlm_dir)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     apply_init_weights(model, tmp_path / "sft")
@@ -102,23 +71,14 @@ def test_init_from_carries_the_trained_tower(tmp_path, tiny_vlm_dir):
 
 def test_frozenlake_with_pictures_of_the_board_trains_one_row_per_episode(tmp_path, tiny_vlm_dir):
     """configs/frozenlake_image_grpo.yaml: multi-turn, one picture per observation, trained exactly as sampled."""
-    grpo = run_rllm(
-        "train",
-        "configs/frozenlake_image_grpo.yaml",
-        f"model.name={tiny_vlm_dir}",
-        "trainer.total_steps=1",
-        "rollout.max_steps=3",
-        "rollout.val_n=1",
-        f"trainer.run_dir={tmp_path}",
-        "trainer.name=lake",
-        *SMALL,
-        "--no-progress",
+    lake_args = ["configs/frozenlake_image_grpo.yaml", f"model.name={tiny_vlm_dir}", "trainer.total_steps=1"]
+    _, lake = rllm_run(
+        "train", *lake_args, "rollout.max_steps=3", "rollout.val_n=1", *SMALL, run_root=tmp_path, name="lake"
     )
-    assert grpo.returncode == 0, grpo.stderr[-3000:]
-    (step,) = [m for m in load_metrics(tmp_path / "lake") if "reward_mean" in m]
+    (step,) = [m for m in load_metrics(lake) if "reward_mean" in m]
     assert step["mismatch/tokens"] > 0 and step["mismatch/abs_diff_max"] < 1e-4
     assert step["batch/rows_split"] == 0, step
-    trajectories = [t for e in read_episodes(tmp_path / "lake", split="train") for t in e.trajectories]
+    trajectories = [t for e in read_episodes(lake, split="train") for t in e.trajectories]
     for trajectory in trajectories:  # each turn's prompt holds every board so far
         assert [len(s.model_output.prompt_images) for s in trajectory.steps] == list(
             range(1, len(trajectory.steps) + 1)

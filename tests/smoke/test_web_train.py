@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from rllm.runs import load_metrics, read_episodes
-from tests.support.cli import run_rllm
+from tests.support.cli import rllm_run
+from tests.support.training import ONE_TINY_STEP
 
 pytestmark = pytest.mark.browser
 
@@ -17,47 +18,23 @@ def _chromium(chromium):
 
 
 def test_rllm_train_runs_the_web_config(tmp_path, tiny_model_dir):
-    args = [
-        "configs/web_grpo.yaml",
-        f"model.name={tiny_model_dir}",
-        "data.train_size=2",
-        "data.val_size=2",
-        "rollout.n=2",
-        "rollout.max_tokens=6",
-        "rollout.max_steps=2",
-        "trainer.tasks_per_step=2",
-        "trainer.total_steps=1",
-        "optim.micro_batch_size=2",
-        f"trainer.run_dir={tmp_path / 'runs'}",
-        "trainer.name=web",
-        "--no-progress",
-    ]
-    out = run_rllm("train", *args)
-    assert out.returncode == 0, out.stderr[-3000:]
-    episodes = read_episodes(tmp_path / "runs" / "web", split="train")
+    config = ["configs/web_grpo.yaml", f"model.name={tiny_model_dir}", "data.train_size=2", "data.val_size=2"]
+    _, run = rllm_run("train", *config, *ONE_TINY_STEP, run_root=tmp_path / "runs", name="web")
+    episodes = read_episodes(run, split="train")
     assert len(episodes) == 2 * 2
     for episode in episodes:  # random text: no action parses, so each turn reports an error and the page waits
         last = episode.trajectories[0].steps[-1]
         assert episode.trajectories[0].reward == 0.0 and last.info["action_errors"] >= 1
         assert last.info["task"] in ("click-test", "click-button", "enter-text")
-    assert len(read_episodes(tmp_path / "runs" / "web", split="val")) == 2 * 2  # before and after
-    assert [m["step"] for m in load_metrics(tmp_path / "runs" / "web") if "reward_mean" in m] == [1]
+    assert len(read_episodes(run, split="val")) == 2 * 2  # before and after
+    assert [m["step"] for m in load_metrics(run) if "reward_mean" in m] == [1]
 
 
 def test_rllm_eval_runs_the_web_config_on_the_validation_tasks(tmp_path, tiny_model_dir):
-    args = [
-        "configs/web_grpo.yaml",
-        f"model.name={tiny_model_dir}",
-        "data.task_args={}",
-        "data.val_size=3",
-        "rollout.max_tokens=4",
-        "rollout.max_steps=1",
-        f"trainer.run_dir={tmp_path / 'runs'}",
-        "trainer.name=web-eval",
-        "--no-progress",
-    ]
-    out = run_rllm("eval", *args)
-    assert out.returncode == 0, out.stderr[-3000:]
+    config = ["configs/web_grpo.yaml", f"model.name={tiny_model_dir}", "data.task_args={}", "data.val_size=3"]
+    out, _ = rllm_run(
+        "eval", *config, "rollout.max_tokens=4", "rollout.max_steps=1", run_root=tmp_path / "runs", name="web-eval"
+    )
     from rllm.tasks.web.miniwob import split_tasks
 
     run_dir = out.stdout.split("run directory")[1].split()[0]
@@ -69,27 +46,11 @@ def test_rllm_eval_runs_the_web_config_on_the_validation_tasks(tmp_path, tiny_mo
 def test_a_vision_model_sees_screenshots_of_the_pages(tmp_path, tiny_vlm_dir):
     """`env_args.screenshot=true` with a VLM: each turn shows the page's text and its screenshot; the turns of an
     episode extend each other (one row each) and train exactly as sampled."""
-    args = [
-        "configs/web_grpo.yaml",
-        f"model.name={tiny_vlm_dir}",
-        "env_args.screenshot=true",
-        "env_args.viewport=[160,210]",
-        "data.train_size=2",
-        "data.val_size=0",
-        "rollout.n=2",
-        "rollout.max_tokens=6",
-        "rollout.max_steps=2",
-        "trainer.tasks_per_step=2",
-        "trainer.total_steps=1",
-        "optim.micro_batch_size=2",
-        f"trainer.run_dir={tmp_path / 'runs'}",
-        "trainer.name=web-vlm",
-        "--no-progress",
-    ]
-    out = run_rllm("train", *args)
-    assert out.returncode == 0, out.stderr[-3000:]
-    (step,) = [m for m in load_metrics(tmp_path / "runs" / "web-vlm") if "reward_mean" in m]
+    config = ["configs/web_grpo.yaml", f"model.name={tiny_vlm_dir}", "data.train_size=2", "data.val_size=0"]
+    screenshots = ["env_args.screenshot=true", "env_args.viewport=[160,210]"]
+    _, run = rllm_run("train", *config, *screenshots, *ONE_TINY_STEP, run_root=tmp_path / "runs", name="web-vlm")
+    (step,) = [m for m in load_metrics(run) if "reward_mean" in m]
     assert step["batch/rows_split"] == 0 and step["mismatch/abs_diff_max"] < 1e-4
-    for episode in read_episodes(tmp_path / "runs" / "web-vlm", split="train"):
+    for episode in read_episodes(run, split="train"):
         steps = episode.trajectories[0].steps
         assert [len(s.model_output.prompt_images) for s in steps] == list(range(1, len(steps) + 1))

@@ -56,3 +56,15 @@ def sample_rows(backend, tokenizer, advantages, *, max_tokens=6, temperature=1.0
 
 def grads(backend):
     return {n: p.grad.clone() for n, p in backend.model.named_parameters() if p.grad is not None}
+
+
+def sampler_gap(backend, rows, temperature: float = 1.0) -> float:
+    """The largest |trainer log-prob - sampled log-prob| over the rows' trained tokens: 0 when the trainer scores
+    exactly what was sampled."""
+    recomputed = backend.compute_logprobs(rows, temperature=temperature)
+    return max(
+        abs(new - old)
+        for row, logprobs in zip(rows, recomputed, strict=True)
+        for new, old, trained in zip(logprobs, row.old_logprobs, row.loss_mask, strict=True)
+        if trained
+    )

@@ -98,3 +98,12 @@ def _cli_server() -> CliForkServer:
     if _CLI_SERVER is None or _CLI_SERVER.process.poll() is not None:
         _CLI_SERVER = CliForkServer()
     return _CLI_SERVER
+
+
+def rllm_run(command: str, *args: str, run_root, name: str, cwd=None) -> tuple[subprocess.CompletedProcess, Path]:
+    """`rllm command *args` writing the run `name` under `run_root`, without the progress bar; it must succeed.
+    Its output and its run folder."""
+    run_args = [f"trainer.run_dir={run_root}", f"trainer.name={name}", "--no-progress"]
+    out = run_rllm(command, *args, *run_args, cwd=cwd)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out, Path(run_root) / name

@@ -159,3 +159,17 @@ VF_ENVIRONMENTS = {"vf_sums": VF_SUMS, "vf_tools": VF_TOOLS, "vf_guess": VF_GUES
 def write_vf_environments(folder: Path) -> None:
     for name, source in VF_ENVIRONMENTS.items():
         (folder / f"{name}.py").write_text(textwrap.dedent(source).lstrip())
+
+
+def importable_vf_environments(folder: Path, monkeypatch):
+    """The three test environments written to `folder` and importable for one test (verifiers loads an environment
+    by importing it): a generator for a fixture to yield from. Yields rllm's verifiers hub module."""
+    pytest.importorskip("verifiers")
+    from rllm.tasks.hubs import verifiers as hub
+
+    write_vf_environments(folder)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setattr(hub, "_ENVS", {})
+    forget_modules(*VF_ENVIRONMENTS)
+    yield hub
+    forget_modules(*VF_ENVIRONMENTS)

@@ -27,3 +27,10 @@ def sharpen(model, seed: int = 0):
                 scale = 2.0 / param.shape[1] ** 0.5 * (8 if "embed" in name else 1)
                 param.copy_(torch.randn(param.shape, generator=generator) * scale)
     return model
+
+
+def saved_model_dir(path, model, processor):
+    """`path` holding `model` and its tokenizer or processor, as a model folder that `model.name` can name."""
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    return path

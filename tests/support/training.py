@@ -16,26 +16,32 @@ from rllm.training.trainer import AgentTrainer
 
 # The shipped arithmetic config and the overrides that make its run tiny, for `rllm train` command lines.
 CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "arithmetic_grpo.yaml")
-TINY_CLI = [
+# Groups of 2 six-token replies, 2 tasks a step; six training and two validation tasks.
+TINY_BATCH = [
     "rollout.n=2",
     "rollout.max_tokens=6",
     "trainer.tasks_per_step=2",
     "data.train_size=6",
     "data.val_size=2",
-    "rollout.val_n=1",
     "optim.micro_batch_size=2",
-    "trainer.tensorboard=false",
 ]
+TINY_CLI = [*TINY_BATCH, "rollout.val_n=1", "trainer.tensorboard=false"]
 
-# A tiny run of a workflow or environment given in the test (groups of 2, two turns an episode, greedy validation).
-TINY = [
+# One GRPO step of a shipped config on a tiny model (groups of 2, two turns an episode): the train and web smoke runs.
+ONE_TINY_STEP = [
     "rollout.n=2",
     "rollout.max_tokens=6",
     "rollout.max_steps=2",
     "trainer.tasks_per_step=2",
-    "data.train_size=6",
-    "data.val_size=2",
+    "trainer.total_steps=1",
     "optim.micro_batch_size=2",
+]
+
+# A tiny run (groups of 2, two turns an episode, six training and two validation tasks); TINY adds a large learning
+# rate and greedy validation, for a workflow or environment given in the test.
+TINY_RUN = [*TINY_BATCH, "rollout.max_steps=2"]
+TINY = [
+    *TINY_RUN,
     "optim.lr=1e-2",
     "rollout.val_n=1",
     "rollout.val_temperature=0",  # greedy validation, one episode a task (the config samples 4)
@@ -79,3 +85,13 @@ def train_one_step(tmp_path, model_dir, overrides: list[str]) -> None:
     (step,) = [m for m in load_metrics(tmp_path / "train") if "reward_mean" in m]
     assert step["step"] == 1 and "loss_tokens" in step
     assert len(read_episodes(tmp_path / "train", split="train")) == 2 * 2  # tasks x rollout.n
+
+
+def env_trainer(env_class, tasks: list[dict], overrides: list[str], val_tasks=(), agent_class=None) -> AgentTrainer:
+    """An AgentTrainer of `agent_class` (BaseAgent) in `env_class` on `tasks`, under the FrozenLake config and
+    `overrides` (the config's task data replaced by the test's own)."""
+    from rllm.agents.base import BaseAgent
+
+    config = load_config(Path(CONFIG).with_name("frozenlake_grpo.yaml"), overrides)
+    trainer_args = {"train_dataset": tasks, "val_dataset": list(val_tasks), "config": config, "progress": False}
+    return AgentTrainer(agent_class=agent_class or BaseAgent, env_class=env_class, **trainer_args)

@@ -24,18 +24,9 @@ from rllm.training.backends.verl import VerlBackend
 from rllm.training.batch import TrainingRow
 from rllm.training.trainer import AgentTrainer, is_time_metric
 from tests.support.processes import leftover_processes, own_processes
+from tests.support.training import TINY_RUN
 
-TINY = [
-    "rollout.n=2",
-    "rollout.max_tokens=6",
-    "rollout.max_steps=2",
-    "trainer.tasks_per_step=2",
-    "data.train_size=6",
-    "data.val_size=2",
-    "optim.micro_batch_size=2",
-    "trainer.backend=verl",
-    "trainer.tensorboard=false",
-]
+TINY = [*TINY_RUN, "trainer.backend=verl", "trainer.tensorboard=false"]
 
 
 def synthetic_rows(seed: int = 0, n: int = 4) -> list[TrainingRow]:

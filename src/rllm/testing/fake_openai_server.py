@@ -150,6 +150,7 @@ class FakeOpenAIServer:
         self.latency_s = latency_s
         self.reply_fn = reply_fn
         self.supports_token_ids = supports_token_ids  # False mimics a server that ignores `return_token_ids`
+        self._initial_supports_token_ids = supports_token_ids
         self.host, self.port = host, port
         self.faults: deque[Fault] = deque()  # deque append/popleft are thread-safe: tests inject from another thread
         self.replies: deque[FakeReply] = deque()
@@ -162,6 +163,13 @@ class FakeOpenAIServer:
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
+
+    def reset(self) -> None:
+        """Forget the faults and replies not yet served and what a test changed of `supports_token_ids`: one server
+        can serve many tests."""
+        self.faults.clear()
+        self.replies.clear()
+        self.supports_token_ids = self._initial_supports_token_ids
 
     def inject(self, *faults: Fault) -> None:
         self.faults.extend(faults)

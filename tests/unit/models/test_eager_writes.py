@@ -16,7 +16,6 @@ from rllm import runtime
 from rllm.models import eager_writes
 from rllm.models.eager_writes import EagerTaskFactory
 from rllm.models.openai import OpenAIClient
-from rllm.testing.fake_openai_server import run_fake_server
 
 seen = contextvars.ContextVar("seen", default="unset")
 # The factory is installed on Python 3.11 only, and written to 3.11's factory protocol (3.12 and later pass more).
@@ -176,12 +175,6 @@ def test_install_is_idempotent_and_keeps_a_factory_the_loop_had():
         assert loop.get_task_factory() is factory
     finally:
         loop.close()
-
-
-@pytest.fixture(scope="module")
-def server():
-    with run_fake_server() as fake:
-        yield fake
 
 
 def test_a_posted_body_is_on_the_wire_before_callbacks_already_queued_run(server):

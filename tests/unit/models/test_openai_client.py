@@ -44,20 +44,6 @@ class CharTokenizer:
         return text + ("<assistant>" if add_generation_prompt else "")
 
 
-@pytest.fixture(scope="module")
-def server():
-    with run_fake_server() as fake:
-        yield fake
-
-
-@pytest.fixture(autouse=True)
-def clean(server):
-    server.faults.clear()
-    server.replies.clear()
-    server.supports_token_ids = True
-    yield
-
-
 def make_client(server, **kwargs) -> OpenAIClient:
     kwargs.setdefault("backoff_base", 0.01)
     kwargs.setdefault("backoff_max", 2.0)

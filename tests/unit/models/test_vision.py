@@ -24,6 +24,7 @@ from rllm.models.vlm import build_tiny_vlm
 from rllm.training.backends.torch import TorchBackend
 from rllm.training.batch import build_rows, episode_trajectories
 from rllm.types import TerminationReason
+from tests.support.backends import sampler_gap
 from tests.support.envs import PictureEnv
 from tests.support.models import sharpen
 
@@ -179,21 +180,32 @@ def _backend(model, vision, *, lora=True, vision_tower="frozen"):
     )
 
 
-def _picture_episodes(backend, n=3, **engine):
-    rollout = backend.make_rollout_model(InferenceOptions(max_batch_size=8))
+def _episodes(model, tasks, agent_class=BaseAgent, env_class=PictureEnv, max_tokens=5, max_steps=3, **engine):
+    """The engine's episodes of `tasks` on `model` (environments inline, `max_tokens` a reply)."""
+    sampling = SamplingParams(max_tokens=max_tokens)
     engine = AgentExecutionEngine(
-        agent_class=BaseAgent,
-        env_class=PictureEnv,
-        model=rollout,
-        max_steps=3,
+        agent_class=agent_class,
+        env_class=env_class,
+        model=model,
+        max_steps=max_steps,
         env_workers=0,
-        sampling=SamplingParams(max_tokens=5),
+        sampling=sampling,
         **engine,
     )
+    return engine.execute_tasks(tasks)
+
+
+def _rollout_episodes(backend, tasks, **engine):
+    """`_episodes` on the backend's rollout model (its LocalModel closed after)."""
+    rollout = backend.make_rollout_model(InferenceOptions(max_batch_size=8))
     try:
-        return engine.execute_tasks([{"id": f"pic{i}"} for i in range(n)])
+        return _episodes(rollout, tasks, **engine)
     finally:
         rollout.close()
+
+
+def _picture_episodes(backend, n=3, **engine):
+    return _rollout_episodes(backend, [{"id": f"pic{i}"} for i in range(n)], **engine)
 
 
 def test_multi_turn_image_rollouts_train_with_the_sampler_log_probs(vlm):
@@ -209,13 +221,7 @@ def test_multi_turn_image_rollouts_train_with_the_sampler_log_probs(vlm):
     )
     assert stats["rows_split"] == 0 and len(rows) == 3
     assert all(len(row.images) == 2 and row.input_ids.count(vision.image_token_id) == 8 for row in rows)
-    recomputed = backend.compute_logprobs(rows, temperature=1.0)
-    worst = max(
-        abs(a - b)
-        for row, lps in zip(rows, recomputed, strict=True)
-        for a, b, m in zip(lps, row.old_logprobs, row.loss_mask, strict=True)
-        if m
-    )
+    worst = sampler_gap(backend, rows)
     assert worst < 1e-4, worst
     # and without the images the same ids score differently: the images really are in the forward
     blind = [type(row)(**{**vars(row), "images": []}) for row in rows]
@@ -230,22 +236,11 @@ def test_frozenlake_board_pictures_train_as_one_row_per_episode(vlm):
 
     model, vision = vlm
     backend = _backend(model, vision)
-    rollout = backend.make_rollout_model(InferenceOptions(max_batch_size=8))
     tasks = make_frozenlake_tasks(3, seed=1, sizes=(3,), hole_prob=0.0, max_steps=3)
-    engine = AgentExecutionEngine(
-        agent_class=FrozenLakeAgent,
-        env_class=FrozenLakeEnv,
-        model=rollout,
-        max_steps=3,
-        agent_args={"observation": "image"},
-        env_args={"observation": "image"},
-        env_workers=0,
-        sampling=SamplingParams(max_tokens=4),
+    images = {"agent_args": {"observation": "image"}, "env_args": {"observation": "image"}}
+    episodes = _rollout_episodes(
+        backend, tasks, agent_class=FrozenLakeAgent, env_class=FrozenLakeEnv, max_tokens=4, **images
     )
-    try:
-        episodes = engine.execute_tasks(tasks)
-    finally:
-        rollout.close()
     pairs = episode_trajectories(episodes)
     turns = [len(t.steps) for _, t in pairs]
     assert sum(turns) > len(pairs)  # the random model wanders: episodes of several turns
@@ -254,13 +249,7 @@ def test_frozenlake_board_pictures_train_as_one_row_per_episode(vlm):
     )
     assert stats["rows_split"] == 0 and len(rows) == len(pairs)
     assert [len(row.images) for row in rows] == turns  # one board per turn
-    recomputed = backend.compute_logprobs(rows, temperature=1.0)
-    worst = max(
-        abs(a - b)
-        for row, lps in zip(rows, recomputed, strict=True)
-        for a, b, m in zip(lps, row.old_logprobs, row.loss_mask, strict=True)
-        if m
-    )
+    worst = sampler_gap(backend, rows)
     assert worst < 1e-4, worst
 
 
@@ -344,16 +333,7 @@ def test_a_text_only_model_meeting_an_image_names_the_step(smollm2_tokenizer):
             return "Say something.", {}
 
     with LocalModel(build_tiny_model(smollm2_tokenizer), smollm2_tokenizer) as local:
-        engine = AgentExecutionEngine(
-            agent_class=BaseAgent,
-            env_class=LateImageEnv,
-            model=local,
-            max_steps=3,
-            env_workers=0,
-            retry_limit=1,
-            sampling=SamplingParams(max_tokens=3),
-        )
-        (episode,) = engine.execute_tasks([{"id": "late"}])
+        (episode,) = _episodes(local, [{"id": "late"}], env_class=LateImageEnv, max_tokens=3, retry_limit=1)
     assert episode.termination_reason is TerminationReason.ERROR
     assert "step 1 of conversation 'main'" in episode.info["error"]
     assert "text-only model" in episode.info["error"]
@@ -385,20 +365,15 @@ def test_samples_of_one_picture_share_their_prompt_in_the_training_forward(vlm):
 
     model, vision = vlm
     backend = _backend(model, vision, vision_tower="trainable")  # the gradient reaches the tower too
-    rollout = backend.make_rollout_model(InferenceOptions(max_batch_size=8))
-    engine = AgentExecutionEngine(
+    tasks = make_shapes_tasks(2, seed=0)
+    episodes = _rollout_episodes(
+        backend,
+        [t for t in tasks for _ in range(3)],
         agent_class=ShapesAgent,
         env_class=ShapesEnv,
-        model=rollout,
+        max_tokens=4,
         max_steps=1,
-        env_workers=0,
-        sampling=SamplingParams(max_tokens=4),
     )
-    tasks = make_shapes_tasks(2, seed=0)
-    try:
-        episodes = engine.execute_tasks([t for t in tasks for _ in range(3)])
-    finally:
-        rollout.close()
     pairs = episode_trajectories(episodes)
     rows, _ = build_rows(pairs, step_advantages=[[1.0]] * len(pairs), max_prompt_length=512, max_response_length=512)
     assert len({tuple(r.input_ids[: r.prompt_length]) for r in rows}) == 1  # same ids: only the image differs

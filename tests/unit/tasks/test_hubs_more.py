@@ -25,12 +25,11 @@ from rllm.tasks import get_task, is_task_name
 from rllm.tasks.hubs import HubError
 from tests.support.hubs import (
     FIXTURES,
-    VF_ENVIRONMENTS,
     forget_modules,
     hub_error,
+    importable_vf_environments,
     make_echo_env,
     round_trip,
-    write_vf_environments,
 )
 
 
@@ -266,15 +265,7 @@ def test_openenv_a_server_that_cannot_start_is_one_line(echo_env, tmp_path):
 @pytest.fixture
 def vf_envs(tmp_path, monkeypatch):
     """The three test environments importable for this test (verifiers loads an environment by importing it)."""
-    pytest.importorskip("verifiers")
-    from rllm.tasks.hubs import verifiers as hub
-
-    write_vf_environments(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(hub, "_ENVS", {})
-    forget_modules(*VF_ENVIRONMENTS)
-    yield hub
-    forget_modules(*VF_ENVIRONMENTS)
+    yield from importable_vf_environments(tmp_path, monkeypatch)
 
 
 def test_verifiers_loads_an_environment_by_name_and_refuses_unknown_ones_in_one_line(vf_envs):

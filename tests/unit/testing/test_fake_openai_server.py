@@ -20,19 +20,6 @@ from rllm.testing.fake_openai_server import (
 )
 
 
-@pytest.fixture(scope="module")
-def server():
-    with run_fake_server() as fake:
-        yield fake
-
-
-@pytest.fixture(autouse=True)
-def clean(server):
-    server.faults.clear()
-    server.replies.clear()
-    yield
-
-
 def sdk(server) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
 

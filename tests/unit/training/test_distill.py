@@ -12,7 +12,7 @@ from rllm.runs import load_metrics
 from rllm.training.batch import TrainingRow
 from rllm.training.distill import Teacher, apply_distillation, check_same_tokenizer
 from rllm.training.trainer import AgentTrainer
-from tests.support.models import sharp_tiny_model
+from tests.support.models import saved_model_dir, sharp_tiny_model
 
 
 def _row(advantage: float) -> TrainingRow:
@@ -52,10 +52,9 @@ def test_a_teacher_with_another_tokenizer_is_refused(smollm2_tokenizer, qwen_tok
 
 @pytest.fixture(scope="module")
 def teacher_dir(tmp_path_factory, smollm2_tokenizer):
-    path = tmp_path_factory.mktemp("teacher")
-    sharp_tiny_model(smollm2_tokenizer, seed=7).save_pretrained(path)
-    smollm2_tokenizer.save_pretrained(path)
-    return path
+    return saved_model_dir(
+        tmp_path_factory.mktemp("teacher"), sharp_tiny_model(smollm2_tokenizer, seed=7), smollm2_tokenizer
+    )
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +67,7 @@ def student_dir(tmp_path_factory, smollm2_tokenizer):
     with torch.no_grad():
         for param in model.parameters():
             param.add_(torch.randn(param.shape, generator=generator) * param.std() * NOISE)
-    model.save_pretrained(path)
-    smollm2_tokenizer.save_pretrained(path)
-    return path
+    return saved_model_dir(path, model, smollm2_tokenizer)
 
 
 NOISE = 0.1
