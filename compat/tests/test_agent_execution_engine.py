@@ -165,6 +165,13 @@ def engine_for(server, tokenizer, **kwargs):
     )
 
 
+def single_turn_engine(server, tokenizer, agent_class=None, reward_fn=None):
+    """`engine_for` with rLLM's SingleTurnEnvironment scoring each answer by `reward_fn` (exact match)."""
+    reward_fn = reward_fn or exact_match_reward
+    env = {"env_class": SingleTurnEnvironment, "env_args": {"reward_fn": reward_fn}}
+    return engine_for(server, tokenizer, agent_class=agent_class or MathAgent, **env)
+
+
 MATH_TASKS = [
     {"question": f"What is {a} + {b}?", "ground_truth": a + b, "data_source": "math"}
     for a, b in [(2, 3), (10, 7), (1, 1)]
@@ -175,13 +182,7 @@ MATH_TASKS = [
 
 
 def test_single_turn_math_agent_returns_trajectories_in_task_order_with_exact_tokens(server, qwen_tokenizer):
-    engine = engine_for(
-        server,
-        qwen_tokenizer,
-        agent_class=MathAgent,
-        env_class=SingleTurnEnvironment,
-        env_args={"reward_fn": exact_match_reward},
-    )
+    engine = single_turn_engine(server, qwen_tokenizer)
     results = asyncio.run(engine.execute_tasks(MATH_TASKS))
     assert [r.task for r in results] == MATH_TASKS
     for trajectory, task in zip(results, MATH_TASKS, strict=True):
@@ -252,13 +253,7 @@ def test_an_agent_that_records_no_step_is_an_error_naming_it(server, qwen_tokeni
         def update_from_model(self, response, **kwargs):
             return Action(response)
 
-    engine = engine_for(
-        server,
-        qwen_tokenizer,
-        agent_class=Forgetful,
-        env_class=SingleTurnEnvironment,
-        env_args={"reward_fn": exact_match_reward},
-    )
+    engine = single_turn_engine(server, qwen_tokenizer, agent_class=Forgetful)
     (result,) = asyncio.run(engine.execute_tasks(MATH_TASKS[:1]))
     assert result.info["termination_reason"] == "error"
     (step,) = result.steps  # the engine keeps the sampled reply, as for any reply an agent fails on
@@ -269,13 +264,7 @@ def test_an_agent_that_records_no_step_is_an_error_naming_it(server, qwen_tokeni
 def test_compute_pass_at_k_groups_attempts_by_task(server, qwen_tokenizer, capsys):
     from rllm.utils import compute_pass_at_k
 
-    engine = engine_for(
-        server,
-        qwen_tokenizer,
-        agent_class=MathAgent,
-        env_class=SingleTurnEnvironment,
-        env_args={"reward_fn": exact_match_reward},
-    )
+    engine = single_turn_engine(server, qwen_tokenizer)
     wrong = {**MATH_TASKS[0], "ground_truth": 6}  # the model answers 5
     results = asyncio.run(engine.execute_tasks([MATH_TASKS[0], MATH_TASKS[0], wrong, wrong, MATH_TASKS[1]]))
     summary = compute_pass_at_k(results)
@@ -288,13 +277,7 @@ def test_rllms_math_agent_with_single_turn_environment_and_math_reward(server, q
     from rllm.agents.math_agent import MathAgent as RllmMathAgent
     from rllm.rewards.reward_fn import math_reward_fn
 
-    engine = engine_for(
-        server,
-        qwen_tokenizer,
-        agent_class=RllmMathAgent,
-        env_class=SingleTurnEnvironment,
-        env_args={"reward_fn": math_reward_fn},
-    )
+    engine = single_turn_engine(server, qwen_tokenizer, agent_class=RllmMathAgent, reward_fn=math_reward_fn)
     boxed = [
         {**task, "question": task["question"] + " Put it in \\boxed{}.", "ground_truth": str(task["ground_truth"])}
         for task in MATH_TASKS

@@ -87,21 +87,21 @@ SH_OVERRIDES = [
 ]
 
 
+def _run_script(script, args: list[str], cwd, env) -> subprocess.CompletedProcess:
+    """`python script *args` in `cwd` under `env`, as a user runs an rLLM training script; it must succeed."""
+    out = subprocess.run(
+        [sys.executable, str(script), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out
+
+
 def test_a_frozenlake_train_script_under_rllm_s_overrides_trains_two_steps(tmp_path, tiny_model_dir):
     env = {**os.environ, "RLLM_HOME": str(tmp_path / "home")}
     prepare = "from lake_tasks import make_lake_tasks; make_lake_tasks(4, 1)"
     subprocess.run([sys.executable, "-c", prepare], cwd=SCRIPTS, env=env, check=True, capture_output=True)
     args = [arg.replace("{model}", str(tiny_model_dir)) for arg in SH_OVERRIDES]
-    out = subprocess.run(
-        [sys.executable, str(SCRIPTS / "train_lake.py"), *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-4000:]
+    out = _run_script(str(SCRIPTS / "train_lake.py"), args, tmp_path, env)
     assert "wandb not available in rllm; metrics go to the run directory's metrics.jsonl" in out.stderr
     assert "no separate validation top_k" in out.stderr
     assert (tmp_path / "outputs").is_dir()  # Hydra's own output folder, in the cwd as in rLLM
@@ -187,16 +187,7 @@ def test_an_rllm_style_training_script_updates_the_weights(tmp_path, tiny_model_
         "trainer.experiment_name=parity",
         f"trainer.default_local_dir={tmp_path / 'run'}",
     ]
-    out = subprocess.run(
-        [sys.executable, "train_parity.py", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-4000:]
+    _run_script("train_parity.py", args, tmp_path, env)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "reward_mean" in r]
     assert [r["step"] for r in steps] == [1, 2]

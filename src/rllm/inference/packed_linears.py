@@ -34,6 +34,9 @@ routing, but it intercepts every torch call of the forward: 10 ms of a 40 ms dec
   `LocalModel` packs its linears where that switch AND its own `InferenceOptions.packed_linears` (default on,
   the config's `inference.packed_linears`) say so: the first is the process's consent to private ops, the second
   the model's choice.
+- oneDNN keeps state for every row count it ran a packed weight at, never released, so a packed linear runs at
+  `padded_rows(rows)` rows (exact to 32, then at most 1/8 padding): a bounded set of row counts, and a long run's
+  memory stays flat (it grew with every step's new prefill and batch sizes before: issue 53).
 - The two private oneDNN ops it relies on are called in one function each, `_onednn_pack` and `_onednn_linear`; a
   unit test fails on a torch whose ops no longer behave as used here.
 """
@@ -59,6 +62,7 @@ __all__ = [
     "memory_floor",
     "packed_linears_active",
     "packed_linears_available",
+    "padded_rows",
 ]
 
 _thread = threading.local()  # .packer: the PackedLinears active on this thread
@@ -128,7 +132,7 @@ class PackedLinears:
         if packed is None:
             return F.linear(x, weight, bias)
         self.calls += 1
-        return _onednn_linear(x, packed, bias)
+        return _rows_padded_linear(x, packed, bias)
 
     def run_transposed(self, grad: Tensor, weight: Tensor) -> Tensor:
         """`grad @ weight`: the input's gradient of a linear layer, as a packed linear with `weight.T`."""
@@ -136,7 +140,7 @@ class PackedLinears:
         if packed is None:
             return grad @ weight
         self.calls += 1
-        return _onednn_linear(grad, packed)
+        return _rows_padded_linear(grad, packed)
 
     def clear(self) -> None:
         """Drop every packed copy (their memory with them)."""
@@ -189,6 +193,31 @@ class _RoutedForward:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return functools.partial, (nn.Linear.forward, self.module)
+
+
+def padded_rows(rows: int) -> int:
+    """The row count a packed linear of `rows` rows runs at: `rows` up to 32 (decode batches), above that rounded
+    up to one of 8 steps an octave (36, 40, ..., 64, 72, ..., 128, 144, ...), so at most 1/8 of the rows are
+    padding. Why: oneDNN keeps state for every row count it has run a packed weight at, for good (measured: about
+    0.4 MB per row count and weight shape, never released, whatever ONEDNN_PRIMITIVE_CACHE_CAPACITY says), and a
+    run's prefill chunks and training batches bring new row counts every step: a 36-step full fine-tuning run of
+    SmolLM2-135M grew its resident floor 50-130 MB and kept growing. Rounded, the row counts are bounded: 32 + 8
+    an octave, 88 up to 4,096 rows."""
+    if rows <= 32:
+        return rows
+    step = 1 << (rows.bit_length() - 4)
+    return -(-rows // step) * step
+
+
+def _rows_padded_linear(x: Tensor, packed: Tensor, bias: Tensor | None = None) -> Tensor:
+    """`_onednn_linear` run at `padded_rows` rows: `x`'s rows padded with zeros, the padding's outputs dropped."""
+    rows = x.numel() // x.shape[-1]
+    padded = padded_rows(rows)
+    if padded == rows:
+        return _onednn_linear(x, packed, bias)
+    flat = F.pad(x.reshape(rows, x.shape[-1]), (0, 0, 0, padded - rows))
+    out = _onednn_linear(flat, packed, bias)[:rows]
+    return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
 def _packable(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:

@@ -41,7 +41,7 @@ def _installed(module: torch.nn.Module) -> PackedLinears:
 
 
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("shape", [(5, 48), (3, 7, 48), (1, 48)])
+@pytest.mark.parametrize("shape", [(5, 48), (3, 7, 48), (1, 48), (33, 48), (3, 233, 48)])  # 33, 699 rows: padded
 def test_packed_linear_matches_f_linear(bias, shape):
     torch.manual_seed(0)
     layer = torch.nn.Linear(48, 80, bias=bias)
@@ -228,8 +228,8 @@ def test_a_frozen_weight_passes_the_input_gradient_like_torch(trained_bias):
     layer = torch.nn.Linear(24, 40)
     layer.weight.requires_grad_(False)
     layer.bias.requires_grad_(trained_bias)
-    x = torch.randn(2, 5, 24, requires_grad=True)
-    target = torch.randn(2, 5, 40)
+    x = torch.randn(2, 35, 24, requires_grad=True)  # 70 rows: run at 72, forward and backward
+    target = torch.randn(2, 35, 40)
     (F.linear(x, layer.weight, layer.bias) * target).sum().backward()
     want_x, want_bias = x.grad.clone(), layer.bias.grad
     x.grad, layer.bias.grad = None, None
@@ -256,3 +256,31 @@ def test_a_weight_that_would_crowd_memory_keeps_torch_path(monkeypatch):
     assert packed.calls == 0 and packed.packs == 0 and packed.skipped == 2  # the weight and its transpose
     assert torch.equal(out, F.linear(x, layer.weight, layer.bias))
     assert torch.allclose(x.grad, layer.weight.sum(0).expand(3, 16))
+
+
+def test_row_counts_are_padded_to_a_bounded_set():
+    """Up to 32 rows exact, then at most 1/8 padding: 88 row counts up to 4,096 rows, 112 up to 32,768."""
+    padded = {rows: packed_linears.padded_rows(rows) for rows in range(1, 32_769)}
+    assert all(rows <= out <= rows * 9 / 8 for rows, out in padded.items())
+    assert [padded[rows] for rows in (1, 32, 33, 36, 37, 64, 65, 699, 4096)] == [1, 32, 36, 36, 40, 64, 72, 704, 4096]
+    assert len({padded[rows] for rows in range(1, 4097)}) == 88 and len(set(padded.values())) == 112
+    assert all(padded[out] == out for out in padded.values())  # a padded count is its own bucket
+
+
+def _resident_mb() -> float:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
+
+
+def test_many_row_counts_keep_memory_bounded():
+    """oneDNN keeps ~0.5 MB for every row count a packed weight ran at, for good: 400 row counts of one weight
+    took ~260 MB before the padding, ~30 MB with it (the 61 padded counts). A run's prefill chunks and batches
+    bring new row counts every step, so this is what kept a long run's memory growing."""
+    layer = torch.nn.Linear(256, 512).requires_grad_(False)
+    with torch.no_grad(), _installed(layer) as packed:
+        layer(torch.randn(8, 256))
+        before = _resident_mb()
+        for rows in range(1, 401):
+            layer(torch.randn(rows, 256))
+        grown = _resident_mb() - before
+    assert packed.calls == 401 and grown < 100, f"{grown:.0f} MB"
