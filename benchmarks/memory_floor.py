@@ -5,7 +5,7 @@ metrics.jsonl; the floor at step S is the least resident memory while steps S-5.
 update lift the memory within a step; the floor is what stays). Growth per 100 steps is measured from step 10
 (the first steps fill torch's and malloc's caches).
 
-    python benchmarks/memory_floor.py                 # 150 steps: 35-60 min on 2 busy cores
+    python benchmarks/memory_floor.py                 # 150 steps: 13-16 min on 2 cores
     python benchmarks/memory_floor.py --steps 80      # enough to see a growth of tens of MB per 100 steps
     python benchmarks/memory_floor.py --smoke         # the tiny model, 6 steps: checks the script still runs
 """

@@ -800,6 +800,9 @@ class RuntimeConfig(_Section):
     fast_chat_templates: bool = Field(
         True, description="Render plain chats with transformers' compiled template directly (private helpers)."
     )
+    trim_freed_memory: bool = Field(
+        True, description="After each training step, return the memory freed during it to the system (glibc)."
+    )
 
     def options(self) -> RuntimeOptions:
         """These settings as the options `rllm.runtime.enable` takes."""

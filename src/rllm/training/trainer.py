@@ -63,7 +63,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rllm import runs
+from rllm import runs, runtime
 from rllm.config import ConfigError, TrainConfig, inference_options, override_config
 from rllm.engine.failures import raise_if_all_failed
 from rllm.engine.workflow_engine import AgentWorkflowEngine
@@ -240,7 +240,9 @@ class AgentTrainer:
         return await sample_rollouts(step, self.config, self.sampler, self.engine)
 
     async def _train_step(self, step: int, rollouts: StepRollouts) -> dict[str, Any]:
-        return await train_step(self.state, rollouts)
+        metrics = await train_step(self.state, rollouts)
+        runtime.trim_freed_memory()  # the step's freed memory back to the system: a flat floor over a long run
+        return metrics
 
     async def _validate(self, log: RunLog, step: int) -> dict[str, float]:
         """Greedy (`rollout.val_temperature`) episodes on the validation tasks, logged under `val/`."""
