@@ -199,7 +199,7 @@ def padded_rows(rows: int) -> int:
     """The row count a packed linear of `rows` rows runs at: `rows` up to 32 (decode batches), above that rounded
     up to one of 8 steps an octave (36, 40, ..., 64, 72, ..., 128, 144, ...), so at most 1/8 of the rows are
     padding. Why: oneDNN keeps state for every row count it has run a packed weight at, for good (measured: about
-    0.4 MB per row count and weight shape, never released, whatever ONEDNN_PRIMITIVE_CACHE_CAPACITY says), and a
+    0.5-0.65 MB per row count and weight shape, never released, whatever ONEDNN_PRIMITIVE_CACHE_CAPACITY says), and a
     run's prefill chunks and training batches bring new row counts every step: a 36-step full fine-tuning run of
     SmolLM2-135M grew its resident floor 50-130 MB and kept growing. Rounded, the row counts are bounded: 32 + 8
     an octave, 88 up to 4,096 rows."""

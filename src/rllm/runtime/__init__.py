@@ -35,7 +35,7 @@ AMD EPYC; docs/training/speed.md has the details):
 - `trim_freed_memory`: after each training step, glibc's allocator returns the memory freed during the step to the
   system (`malloc_trim(0)`, `trim_freed_memory()`). A step frees and remakes the packed weight copies (and the
   update its temporaries); glibc keeps such memory for reuse and returned it only in bursts, so a full fine-tuning
-  run's resident floor rose in a sawtooth of ~450 MB (issue 53). A no-op on other C libraries.
+  run's resident floor rose in a sawtooth of several hundred MB (issue 53). A no-op on other C libraries.
 CUDA graphs and the prefix cache are not here: they change nothing outside one model, so they are that model's
 settings (`rllm.inference.InferenceOptions`, the config's `inference:`), on without `enable()`.
 
