@@ -6,7 +6,8 @@
       episodes.jsonl    one record per episode: {"step": int, "split": "train" | "val" | "eval", "episode": {...}},
                         training episodes also "trained": per trajectory, what the update used per step (advantages,
                         trainer log-probs where computed; `rllm.training.batch.trained_steps`), null if not trained
-      metrics.jsonl     training: one line per step and per validation ({"step": int, ...metrics})
+      metrics.jsonl     training: one line per step and per validation ({"step": int, ...metrics}); a step's
+                        alarms are its `alarm/<name>` keys (`rllm.health`; `rllm audit` replays them)
       summary.json      eval: the episode summary (`rllm.metrics`)
       result.json       train: validation before/after and the last step's metrics
       checkpoints/      train: atomic checkpoints (`rllm.training.checkpoint`)

@@ -1,10 +1,12 @@
 """PPO with a critic learns on the embedded model: on arithmetic, the value loss falls over a few steps and the GAE
-returns move close to the discounted rewards (lam < 1, so returns lean on the critic's values)."""
+returns move close to the discounted rewards (lam < 1, so returns lean on the critic's values). The run is also the
+suite's clean run for the alarms (`rllm.health`): the demo's config, learning, and `rllm audit` finds nothing."""
 
 from __future__ import annotations
 
 import pytest
 
+from rllm.audit import audit_run
 from rllm.config import load_config
 from rllm.engine import AgentWorkflowEngine
 from rllm.inference import InferenceOptions
@@ -12,6 +14,7 @@ from rllm.runs import load_metrics
 from rllm.training.advantages import apply_gae, score_episodes
 from rllm.training.batch import build_rows
 from rllm.training.trainer import AgentTrainer
+from tests.support.cli import run_rllm
 
 pytestmark = pytest.mark.slow
 
@@ -80,3 +83,8 @@ def test_the_critic_learns_on_arithmetic_with_the_embedded_model(tmp_path):
     untrained = _returns_error(trainer, lambda rows: [[0.0] * len(row) for row in rows])
     trained = _returns_error(trainer, trainer.backend.compute_values)
     assert trained < 0.7 * untrained, (trained, untrained)
+    # a clean run of the demo's config raises no alarm (rllm.health), in its metrics or in `rllm audit`
+    assert not [key for m in steps for key in m if key.startswith("alarm/")]
+    assert audit_run(tmp_path / "gae").alarms == []
+    audit = run_rllm("audit", str(tmp_path / "gae"))
+    assert audit.returncode == 0 and f"{STEPS} steps, no alarms" in audit.stderr, audit.stdout + audit.stderr

@@ -204,8 +204,14 @@ def _line(run, keep) -> int:
     return 1 + next(i for i, raw in enumerate(lines) if keep(json.loads(raw)))
 
 
+def _lines(run, keep) -> set[int]:
+    """The line numbers in `run`'s episodes.jsonl of every record `keep(record)` accepts."""
+    lines = (run / "episodes.jsonl").read_text().splitlines()
+    return {1 + i for i, raw in enumerate(lines) if keep(json.loads(raw))}
+
+
 def test_the_curve_links_to_the_episodes_of_its_step_and_filters_narrow_the_table(viewer):
-    url, _, browser = viewer
+    url, root, browser = viewer
     page, errors = _open(browser, url + "#/run/lake")
     head = page.locator("h1 + .muted").inner_text()
     assert head.startswith("RL · ") and "estimator grpo" in head
@@ -215,6 +221,17 @@ def test_the_curve_links_to_the_episodes_of_its_step_and_filters_narrow_the_tabl
     assert page.locator('[data-chart="reward"] circle[data-key="val/reward_mean"]').count() == 2  # before, after
     assert _total(page) == 2 * 2 * 4 + 2 * 2  # training episodes + validation before and after
     page.screenshot(path=str(ARTIFACTS / "run.png"), full_page=True)
+    # the health panel: a random model's replies all run to max_tokens, so step 2 raises `truncation` (rllm.health),
+    # marked on every curve, with links to the step's episodes and to five episodes that show it
+    alarms = page.locator("[data-testid=health] li[data-alarm]")
+    assert alarms.count() == 1 and alarms.first.get_attribute("data-alarm") == "truncation"
+    assert alarms.first.inner_text().startswith("truncation at step 2: 100% of the episodes were cut by a length limit")
+    assert page.locator('[data-chart="reward"] line[data-alarm="truncation"]').count() == 1
+    shown = alarms.first.locator("a[data-line]")
+    assert shown.count() == 5
+    lines = {int(shown.nth(i).get_attribute("data-line")) for i in range(5)}
+    step_2 = _lines(root / "lake", lambda r: r["split"] == "train" and r["step"] == 2)
+    assert len(lines) == 5 and lines <= step_2
 
     reward.nth(1).click()  # step 2's point: its episodes
     _ready(page)

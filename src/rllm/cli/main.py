@@ -13,6 +13,7 @@ rllm fetch qwen2.5-coder-0.5b-instruct           # download + verify + convert a
 rllm serve gateway --upstream URL --model NAME --tokenizer NAME   # OpenAI-compatible gateway, exact token ids
 rllm swe build --out tasks.jsonl                 # SWE tasks from PyPI sdists (mutations, hidden tests)
 rllm view runs/                                  # browse runs: curves, episodes, the trained-token overlay
+rllm audit runs/<name>                           # the run's alarms (reward hacking, instability); exit 1 on any
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from rllm.cli import audit as audit_cmd
 from rllm.cli import configs as configs_cmd
 from rllm.cli import datasets as datasets_cmd
 from rllm.cli import eval as eval_cmd
@@ -59,6 +61,7 @@ class _IntermixedParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rllm", description="Train and evaluate language agents with RL.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_IntermixedParser)
+    audit_cmd.add_parser(sub)
     configs_cmd.add_parser(sub)
     datasets_cmd.add_parser(sub)
     eval_cmd.add_parser(sub)

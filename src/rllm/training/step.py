@@ -2,7 +2,7 @@
 
     episodes -> score_episodes (groups, filters, advantages) -> build_rows (exact sampled ids, loss masks)
              -> update (GAE values, distillation, proximal log-probs, the backend's update) -> push_weights
-             -> metrics (logged) -> finite checks
+             -> metrics and alarms (logged) -> finite checks
 
 The step knows nothing of run directories, checkpoints or signals (`rllm.training.session`) nor of where its
 rollouts came from (`rllm.training.rollout_source`); `StepState` is everything it reads and the little it carries
@@ -23,6 +23,7 @@ Choices:
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from typing import Any
 from rllm.config import TrainConfig
 from rllm.engine.failures import raise_if_all_failed
 from rllm.errors import RllmError
+from rllm.health import ALARM_PREFIX, HealthMonitor, episode_signals
 from rllm.metrics import summarize_episodes
 from rllm.runs import RunLog
 from rllm.training.advantages import apply_gae, score_episodes
@@ -56,6 +58,7 @@ class StepState:
     rollout_model: Any
     log: RunLog
     source: SyncRollouts | RolloutPipeline  # whether the update overlaps rollouts; when the push may happen
+    health: HealthMonitor | None = None  # the alarms' rules over the run's steps so far (rllm.health)
     teacher: Any = None  # on-policy distillation's teacher (distill.teacher)
     nonfinite_streak: int = 0
     signal_checked: bool = False  # the first step trained warns when nothing has a learning signal
@@ -103,13 +106,25 @@ async def train_step(state: StepState, rollouts: StepRollouts) -> dict[str, Any]
         **(gpu_peak_memory(cfg.model.device) if cfg.trainer.backend == "torch" else {}),
         "weight_version": version,
         "rollout_weight_version": rollouts.weight_version,
+        **episode_signals(episodes),
     }
+    metrics.update(raise_alarms(state, step, metrics))
     state.log.log(step, metrics)
     if cfg.trainer.log_episodes:
         state.log.log_episodes(step, episodes, "train", trained_steps(batch.trajectories, rows))
     raise_if_all_failed(episodes, f"training step {step}")  # nothing was trained: stop with the cause
     check_finite(state, step, update, batch.rewards)
     return metrics
+
+
+def raise_alarms(state: StepState, step: int, metrics: dict[str, Any]) -> dict[str, float]:
+    """`alarm/<name>` = 1 for each alarm of this step (`rllm.health`); one console line for each that starts here."""
+    if state.health is None:
+        state.health = HealthMonitor()
+    alarms, started = state.health.observe(metrics)
+    for alarm in started:
+        print(f"step {step}: alarm {alarm.name}: {alarm.message}", file=sys.stderr, flush=True)
+    return {f"{ALARM_PREFIX}{alarm.name}": 1.0 for alarm in alarms}
 
 
 def update_policy(state: StepState, rows: list) -> dict[str, Any]:

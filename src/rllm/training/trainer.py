@@ -68,6 +68,7 @@ from rllm.config import ConfigError, TrainConfig, inference_options, override_co
 from rllm.engine.failures import raise_if_all_failed
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.harnesses import workflow_for_config
+from rllm.health import ALARM_PREFIX, HealthMonitor
 from rllm.metrics import summarize_episodes
 from rllm.models.base import close_model
 from rllm.runs import RunLog, view_command, write_json
@@ -208,7 +209,11 @@ class AgentTrainer:
         stop = cfg.total_steps if cfg.stop_after is None else min(cfg.total_steps, start_step + cfg.stop_after)
         bar = _progress(self.progress, total=cfg.total_steps, initial=start_step)
         source = make_rollout_source(self.config, self._rollout, self.pending_rollouts, start_step)
-        self.state = StepState(self.config, self.backend, self.rollout_model, log, source, teacher=self.teacher)
+        logged = self.run_dir / "metrics.jsonl"
+        health = HealthMonitor(runs.load_metrics(self.run_dir) if logged.exists() else [])  # a resumed run's so far
+        self.state = StepState(
+            self.config, self.backend, self.rollout_model, log, source, health=health, teacher=self.teacher
+        )
         metrics: dict[str, Any] = {}
         try:
             for step in range(start_step + 1, stop + 1):
@@ -262,7 +267,9 @@ class AgentTrainer:
         return {k: v for k, v in summary.items() if k in kept or k.startswith("termination/")}
 
     def _progress_postfix(self, metrics: dict[str, Any]) -> dict[str, str]:
-        return {"reward": f"{metrics['reward_mean']:.2f}", "val": f"{self.val_history[-1]['success_rate']:.2f}"}
+        postfix = {"reward": f"{metrics['reward_mean']:.2f}", "val": f"{self.val_history[-1]['success_rate']:.2f}"}
+        alarms = [key.removeprefix(ALARM_PREFIX) for key in metrics if key.startswith(ALARM_PREFIX)]
+        return {**postfix, "alarms": ",".join(alarms)} if alarms else postfix
 
     def _run_name_parts(self) -> tuple[str, ...]:
         return ("train", self.config.data.task, self.config.algorithm.advantage)

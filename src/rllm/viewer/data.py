@@ -1,5 +1,6 @@
 """What the viewer shows, as plain data: the runs under the given folders, their metrics, the episode table of a
-query, and one episode with its conversation and its token overlay. `rllm.viewer.server` serves it as JSON.
+query, and one episode with its conversation and its token overlay. `rllm.viewer.server` serves it as JSON; the
+run's alarms (`rllm.audit`) come with the lines of the episodes that show them.
 
 Runs are read in the one run format (`rllm.runs`), whatever wrote them and whenever: eval and training runs, runs
 of the first release (bare episodes, no `trained` field), a run being written now. Nothing here writes into a run.
@@ -18,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from rllm.audit import audit_run
 from rllm.errors import RllmError
 from rllm.fsutil import decode_nonfinite
 from rllm.viewer.index import EpisodeIndex
@@ -171,6 +173,29 @@ class ViewerRun:
                 if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
                     series.setdefault(key, []).append([line["step"], value if math.isfinite(value) else None])
         return {"series": series, "problems": problems}
+
+    def health(self) -> dict[str, Any]:
+        """The run's alarms (`rllm.audit`, the rules of `rllm.health`), each with the episode-table lines of the
+        episodes that show it; a run whose logs cannot be read yet has none, with the reason in `problems`."""
+        try:
+            report = audit_run(self.path)
+        except (RllmError, OSError, ValueError) as exc:
+            return {"alarms": [], "ok": True, "problems": [str(exc)]}
+        split = "eval" if report.kind == "eval" else "train"
+        entries = (e for e in self.index().entries if not e["error"] and e["split"] == split)
+        lines = {(e["step"], e["episode_id"]): e["line"] for e in entries}
+        alarms = [
+            {
+                "name": span.name,
+                "steps": span.steps,
+                "message": span.message,
+                "episodes": [
+                    {"step": step, "episode_id": eid, "line": lines.get((step, eid))} for step, eid in span.episodes
+                ],
+            }
+            for span in report.alarms
+        ]
+        return {"alarms": alarms, "ok": report.ok, "problems": []}
 
     # ---- episodes --------------------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ page and its assets from the package (`rllm/viewer/static`: no CDN, no internet)
     GET /api/runs                          the runs (re-read on every call: runs started since appear)
     GET /api/run/<id>                      summary, manifest, config, filter values
     GET /api/run/<id>/metrics              every numeric metric as [[step, value], ...]
+    GET /api/run/<id>/health               the run's alarms (`rllm audit`), with the lines of their episodes
     GET /api/run/<id>/episodes?<query>     a page of the episode table (`rllm.viewer.data.query_episodes`)
     GET /api/run/<id>/episode/<line>       one episode: conversation and token overlay
     GET /api/run/<id>/images/<sha256>.<ext>  an image of the run's episodes (`rllm.images`), by its stored name
@@ -89,6 +90,8 @@ class Viewer:
             }
         if rest == ["metrics"]:
             return run.series()
+        if rest == ["health"]:
+            return run.health()
         if rest == ["episodes"]:
             return query_episodes(run.index(), params)
         if len(rest) == 2 and rest[0] == "episode":

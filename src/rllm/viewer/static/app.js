@@ -110,7 +110,8 @@ const CHARTS = [
 ];
 
 async function showRun(runId, params) {
-  const [info, metrics] = await Promise.all([api("run/" + encodeURIComponent(runId)), api("run/" + encodeURIComponent(runId) + "/metrics")]);
+  const base = "run/" + encodeURIComponent(runId);
+  const [info, metrics, health] = await Promise.all([api(base), api(base + "/metrics"), api(base + "/health")]);
   const s = info.summary;
   setCrumbs(h("a", { href: link(["run", runId]) }, runId));
   const head = h("div", {},
@@ -121,6 +122,7 @@ async function showRun(runId, params) {
       s.eval_summary ? ` · mean reward ${fmt(s.eval_summary.reward_mean)} · ${fmt(s.eval_summary.episodes)} episodes` : null) : null,
     info.config ? h("details", {}, h("summary", {}, "config.yaml"), h("pre", { class: "config" }, info.config)) : null);
   const charts = h("div", { class: "charts", "data-testid": "charts" });
+  const marks = health.alarms.map((a) => ({ step: a.steps[0], name: a.name }));  // where each alarm started
   const series = metrics.series;
   // per-role series only for multi-agent runs (one role's series is the run's own); validation drawn first, so a
   // training point on the same spot is the one on top
@@ -130,18 +132,32 @@ async function showRun(runId, params) {
   const splits = Object.keys(info.facets.steps);  // a point links to its episodes where the run logged them
   for (const [title, match] of KIND_CHARTS[s.kind] || CHARTS) {
     const keys = Object.keys(series).filter((k) => match(k) && shown(k)).sort(order);
-    if (keys.length) charts.append(chart(title, keys.map((k) => [k, series[k]]), runId, splits));
+    if (keys.length) charts.append(chart(title, keys.map((k) => [k, series[k]]), runId, splits, marks));
   }
-  const extra = h("select", { onchange: (e) => { if (e.target.value) charts.append(chart(e.target.value, [[e.target.value, series[e.target.value]]], runId, splits)); } },
+  const extra = h("select", { onchange: (e) => { if (e.target.value) charts.append(chart(e.target.value, [[e.target.value, series[e.target.value]]], runId, splits, marks)); } },
     h("option", { value: "" }, "add a chart…"), Object.keys(series).sort().map((k) => h("option", { value: k }, k)));
   const problems = metrics.problems.length ? h("p", { class: "error" }, metrics.problems.join("; ")) : null;
   const table = h("div", {});
-  fill(app, head, problems, Object.keys(series).length ? h("div", {}, h("h2", {}, "Curves ", extra), charts) : null,
+  fill(app, head, problems, healthPanel(runId, health), Object.keys(series).length ? h("div", {}, h("h2", {}, "Curves ", extra), charts) : null,
     h("h2", {}, "Episodes"), table);
   await episodeTable(table, runId, info.facets, params);
 }
 
-function chart(title, entries, runId, splits) {
+// The run's alarms (rllm audit): each with its steps (a link to their episodes) and the episodes that show it.
+function healthPanel(runId, health) {
+  if (health.problems.length) return h("div", { class: "card", "data-testid": "health" }, h("h2", {}, "Health"), h("p", { class: "error" }, health.problems.join("; ")));
+  if (health.ok) return h("div", { class: "card", "data-testid": "health" }, h("h2", {}, "Health"), h("span", { class: "pill ok" }, "no alarms"));
+  const item = (a) => h("li", { "data-alarm": a.name },
+    h("b", {}, a.name), " at ",
+    h("a", { href: link(["run", runId], { split: "train", step: a.steps[0] }) }, a.steps.length > 1 ? `steps ${a.steps[0]}-${a.steps[a.steps.length - 1]}` : `step ${a.steps[0]}`),
+    ": " + a.message,
+    a.episodes.length ? h("div", { class: "muted" }, "episodes: ", a.episodes.map((e) => e.line
+      ? h("a", { href: link(["run", runId, "episode", String(e.line)]), "data-line": e.line }, `${e.episode_id} `)
+      : h("span", {}, `${e.episode_id} `))) : null);
+  return h("div", { class: "card alarms", "data-testid": "health" }, h("h2", {}, `Health: ${health.alarms.length} alarm${health.alarms.length > 1 ? "s" : ""}`), h("ul", {}, health.alarms.map(item)));
+}
+
+function chart(title, entries, runId, splits, marks = []) {
   const W = 330, H = 170, L = 44, R = 8, T = 8, B = 20;
   const points = entries.flatMap(([, pts]) => pts.filter((p) => p[1] !== null));
   const box = h("div", { class: "chart", "data-chart": title });
@@ -156,6 +172,11 @@ function chart(title, entries, runId, splits) {
     svg("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#ccd" }),
     svg("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#ccd" }),
     svgText(2, T + 8, fmt(y1)), svgText(2, H - B, fmt(y0)), svgText(L, H - 4, "step " + x0), svgText(W - 50, H - 4, "step " + x1));
+  for (const mark of marks.filter((m) => m.step >= x0 && m.step <= x1)) {  // an alarm's first step: a red rule
+    const rule = svg("line", { x1: X(mark.step), y1: T, x2: X(mark.step), y2: H - B, stroke: "#dc2626", "stroke-dasharray": "3 2", "data-alarm": mark.name });
+    rule.append(svg("title", {}, document.createTextNode(`alarm ${mark.name} from step ${mark.step}`)));
+    g.append(rule);
+  }
   entries.forEach(([key, pts], i) => {
     const color = COLORS[i % COLORS.length];
     const ok = pts.filter((p) => p[1] !== null);
