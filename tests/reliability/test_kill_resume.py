@@ -149,6 +149,20 @@ def test_a_resume_killed_at_its_own_write_points_resumes_bitwise(harness, refere
     assert "replace checkpoints/step_000002" in replaced  # the folder set aside: item 8's two renames, each killed
 
 
+def test_an_async_run_killed_in_flight_in_an_update_or_in_a_save_resumes_bitwise(tmp_path, tiny_model_dir):
+    """`rollout.max_staleness=1`: step k+1's rollouts run while step k's update does. Killed at seeded module calls
+    (inside a rollout in flight or an update, whichever runs then) and at seeded write points of its checkpoints
+    (inside a save), then resumed: the rollout buffer (pending steps saved with the checkpoint, lost ones sampled
+    again from the same weights and seeds), the staleness accounting, the data order and every RNG continue, and
+    the weights, metrics and episodes equal those of a run never killed, bitwise."""
+    argv = ["train", "configs/arithmetic_grpo.yaml", *OVERRIDES, "trainer.total_steps=3", "rollout.max_staleness=1"]
+    in_saves = lambda op: " checkpoints/" in op  # noqa: E731
+    reference, ops, failures = _seeded_kills(tmp_path / "h", tiny_model_dir, argv, 54, (4, in_saves), 4)
+    metrics = [json.loads(line) for line in (tmp_path / "h" / "runs" / "reference" / "metrics.jsonl").open()]
+    assert [m["off_policy/staleness_max"] for m in metrics if "off_policy/staleness_max" in m] == [0, 1, 1]
+    assert not failures, _describe(failures, {f"op{n}": reference["ops"][n - 1] for n in ops})
+
+
 OFFLINE_OVERRIDES = [
     "data.task=arithmetic",
     "data.val_size=2",
@@ -188,29 +202,39 @@ def test_an_sft_or_dpo_run_killed_resumes_bitwise(tmp_path, tiny_model_dir, comm
         f"{command}.epochs=1",
         *OFFLINE_OVERRIDES,
     ]
-    reference_harness = Harness(tmp_path / "h", tiny_model_dir, hash_seed=1, argv=argv)
+    reference, ops, failures = _seeded_kills(tmp_path / "h", tiny_model_dir, argv, 21, (8, lambda op: True), 3)
+    assert not failures, _describe(failures, {f"op{n}": reference["ops"][n - 1] for n in ops})
+
+
+# ---- running and comparing -----------------------------------------------------------------------------------
+
+
+def _seeded_kills(root: Path, model_dir: Path, argv: list[str], seed: int, ops: tuple, calls: int) -> tuple:
+    """A run of `argv` never killed (by a harness of its own), then one run per kill, resumed to the end, compared
+    with it: `ops` = (how many, which) seeded write points among those `which(op)` accepts, and `calls` seeded
+    module calls. (the reference's process, the write points killed at, the failures)."""
+    reference_harness = Harness(root, model_dir, hash_seed=1, argv=argv)
     try:
         (reference,) = reference_harness.run([{"name": "reference", "kills": []}])["reference"]
     finally:
         reference_harness.close()
     assert reference["exit"] == "exit 0", _tail(reference)
-    harness = Harness(tmp_path / "h", tiny_model_dir, hash_seed=2, argv=argv)
+    rng = random.Random(seed)
+    count, which = ops
+    chosen = sorted(rng.sample([n for n, op in enumerate(reference["ops"], start=1) if which(op)], count))
+    moments = sorted(rng.sample(range(1, reference["calls"] + 1), calls))
+    runs = {
+        **{f"op{n}": {"kills": [{"op": n}]} for n in chosen},
+        **{f"call{n}": {"kills": [{"call": n}]} for n in moments},
+    }
+    harness = Harness(root, model_dir, hash_seed=2, argv=argv)
     try:
-        rng = random.Random(21)
-        ops = sorted(rng.sample(range(1, len(reference["ops"]) + 1), 8))
-        calls = sorted(rng.sample(range(1, reference["calls"] + 1), 3))
-        runs = {
-            **{f"op{n}": {"kills": [{"op": n}]} for n in ops},
-            **{f"call{n}": {"kills": [{"call": n}]} for n in calls},
-        }
         failures = _kill_and_compare(harness, runs)
     finally:
         harness.close()
-    _report(f"{command}: write points {ops} of {len(reference['ops'])}, module calls {calls}", len(runs), failures)
-    assert not failures, _describe(failures, {f"op{n}": reference["ops"][n - 1] for n in ops})
-
-
-# ---- running and comparing -----------------------------------------------------------------------------------
+    what = f"{argv[0]} {' '.join(a for a in argv if 'staleness' in a)}".strip()
+    _report(f"{what}: write points {chosen} of {len(reference['ops'])}, module calls {moments}", len(runs), failures)
+    return reference, chosen, failures
 
 
 def _kill_and_compare(harness: Harness, runs: dict[str, dict]) -> dict[str, str]:
@@ -235,10 +259,18 @@ def _differences(expected: Path, actual: Path) -> list[str]:
     if listing != {p.relative_to(actual).as_posix() for p in actual.rglob("*")}:
         theirs = {p.relative_to(actual).as_posix() for p in actual.rglob("*")}
         found.append(f"files: missing {sorted(listing - theirs)}, extra {sorted(theirs - listing)}")
-    for path in sorted((expected / "checkpoints").rglob("*")):
+    timed = set()  # checkpoint files equal but for wall times (an async run's pending episodes hold theirs)
+    for path in sorted((expected / "checkpoints").rglob("*"), key=lambda p: p.name == "manifest.json"):
         other = actual / path.relative_to(expected)
-        if path.is_file() and other.is_file() and path.read_bytes() != other.read_bytes():
-            found.append(f"{path.relative_to(expected)} differs{_state_difference(path, other)}")
+        if not (path.is_file() and other.is_file()) or path.read_bytes() == other.read_bytes():
+            continue
+        if path.name == "manifest.json" and _same_manifest(path, other, timed):
+            continue
+        difference = _state_difference(path, other)
+        if difference is None:
+            timed.add(path.relative_to(path.parent).as_posix())
+            continue
+        found.append(f"{path.relative_to(expected)} differs{difference}")
     for name in ("metrics.jsonl", "episodes.jsonl"):
         mine, theirs = _records(expected / name), _records(actual / name)
         if mine != theirs:
@@ -273,14 +305,29 @@ def _timeless(data):
     return data
 
 
-def _state_difference(expected: Path, actual: Path) -> str:
-    """Where two checkpoint files differ, for the failure message: the first differing key of their states."""
+def _same_manifest(expected: Path, actual: Path, timed: set[str]) -> bool:
+    """Whether two checkpoint manifests differ only in the checksums of files equal but for wall times (`timed`)."""
+
+    def comparable(path):
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest.pop("manifest_sha256", None)
+        manifest["files"] = {name: digest for name, digest in manifest["files"].items() if name not in timed}
+        return manifest
+
+    return comparable(expected) == comparable(actual)
+
+
+def _state_difference(expected: Path, actual: Path) -> str | None:
+    """Where two checkpoint files differ, for the failure message: the first differing key of their states; None
+    when their states are equal but for wall-time measurements (`is_time_metric` keys, and the `seconds` a pending
+    step's rollouts took)."""
     if expected.suffix != ".pt":
         return ""
     import torch
 
     def first(a, b, where):
         if isinstance(a, dict) and isinstance(b, dict):
+            a, b = ({k: v for k, v in _timeless(d).items() if k != "seconds"} for d in (a, b))  # a rollout's time
             if a.keys() != b.keys():
                 return f"{where}: keys {sorted(map(str, a.keys() ^ b.keys()))}"
             return next((d for k in a if (d := first(a[k], b[k], f"{where}.{k}"))), None)
@@ -298,7 +345,8 @@ def _state_difference(expected: Path, actual: Path) -> str:
             return None if np.array_equal(a, b) else where
 
     a, b = (torch.load(p, map_location="cpu", weights_only=False) for p in (expected, actual))
-    return f" (first at {first(a, b, expected.stem) or 'no key: same state, other bytes'})"
+    where = first(a, b, expected.stem)
+    return None if where is None else f" (first at {where})"
 
 
 def _tail(process: dict) -> str:
