@@ -156,8 +156,8 @@ def test_an_async_run_killed_in_flight_in_an_update_or_in_a_save_resumes_bitwise
     again from the same weights and seeds), the staleness accounting, the data order and every RNG continue, and
     the weights, metrics and episodes equal those of a run never killed, bitwise."""
     argv = ["train", "configs/arithmetic_grpo.yaml", *OVERRIDES, "trainer.total_steps=3", "rollout.max_staleness=1"]
-    in_saves = lambda op: " checkpoints/" in op  # noqa: E731
-    reference, ops, failures = _seeded_kills(tmp_path / "h", tiny_model_dir, argv, 54, (4, in_saves), 4)
+    in_saves = (4, lambda op: " checkpoints/" in op)  # 4 of the write points of its checkpoints
+    reference, ops, failures = _seeded_kills(tmp_path / "h", tiny_model_dir, argv, 54, in_saves, 4)
     metrics = [json.loads(line) for line in (tmp_path / "h" / "runs" / "reference" / "metrics.jsonl").open()]
     assert [m["off_policy/staleness_max"] for m in metrics if "off_policy/staleness_max" in m] == [0, 1, 1]
     assert not failures, _describe(failures, {f"op{n}": reference["ops"][n - 1] for n in ops})
