@@ -18,6 +18,8 @@ Choices:
   no write of its own; a run made before this had none: its first resume records the count it chooses).
 - A resume uses the recorded count even when it is more than the cores usable now, or than `OMP_NUM_THREADS` says:
   correctness over speed; one line says so.
+- Asynchronous training (`rollout.max_staleness` > 0) runs its generation and its update at that count each, also
+  while they overlap (the governor shared the cores between them then); what that costs was not measured.
 - Only where `rllm.runtime` enables `fixed_training_threads` (the training commands do, by default): a library
   user's torch threads are the program's business, and `runtime.fixed_training_threads=false` gives bitwise resume
   up for the governor's speed on a busy machine. Then nothing is recorded or held.
