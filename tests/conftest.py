@@ -16,7 +16,9 @@ from tests.support.models import QWEN, SMOLLM2, saved_model_dir
 from tests.support.processes import TEST_PROCESS_MARK
 
 # One torch thread count for the whole suite and the CLIs it starts, whatever else the machine runs: by default rllm
-# follows the machine's load (rllm.cpus), and tests that compare two runs bitwise need the same count in both.
+# follows the machine's load (rllm.cpus; a training run holds one count, but evaluations and library calls do not),
+# and tests that compare two runs bitwise need the same count in both. The reliability tier runs one `rllm train`
+# without it (test_kill_resume.py).
 os.environ.setdefault("OMP_NUM_THREADS", str(usable_cores()))
 # Every process a test starts inherits this test process's mark (tests/support/processes.py says why).
 os.environ[TEST_PROCESS_MARK] = str(os.getpid())

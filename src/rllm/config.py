@@ -797,6 +797,11 @@ class RuntimeConfig(_Section):
     thread_governor: bool = Field(
         True, description="Set torch's threads before each decode step and micro-batch to the cores left free."
     )
+    fixed_training_threads: bool = Field(
+        True,
+        description="Training holds one torch thread count for the whole run (recorded, kept by --resume: bitwise "
+        "resume); false: it follows the load (thread_governor), faster on a busy machine.",
+    )
     fast_chat_templates: bool = Field(
         True, description="Render plain chats with transformers' compiled template directly (private helpers)."
     )

@@ -12,6 +12,15 @@ heavy (no torch): `rllm.inference.model` (the worker's decode steps) and `rllm.t
 micro-batch's forward and backward) apply what it decides, where `rllm.runtime` enables `thread_governor` (the CLI
 does; a library's user opts in): torch's thread count is the whole program's business, so without that rllm leaves
 it as torch or the program set it.
+
+A training run does not follow the load: what its float results depend on stays fixed for the run, and the thread
+count is such a thing (the local model's decode steps and sums over more than 32k elements split their work between
+threads, and moved in the last bits when the count changed: 0 of 13 kill-and-resume write points reproduced the
+uninterrupted run bitwise with the governor, 13 of 13 with 2 fixed threads). So `rllm.training.numerics` picks one
+count when a run starts (`run_threads`), records it in the run directory, reuses it on `--resume`, and holds every
+compute thread at it (`hold_threads`): the governor adapts nothing during training. Nothing else could adapt: torch's
+inter-op pool is sized once, before the first parallel work (`set_num_interop_threads` is refused after it), and an
+eager forward or backward on a CPU does not use it. `rllm eval` and `rllm serve` keep the governor.
 """
 
 from __future__ import annotations
@@ -31,6 +40,9 @@ __all__ = [
     "ThreadGovernor",
     "cgroup_quota_cores",
     "governor",
+    "held_threads",
+    "hold_threads",
+    "run_threads",
     "set_torch_threads",
     "threads_for",
     "usable_cores",
@@ -204,8 +216,10 @@ class ThreadGovernor:
     by thread, so there more threads would buy more CPU; they count as others all the same. Float results may depend on
     the count: SmolLM2-135M's forward and backward gave bitwise the same logits and gradients with 1 and 2 threads,
     but the local model's decode steps (16-row matrix products) did not, nor does a full reduction over more than
-    32k elements, which is split between threads. A run that must repeat bitwise on a machine whose load changes
-    sets `OMP_NUM_THREADS` (or calls `torch.set_num_threads`, which `user_threads` respects)."""
+    32k elements, which is split between threads (on a 2-core Intel Xeon since: the same logits and decode steps,
+    other gradients). So a training run holds one count instead (`hold_threads`, module
+    docstring); anything else that must repeat bitwise on a machine whose load changes sets `OMP_NUM_THREADS` (or
+    calls `torch.set_num_threads`, which `user_threads` respects)."""
 
     def __init__(
         self,
@@ -270,6 +284,7 @@ _GOVERNOR: ThreadGovernor | None = None
 _GOVERNOR_LOCK = threading.Lock()
 _TORCH_DEFAULT: int | None = None  # torch.get_num_threads() when rllm's torch modules loaded
 _CHOSEN = threading.local()  # .count: what set_torch_threads last set on this thread
+_HELD: int | None = None  # a training run's count (hold_threads): every compute thread runs it, the governor idle
 
 
 def governor(torch_default: int | None = None) -> ThreadGovernor:
@@ -295,12 +310,37 @@ def user_threads(current: int) -> int | None:
     return current
 
 
+def run_threads(given: int | None, current: int) -> int:
+    """The intra-op thread count a training run holds from start to end: `given` (`inference.num_threads`), else a
+    count the program set itself (`user_threads(current)`, `current` being `torch.get_num_threads()`), else
+    `OMP_NUM_THREADS`, else every usable core (at most torch's own default, as the governor caps it). The machine's
+    load does not enter: the same machine gives the same count, busy or idle."""
+    return given or user_threads(current) or _env_threads() or governor(current).cores
+
+
+def hold_threads(count: int | None) -> None:
+    """Hold torch's intra-op threads at `count` on every compute thread (a training run's, `run_threads`), on the
+    calling thread at once and on each other one at its next `set_torch_threads()` or `LocalModel` start, whatever
+    the governor or `rllm.runtime` would choose; None lets go (the counts set stay as they are)."""
+    global _HELD
+    _HELD = count
+    if count is not None:
+        set_torch_threads(count)
+
+
+def held_threads() -> int | None:
+    """The count `hold_threads` holds, or None."""
+    return _HELD
+
+
 def set_torch_threads(threads: int | None = None) -> int:
-    """Set torch's intra-op threads on the CALLING thread (with OpenMP the count is per thread) to `threads`, or to
-    the governor's choice unless the program set this thread's count itself (`user_threads`) or `rllm.runtime`
-    does not enable `thread_governor`; returns the count. Only callers that already imported torch call this."""
+    """Set torch's intra-op threads on the CALLING thread (with OpenMP the count is per thread) to `threads`, else to
+    the count a training run holds (`hold_threads`), else to the governor's choice unless the program set this
+    thread's count itself (`user_threads`) or `rllm.runtime` does not enable `thread_governor`; returns the count.
+    Only callers that already imported torch call this."""
     import torch
 
+    threads = threads or _HELD
     current = torch.get_num_threads()
     if threads is None and (not runtime.options().thread_governor or user_threads(current) is not None):
         return current

@@ -1,7 +1,8 @@
 """Durable file operations shared by everything that writes state to disk (model cache, checkpoints): a folder or
 file appears complete in one rename, after its contents were fsynced, or not at all; the cache folder they live
 under (`rllm_home`); JSON that strict parsers read (`dumps_strict`); and what a failed write says about the disk
-(`write_failure_reason`, `free_space`), which `rllm.runs` turns into one line for the user."""
+(`write_failure_reason`, `free_space`; `short_write_error` for torch's zip writer, which says nothing of why), which
+`rllm.runs` turns into one line for the user."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ __all__ = [
     "install_dir_atomically",
     "rllm_home",
     "sha256_of_file",
+    "short_write_error",
     "write_bytes_atomically",
     "write_failure_reason",
     "write_text_atomically",
@@ -132,6 +134,22 @@ _DISK_ERRNOS = {
 # inline_container.cc:672] . unexpected pos 640 vs 534", "PytorchStreamWriter failed writing file data/0", or its
 # C++ stream's "basic_ios::clear: iostream error" (each seen on a full tmpfs)
 _TORCH_WRITE_FAILURES = ("unexpected pos", "PytorchStreamWriter failed", "file write failed", "iostream error")
+
+
+# what a checkpoint file needs beyond its tensors' bytes (zip headers and records, the pickle), rounded well up
+_PICKLE_ROOM = 1 << 20
+
+
+def short_write_error(message: str, path: str | os.PathLike, needed: int) -> Exception:
+    """The error to raise for torch's zip writer coming up short (`message`, its text) while writing about `needed`
+    bytes (its tensors') to `path`. Measured at once, before a clean-up gives space back: ENOSPC where the file system
+    there has less room left than that file needed (the disk filled up: `write_failure_reason` says "no space left
+    on device"), else `message` as torch's RuntimeError (a quota, a file size limit, an I/O error: "torch's
+    checkpoint writer could not write it all")."""
+    free = free_space(path)
+    if free is not None and free < needed + _PICKLE_ROOM:
+        return OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({message})", os.fspath(path))
+    return RuntimeError(message)
 
 
 def write_failure_reason(exc: BaseException) -> str | None:

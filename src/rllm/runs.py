@@ -2,7 +2,7 @@
 
     runs/<name>/
       config.yaml       the resolved config (`rllm.config.dump_config`)
-      manifest.json     kind (eval | train), library versions, seeds, model
+      manifest.json     kind (eval | train), library versions, seeds, model; a training run's numerics
       episodes.jsonl    one record per episode: {"step": int, "split": "train" | "val" | "eval", "episode": {...}},
                         training episodes also "trained": per trajectory, what the update used per step (advantages,
                         trainer log-probs where computed; `rllm.training.batch.trained_steps`), null if not trained
@@ -66,12 +66,14 @@ __all__ = [
     "RunFormatError",
     "RunLog",
     "RunWriteError",
+    "add_to_manifest",
     "create_run_dir",
     "holds_nothing",
     "is_unstarted_train_run",
     "load_metrics",
     "read_episode_records",
     "read_episodes",
+    "read_manifest",
     "versions",
     "view_command",
     "write_json",
@@ -240,9 +242,10 @@ def _is_config_leftover(name: str) -> bool:
     return name.startswith(".config.yaml.tmp-")
 
 
-def write_manifest(run_dir: Path, kind: str, config: Any) -> None:
-    """`manifest.json` (kind, versions, seeds, model) and `config.yaml` of a new run. The config is written
-    atomically, once: a resume reads it back as the run's own (`rllm.training.resume`) and never rewrites it."""
+def write_manifest(run_dir: Path, kind: str, config: Any, numerics: dict[str, Any] | None = None) -> None:
+    """`manifest.json` (kind, versions, seeds, model; a training run's `numerics`, `rllm.training.numerics`) and
+    `config.yaml` of a new run. The config is written atomically, once: a resume reads it back as the run's own
+    (`rllm.training.resume`) and never rewrites it."""
     from rllm.config import dump_config
 
     manifest = {
@@ -252,6 +255,8 @@ def write_manifest(run_dir: Path, kind: str, config: Any) -> None:
         "data_seeds": {"train": config.data.seed, "val": config.data.val_seed},
         "model": config.model.name,
     }
+    if numerics is not None:
+        manifest["numerics"] = numerics
     write_json(run_dir / "manifest.json", manifest)
     with writing(run_dir / "config.yaml", run_dir):
         write_text_atomically(run_dir / "config.yaml", dump_config(config))
@@ -312,6 +317,23 @@ def _episode_record(step: int, split: str, episode: Episode, trained: dict[int, 
     if trained:
         record["trained"] = [trained.get(id(trajectory)) for trajectory in episode.trajectories]
     return record
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any] | None:
+    """`run_dir`'s manifest.json, or None where it is missing or unreadable (a kill may have torn it)."""
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def add_to_manifest(run_dir: Path, key: str, value: Any) -> None:
+    """`key: value` added to an existing run's manifest.json, atomically (the run's only record of it: never torn)."""
+    manifest = {**(read_manifest(run_dir) or {}), key: value}
+    path = run_dir / "manifest.json"
+    with writing(path, run_dir):
+        write_text_atomically(path, dumps_strict(manifest, indent=2, sort_keys=True) + "\n")
 
 
 def write_json(path: str | os.PathLike, data: Any) -> None:

@@ -29,7 +29,8 @@ imports them once (running no torch op, so no thread pool exists to be broken by
 process of a plan. It also loads the plan's tokenizer once (a quarter of a tiny run's time, and no torch op): each
 child gets that copy for its first `load_tokenizer` of the model and loads any later one itself, as a run would.
 Each child sets `torch.set_num_threads(plan["threads"])` (the same in every run, reference included, so that float
-reductions happen in the same order) and writes its output to `logs/<run>.<i>.out`.
+reductions happen in the same order; `"threads": null` leaves the count to rllm, as a user's `rllm train` does) and
+writes its output to `logs/<run>.<i>.out`.
 """
 
 from __future__ import annotations
@@ -235,16 +236,17 @@ def hand_out_preloaded_tokenizers() -> None:
     registry.load_tokenizer = load_tokenizer
 
 
-def child(argv: list[str], run_dir: Path, kill: dict | None, out: Path, threads: int) -> None:
+def child(argv: list[str], run_dir: Path, kill: dict | None, out: Path, threads: int | None) -> None:
     """Runs in the forked child: never returns."""
     rc = 1
     try:
         fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
-        import torch
+        if threads is not None:
+            import torch
 
-        torch.set_num_threads(threads)
+            torch.set_num_threads(threads)
         hand_out_preloaded_tokenizers()
         killer = Killer(run_dir, kill, out.with_suffix(".json"))
         killer.install()

@@ -16,15 +16,19 @@ One reference run is shared; every run is tiny (`rollout.n_parallel=1`, 2 tasks 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from rllm.cpus import ThreadGovernor, usable_cores
 from rllm.training.trainer import is_time_metric
 from tests.support.training import TINY_BATCH
 
@@ -47,12 +51,17 @@ RANDOM_KILLS = 6
 class Harness:
     """A fork server (`kill_harness.py`) for the module's runs, all under one folder. `hash_seed`: its Python's string
     hash seed, which its forked runs share; the reference runs in another interpreter with another seed, so a
-    dependence on set or hash order would show as a difference instead of repeating in every run."""
+    dependence on set or hash order would show as a difference instead of repeating in every run. `threads`: torch's
+    thread count in every run; None leaves it to rllm, with no `OMP_NUM_THREADS` (which the suite sets) either."""
 
-    def __init__(self, root: Path, model_dir: Path, hash_seed: int, argv: list[str] | None = None) -> None:
-        self.root, self.model_dir = root, model_dir
+    def __init__(
+        self, root: Path, model_dir: Path, hash_seed: int, argv: list[str] | None = None, threads: int | None = 1
+    ) -> None:
+        self.root, self.model_dir, self.threads = root, model_dir, threads
         self.argv = argv or ["train", "configs/arithmetic_grpo.yaml", *OVERRIDES]
         env = {**os.environ, "PYTHONHASHSEED": str(hash_seed)}
+        if threads is None:
+            env.pop("OMP_NUM_THREADS", None)
         self.process = subprocess.Popen(
             [sys.executable, str(HARNESS)], cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
@@ -63,7 +72,7 @@ class Harness:
             "runs_root": str(self.root / "runs"),
             "logs": str(self.root / "logs"),
             "jobs": 2,
-            "threads": 1,
+            "threads": self.threads,
             "runs": runs,
         }
         self.process.stdin.write(json.dumps(plan) + "\n")
@@ -161,6 +170,54 @@ def test_an_async_run_killed_in_flight_in_an_update_or_in_a_save_resumes_bitwise
     metrics = [json.loads(line) for line in (tmp_path / "h" / "runs" / "reference" / "metrics.jsonl").open()]
     assert [m["off_policy/staleness_max"] for m in metrics if "off_policy/staleness_max" in m] == [0, 1, 1]
     assert not failures, _describe(failures, {f"op{n}": reference["ops"][n - 1] for n in ops})
+
+
+def test_a_run_with_the_thread_count_left_to_rllm_resumes_bitwise_on_a_busier_machine(tmp_path, tiny_model_dir):
+    """No `OMP_NUM_THREADS` and no count set by the harness: rllm picks torch's threads, as for a user. The run never
+    killed trains on the machine as it is; another is killed just after its first save and resumed (step 2, the
+    final validation and save) beside a process that keeps a core busy, where the thread governor would give it
+    fewer threads. It holds the count its manifest records and ends bitwise equal to the first run. (One kill: the
+    resume that starts over, inside the first save, reads the record the same way, tests/unit/training/test_numerics.py;
+    on 2 busy cores each run here costs 20-60 s.)"""
+    harness = Harness(tmp_path, tiny_model_dir, hash_seed=2, threads=None)
+    try:
+        (reference,) = harness.run([{"name": "reference", "kills": []}])["reference"]
+        assert reference["exit"] == "exit 0", _tail(reference)
+        after_first_save = reference["ops"].index("replace checkpoints/.latest.tmp-PID") + 2
+        runs = {"resumed": {"kills": [{"op": after_first_save}]}}
+        with busy_core():
+            governed = governed_threads()
+            failures = _kill_and_compare(harness, runs)
+    finally:
+        harness.close()
+    _report("the write point after the first save, the thread count left to rllm, beside a busy process", 1, failures)
+    assert not failures, _describe(failures, {})
+    recorded, reference_record = (
+        json.loads((harness.run_dir(name) / "manifest.json").read_text())["numerics"]
+        for name in ("resumed", "reference")
+    )
+    assert recorded == reference_record and 1 <= recorded["torch_threads"] <= usable_cores()
+    # the resume ran another count than the governor would have given it beside the busy process (where there is a
+    # core to spare); a run at 2 threads and one at 1 differ from the first checkpoint on (measured)
+    assert governed < recorded["torch_threads"] or usable_cores() == 1
+
+
+@contextlib.contextmanager
+def busy_core() -> Iterator[None]:
+    """A process that keeps one core busy for the block, in a session of its own (another user's job)."""
+    process = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    try:
+        yield
+    finally:
+        process.kill()
+        process.wait()
+
+
+def governed_threads() -> int:
+    """What the thread governor would choose now, from a fresh reading of the load."""
+    governor = ThreadGovernor(interval=0.0, fixed=0)  # 0: not the OMP_NUM_THREADS the suite sets
+    time.sleep(0.5)
+    return governor.threads()
 
 
 OFFLINE_OVERRIDES = [

@@ -7,11 +7,19 @@ from __future__ import annotations
 import errno
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
 
-from rllm.fsutil import decode_nonfinite, dumps_strict, format_bytes, free_space, write_failure_reason
+from rllm.fsutil import (
+    decode_nonfinite,
+    dumps_strict,
+    format_bytes,
+    free_space,
+    short_write_error,
+    write_failure_reason,
+)
 from rllm.runs import RunLog, RunWriteError, load_metrics, write_json, writing
 
 
@@ -53,6 +61,24 @@ def test_torchs_zip_writer_errors_are_the_disks_and_other_errors_pass_unchanged(
         assert write_failure_reason(error) is None
         with pytest.raises(type(error)), writing(tmp_path / "f", tmp_path):  # a bug keeps its traceback
             raise error
+
+
+def test_torchs_short_write_is_no_space_left_where_the_file_did_not_fit(tmp_path, monkeypatch):
+    """torch's zip writer says only "unexpected pos": measured as it fails, a disk with less room than the file needed
+    is full; with room to spare the failure is something else, and the line says only what is known."""
+    message = "[enforce fail at inline_container.cc:672] . unexpected pos 640 vs 534"
+    roomy = short_write_error(message, tmp_path / "state.pt", needed=1024)
+    assert type(roomy) is RuntimeError and str(roomy) == message
+    assert write_failure_reason(roomy) == "torch's checkpoint writer could not write it all"
+    too_big = short_write_error(message, tmp_path / "state.pt", needed=free_space(tmp_path) + 1)
+    assert isinstance(too_big, OSError) and too_big.errno == errno.ENOSPC and message in str(too_big)
+
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage._replace(free=4096))  # a page left: a full disk
+    full = short_write_error(message, tmp_path / "checkpoints" / "state.pt", needed=1024)
+    with pytest.raises(RunWriteError) as caught, writing(tmp_path / "checkpoints", tmp_path):
+        raise full
+    assert "cannot write" in str(caught.value) and ": no space left on device (4.0 KiB free there)" in str(caught.value)
 
 
 def test_an_eval_run_or_an_unreadable_manifest_is_told_to_run_again(tmp_path):

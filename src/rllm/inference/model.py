@@ -54,7 +54,7 @@ from typing import Any, Self
 import torch
 
 from rllm import runtime
-from rllm.cpus import governor, set_torch_threads, user_threads
+from rllm.cpus import governor, held_threads, set_torch_threads, user_threads
 from rllm.errors import ImageError, InfraError
 from rllm.images import VLM_NEEDED
 from rllm.inference.options import InferenceOptions
@@ -469,10 +469,11 @@ def _text_limits(model: Any) -> tuple[int, int]:
 
 
 def _worker_threads(model: Any, given: int | None) -> tuple[int | None, Any]:
-    """The worker's fixed thread count, and the governor that chooses it each step when none is fixed. Unless given
-    or set by the program on this thread (torch.set_num_threads, OMP_NUM_THREADS), on a CPU the count follows the
-    cores other processes leave free (rllm.cpus), where the program opted in to that (`rllm.runtime`)."""
-    fixed = given or user_threads(torch.get_num_threads())
+    """The worker's fixed thread count, and the governor that chooses it each step when none is fixed. Unless given,
+    held by a training run (`rllm.cpus.hold_threads`: its results must not depend on the load) or set by the program
+    on this thread (torch.set_num_threads, OMP_NUM_THREADS), on a CPU the count follows the cores other processes
+    leave free (rllm.cpus), where the program opted in to that (`rllm.runtime`)."""
+    fixed = given or held_threads() or user_threads(torch.get_num_threads())
     governed = fixed is None and model.device.type == "cpu" and runtime.options().thread_governor
     return fixed, governor() if governed else None
 

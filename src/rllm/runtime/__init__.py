@@ -29,6 +29,11 @@ AMD EPYC; docs/training/speed.md has the details):
 - `thread_governor`: before each decode step and micro-batch, torch's intra-op threads on the computing thread
   follow the cores other processes leave free (`rllm.cpus.ThreadGovernor`); without it torch keeps its own count,
   which on a busy machine ran generation and an update 1.2-2.5x as long.
+- `fixed_training_threads`: a training run (`AgentTrainer`: `rllm train`, `sft`, `dpo`) picks torch's intra-op
+  thread count once, records it in its run directory and holds it for the whole run, `--resume` included, instead
+  of following the load (`rllm.training.numerics`): its results then do not depend on the machine's load, and a
+  killed run resumes bitwise. Off, training follows `thread_governor` like `rllm eval` (faster beside busy
+  neighbours, 1.2-2.5x, but a resumed run then differs from an uninterrupted one in the last bits).
 - `fast_chat_templates`: plain chat messages render through transformers' compiled template directly (its private
   `chat_template_utils` helpers, `rllm.models.chat`), about half the per-call cost of `apply_chat_template`, the
   same text.
@@ -69,6 +74,7 @@ class RuntimeOptions:
     eager_request_writes: bool = True
     packed_linears: bool = True
     thread_governor: bool = True
+    fixed_training_threads: bool = True
     fast_chat_templates: bool = True
     trim_freed_memory: bool = True
 
@@ -85,6 +91,7 @@ OFF = RuntimeOptions(
     eager_request_writes=False,
     packed_linears=False,
     thread_governor=False,
+    fixed_training_threads=False,
     fast_chat_templates=False,
     trim_freed_memory=False,
 )

@@ -27,6 +27,7 @@ from rllm.fsutil import (
     dumps_strict,
     install_dir_atomically,
     sha256_of_file,
+    short_write_error,
     write_failure_reason,
     write_text_atomically,
 )
@@ -109,7 +110,8 @@ def save_torch_file(obj: Any, path: Path) -> None:
     """`torch.save(obj, path)`, releasing the file when it fails. torch's zip writer, failing on a full disk
     ("unexpected pos"), is left holding its open file in the frames of its traceback: the space of the staging
     folder removed after it would stay taken as long as that exception lives (a caller may keep it), and a disk
-    with a file open for writing cannot be remounted read-only. Such an error is raised again without those frames."""
+    with a file open for writing cannot be remounted read-only. Such an error is raised again without those frames:
+    as ENOSPC where the disk has no room left for the file (`rllm.fsutil.short_write_error`), else as torch's."""
     import torch
 
     try:
@@ -118,9 +120,23 @@ def save_torch_file(obj: Any, path: Path) -> None:
     except RuntimeError as exc:
         if write_failure_reason(exc) is None:
             raise  # not a short write: a bug, with its traceback
-        message = str(exc)
+        # torch does not say why: a full disk shows now, before the caller's clean-up gives space back
+        error = short_write_error(str(exc), path, _tensor_bytes(obj))
     gc.collect()  # the writer, unreachable once its traceback is gone (it may sit in a reference cycle), closes
-    raise RuntimeError(message)
+    raise error
+
+
+def _tensor_bytes(obj: Any) -> int:
+    """The bytes of the tensors in `obj` (nested dicts, lists, tuples: a state dict), most of what torch.save writes."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.untyped_storage().nbytes()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(value) for value in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(value) for value in obj)
+    return 0
 
 
 def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:

@@ -65,6 +65,7 @@ from typing import Any
 
 from rllm import runs, runtime
 from rllm.config import ConfigError, TrainConfig, inference_options, override_config
+from rllm.cpus import hold_threads
 from rllm.engine.failures import raise_if_all_failed
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.harnesses import workflow_for_config
@@ -158,6 +159,7 @@ class AgentTrainer:
             if self.rollout_model is not None:
                 await close_model(self.rollout_model)
         finally:
+            hold_threads(None)  # the next run (in this process) chooses its own
             if self.backend is not None:
                 self.backend.close()
 
@@ -278,10 +280,10 @@ class AgentTrainer:
 
     def setup(self) -> None:
         """Build the run's state, in the one order that works: seeds -> task sampler -> run directory, fresh or the
-        resumed one (started over when it was killed before its first checkpoint) -> backend (model, optimizer;
-        verl's workers exchange weights through the run directory) -> resumed state (weights, optimizer, sampler
-        position, RNG, validation history) -> rollout model (after resuming, so a vLLM server starts from the
-        resumed weights) -> engine."""
+        resumed one (started over when it was killed before its first checkpoint), and the torch thread count the
+        run holds (`rllm.training.numerics`) -> backend (model, optimizer; verl's workers exchange weights through
+        the run directory) -> resumed state (weights, optimizer, sampler position, RNG, validation history) ->
+        rollout model (after resuming, so a vLLM server starts from the resumed weights) -> engine."""
         from rllm.training.backends import make_backend
 
         cfg = self.config
@@ -289,6 +291,7 @@ class AgentTrainer:
         self.sampler = TaskSampler(self.train_dataset, cfg.trainer.seed)
         self.step, self.val_history, self.pending_rollouts = 0, [], {}
         checkpoint = self.session.open(self._run_name_parts())
+        hold_threads(self.session.torch_threads)  # before any model runs: its rollouts and updates, one count
         self.backend = make_backend(cfg, self.run_dir, model=self._model, tokenizer=self._tokenizer)
         self.teacher = None
         if cfg.distill.teacher is not None:
