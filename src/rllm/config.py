@@ -13,7 +13,9 @@ Design choices:
   Numbers such as `1e-4` are read as floats (YAML 1.2), not as the string PyYAML's YAML 1.1 rules would give.
 - Every failure is a `ConfigError` naming the full dotted key, the value given and what was expected; unknown keys
   get the closest valid names. Rules that span sections (e.g. GRPO needs a group of at least 2 samples) live in
-  `TrainConfig`'s validator, so a config built in Python is checked the same way as one loaded from a file.
+  `TrainConfig`'s validator, so a config built in Python is checked the same way as one loaded from a file. A key
+  that the chosen backend, rollout server or device would ignore is refused there too, from the declarations of
+  `rllm.support` (those of one command by `check_support`, at the start of `rllm train` and `rllm eval`).
 - Defaults describe the embedded CPU setup: the default embedded model with LoRA, fp32, short rollouts.
 - Importing this module is light (pydantic and pyyaml only); the built-in task registry is consulted lazily.
 """
@@ -906,7 +908,7 @@ class TrainConfig(_Section):
                 f"{self.rollout.max_tokens}: the punishment starts that many tokens before the limit "
                 "(DAPO: 4096 of 20480)"
             )
-        self._check_backend()
+        self._check_support()
         episodes = self.trainer.tasks_per_step * n
         if self.algorithm.mini_batches > episodes:
             raise ValueError(
@@ -915,7 +917,7 @@ class TrainConfig(_Section):
             )
         return self
 
-    def _check_backend(self) -> None:
+    def _check_support(self) -> None:
         # Keys that do nothing on this backend, server or device: rllm.support declares them, for every command.
         refused = refusal(self)
         if refused is not None:

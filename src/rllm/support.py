@@ -21,6 +21,9 @@ Design choices:
 - An entry may refuse one value of a key rather than the key (`algorithm.advantage: gae` on verl: the key itself is
   honoured there): `when` says which values, `value` names them in the message and the table.
 - A key may be a section (`rollout.vllm.*`): every leaf under it is refused there; the message names the leaf set.
+- An entry may also need another key's setting (`condition`): `rollout.vllm.dtype` does nothing once
+  `rollout.vllm.base_url` attaches to a running server. Such entries are few and named in the table; the walk
+  (`tests/unit/test_support.py`) checks backends and servers, not every combination of values.
 - The device is the local rollout model's: `model.device` on the torch backend and in `rllm eval`, the driver's CPU
   on verl (its workers place themselves). Entries for a device apply with `rollout.server: local` only.
 - Out of scope, on purpose, and listed on the docs page: keys `rllm eval` leaves alone because they describe
@@ -69,6 +72,8 @@ class Unsupported:
     # which values are refused (None: any but the default); a str result names the refused key itself
     when: Callable[[Any], bool | str | None] | None = None
     label: str | None = None  # how the docs table names the key, where key=value does not say it
+    # another key's setting the refusal needs: in words (for the message and the table), and its test on the config
+    condition: tuple[str, Callable[[Any], bool]] | None = None
 
     def applies(self, context: dict[str, str | None]) -> bool:
         conditions = {"backend": self.backend, "server": self.server, "device": self.device, "command": self.command}
@@ -84,6 +89,8 @@ class Unsupported:
                 parts.append(f"{key}={' or '.join(values)}")
         if self.device:
             parts.append(f"a local rollout model on {' or '.join(self.device)}")
+        if self.condition:
+            parts.append(self.condition[0])
         return " with ".join(parts) if parts else "any backend or server"
 
 
@@ -152,6 +159,23 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
         "remove it",
         server=("local",),
         device=("cuda",),
+    ),
+    *(
+        Unsupported(
+            f"rollout.vllm.{key}",
+            "rllm attaches to the running server and starts none",
+            "remove it, or start the server with it yourself",
+            server=("vllm",),
+            condition=("rollout.vllm.base_url set", lambda config: config.rollout.vllm.base_url is not None),
+        )
+        for key in ("python", "dtype", "max_model_len", "max_lora_rank", "startup_timeout", "extra_args")
+    ),
+    Unsupported(
+        "rollout.vllm.max_lora_rank",
+        "the server takes LoRA adapters only to hot-load them, with rollout.vllm.sync=lora",
+        "remove it or use rollout.vllm.sync=lora",
+        server=("vllm",),
+        condition=("rollout.vllm.sync=reload or nccl", lambda config: config.rollout.vllm.sync != "lora"),
     ),
     # ------------------------------------------------------------------ rllm eval's model
     Unsupported(
@@ -248,6 +272,12 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
         "it acts with rollout.max_staleness > 0, which runs on the torch backend only",
         _TORCH_ONLY,
         backend=_VERL,
+    ),
+    Unsupported(
+        "rollout.partial_rollouts",
+        "it changes how asynchronous training pushes weights; synchronous training waits for no rollout",
+        "remove it or set rollout.max_staleness >= 1",
+        condition=("rollout.max_staleness=0", lambda config: not config.rollout.max_staleness),
     ),
     *(
         Unsupported(
@@ -384,6 +414,8 @@ def refusal(config: Any, command: str | None = None) -> str | None:
     for entry in UNSUPPORTED:
         if (entry.command is None) != (command is None) or not entry.applies(context):
             continue
+        if entry.condition is not None and not entry.condition[1](config):
+            continue
         for key, value, default in _set_keys(config, entry.key):
             refused = entry.when(value) if entry.when is not None else value != default
             if refused:
@@ -402,6 +434,8 @@ def _actual(entry: Unsupported, context: dict[str, str | None]) -> str:
         parts.append(f"rollout.server={context['server']}")
     if entry.device:
         parts.append(f"a local rollout model on {context['device']}")
+    if entry.condition:
+        parts.append(entry.condition[0])
     return " with ".join(parts) if parts else "rllm"
 
 

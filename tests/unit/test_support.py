@@ -102,7 +102,7 @@ def _refused_on(key: str, path: tuple[str, str | None, str]) -> bool:
             continue
         if entry.device is not None:
             continue  # refused on one device only: the path itself must read it
-        if entry.command not in (None, (command,)) and command not in (entry.command or ()):
+        if entry.command is not None and command not in entry.command:
             continue
         if entry.backend is not None and (backend is None or backend not in entry.backend):
             continue
@@ -142,6 +142,15 @@ def test_the_walk_sees_a_key_read_by_one_backend_only(reads):
     assert not _read_on(reads, "rollout.vllm.sync", ("train", "torch", "local"))
     assert not _read_on(reads, "inference.max_batch_size", ("eval", None, "openai"))  # confined by the if
     assert _read_on(reads, "inference.max_batch_size", ("eval", None, "local"))
+
+
+def test_every_declared_key_is_a_key_of_the_config():
+    sections = {key.rsplit(".", 1)[0] for key in LEAVES if "." in key}
+    for entry in UNSUPPORTED:
+        key = entry.key.removesuffix(".*")
+        assert key in LEAVES if not entry.key.endswith(".*") else key in sections, entry.key
+    for key in (*TRAINING_ONLY, *OTHER_COMMANDS):
+        assert key in LEAVES or any(leaf.startswith(f"{key}.") for leaf in LEAVES), key
 
 
 def test_every_command_section_key_is_read_by_its_command(reads):
@@ -190,14 +199,24 @@ SET_VALUES = {
     "algorithm.value_clip": "algorithm.value_clip=null",
     "optim.critic_lr": "optim.critic_lr=0.001",
     "rollout.vllm.sync": "rollout.vllm.sync=lora",
+    "rollout.vllm.python": "rollout.vllm.python=/opt/vllm/bin/python",
+    "rollout.vllm.dtype": "rollout.vllm.dtype=bfloat16",
+    "rollout.vllm.max_model_len": "rollout.vllm.max_model_len=512",
+    "rollout.vllm.max_lora_rank": "rollout.vllm.max_lora_rank=32",
+    "rollout.vllm.startup_timeout": "rollout.vllm.startup_timeout=5",
+    "rollout.vllm.extra_args": "rollout.vllm.extra_args=[--enforce-eager]",
     "distill.endpoint.timeout": "distill.endpoint.timeout=5",
     "distill.endpoint.max_retries": "distill.endpoint.max_retries=1",
 }
 
 
+# Overrides that make an entry's condition hold (the defaults already do for the others).
+CONDITIONS = {"rollout.vllm.base_url set": ["rollout.vllm.base_url=http://127.0.0.1:8000/v1"]}
+
+
 def _context_overrides(entry) -> list[str]:
-    """Overrides that put a config where `entry` applies (its first backend, server and device)."""
-    out = []
+    """Overrides that put a config where `entry` applies (its first backend, server and device, its condition)."""
+    out = list(CONDITIONS.get(entry.condition[0], [])) if entry.condition else []
     if entry.backend:
         out.append(f"trainer.backend={entry.backend[0]}")
     if entry.server:
@@ -255,6 +274,15 @@ def test_command_refusals_come_at_the_start_of_train_and_eval():
     with pytest.raises(ConfigError, match="rollout.server=openai is set but rllm train does not support it"):
         check_support(endpoint, "train")
     assert context_of(load_config(None, ["trainer.backend=verl"]), "train")["device"] == "cpu"
+
+
+def test_rllm_eval_refuses_before_any_task_model_or_run_directory(tmp_path):
+    from rllm.evaluation import evaluate
+
+    config = load_config(None, ["rollout.server=vllm", "model.init_from=runs/x", f"trainer.run_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match="model.init_from is set but rllm eval with rollout.server=vllm"):
+        evaluate(config)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_every_shipped_config_passes_train_and_eval_checks():
