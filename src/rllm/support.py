@@ -30,8 +30,9 @@ Design choices:
   training (`TRAINING_ONLY`: one config trains and evaluates, so eval does not refuse them), and the sections of
   other commands (`OTHER_COMMANDS`: `sft`, `dpo`, `rft`, read by their own commands; a config may carry them for a
   later `rllm sft`).
-- The module reads the config by attribute only (duck typing on the pydantic models), so `rllm.config` can call it
-  from its validator; it imports nothing heavier than the standard library.
+- The module sits with the small shared modules (docs/architecture.md, layer 18), below `rllm.config`, and reads
+  the config by attribute only (duck typing on the pydantic models), so the config's validator can call it; it
+  imports nothing but the standard library (`import rllm` stays light).
 """
 
 from __future__ import annotations

@@ -10,8 +10,11 @@ names, instance attributes and call arguments, and confines reads under `if cfg.
 `trainer.backend` branches), then each module is mapped to the paths it runs on (`MODULE_PATHS`, below: the torch
 backend's modules run on torch only, verl's on verl only, the vLLM server's on vllm only, evaluation on eval
 only). So a key that someone adds and reads only in `backends/torch.py` fails the walk on verl until it is read
-there or declared. Not counted as taking effect: validation (`rllm/config.py`, `rllm/support.py`), refusals (an
-`if` that raises), and what only records or shows the config (`rllm/runs.py`, `rllm/viewer/`).
+there or declared. The scan is static, not a read tracker around a real run, because the verl and vLLM paths need
+their own environments (and a model) that a unit test does not have. Not counted as taking effect: validation
+(`rllm/config.py`, `rllm/support.py`), refusals (an `if` that raises), and what only records or shows the config
+(`rllm/runs.py`, `rllm/viewer/`). Keys moot because of another key's value (`algorithm.lam` without gae) are outside
+the walk; `rllm.support`'s `condition` entries declare the few that are refused.
 """
 
 from __future__ import annotations
