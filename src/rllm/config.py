@@ -13,7 +13,9 @@ Design choices:
   Numbers such as `1e-4` are read as floats (YAML 1.2), not as the string PyYAML's YAML 1.1 rules would give.
 - Every failure is a `ConfigError` naming the full dotted key, the value given and what was expected; unknown keys
   get the closest valid names. Rules that span sections (e.g. GRPO needs a group of at least 2 samples) live in
-  `TrainConfig`'s validator, so a config built in Python is checked the same way as one loaded from a file.
+  `TrainConfig`'s validator, so a config built in Python is checked the same way as one loaded from a file. A key
+  that the chosen backend, rollout server or device would ignore is refused there too, from the declarations of
+  `rllm.support` (those of one command by `check_support`, at the start of `rllm train` and `rllm eval`).
 - Defaults describe the embedded CPU setup: the default embedded model with LoRA, fp32, short rollouts.
 - Importing this module is light (pydantic and pyyaml only); the built-in task registry is consulted lazily.
 """
@@ -34,6 +36,7 @@ from rllm.errors import RllmError
 from rllm.inference.options import DEFAULT_PREFIX_CACHE_TOKENS, InferenceOptions
 from rllm.models.base import SamplingParams
 from rllm.runtime import RuntimeOptions
+from rllm.support import refusal
 
 __all__ = [
     "AlgorithmConfig",
@@ -53,6 +56,7 @@ __all__ = [
     "TrainConfig",
     "TrainerConfig",
     "VLLMConfig",
+    "check_support",
     "config_help",
     "dump_config",
     "inference_options",
@@ -909,7 +913,7 @@ class TrainConfig(_Section):
                 f"{self.rollout.max_tokens}: the punishment starts that many tokens before the limit "
                 "(DAPO: 4096 of 20480)"
             )
-        self._check_backend()
+        self._check_support()
         episodes = self.trainer.tasks_per_step * n
         if self.algorithm.mini_batches > episodes:
             raise ValueError(
@@ -918,65 +922,19 @@ class TrainConfig(_Section):
             )
         return self
 
-    def _check_backend(self) -> None:
-        trainer = self.trainer
-        if trainer.backend == "torch" and (trainer.nodes, trainer.workers_per_node) != (1, 1):
-            raise ValueError(
-                f"trainer.nodes={trainer.nodes}, trainer.workers_per_node={trainer.workers_per_node}: the "
-                "torch backend runs in one process; set trainer.backend=verl to train on several "
-                "workers"
-            )
-        if self.rollout.dtype is not None and self.rollout.server != "local":
-            raise ValueError(
-                f"rollout.dtype={self.rollout.dtype} sets the local rollout model's dtype; with "
-                f"rollout.server={self.rollout.server} set the server's dtype instead "
-                "(rollout.vllm.dtype) and drop rollout.dtype"
-            )
-        if trainer.backend != "verl":
-            return
-        if self.distill.teacher is not None:
-            raise ValueError(
-                "distill.teacher: on-policy distillation trains on the torch backend only; use trainer.backend=torch"
-            )
-        if self.model.init_from is not None:
-            raise ValueError(
-                "model.init_from seeds the torch backend only: the verl backend's workers load "
-                "model.name; use trainer.backend=torch"
-            )
-        if self.rollout.dtype is not None:
-            raise ValueError(
-                "rollout.dtype: the verl backend's rollouts run on a vLLM server; set "
-                "rollout.vllm.dtype and drop rollout.dtype"
-            )
-        if self.model.device != "cpu":
-            raise ValueError(
-                f"model.device={self.model.device}: the verl backend places its workers itself (one GPU "
-                "per worker where there are GPUs); drop model.device"
-            )
-        off_policy = self.algorithm.off_policy
-        if self.rollout.max_staleness or off_policy.mode == "decoupled" or off_policy.is_level is not None:
-            raise ValueError(
-                "rollout.max_staleness > 0 and algorithm.off_policy corrections (mode=decoupled, "
-                "is_level) train on the torch backend only: the verl backend's workers neither keep "
-                "a separate rollout copy nor take behaviour log-probs yet; use "
-                "trainer.backend=torch"
-            )
-        if self.algorithm.roles_override_policy_loss():
-            raise ValueError(
-                "algorithm.roles.<role>.policy_loss / clip_low / clip_high (a policy loss per role) "
-                "train on the torch backend only: verl's workers do not receive the rows' roles yet; "
-                "use trainer.backend=torch or set them in algorithm for every role"
-            )
-        if self.algorithm.uses_advantage("gae"):
-            raise ValueError(
-                "algorithm.advantage gae (PPO with a critic) trains on the torch backend only: verl's "
-                "separate critic workers are not wired in yet; use trainer.backend=torch or another "
-                "estimator"
-            )
-        if self.rollout.server == "vllm" and self.rollout.vllm.sync == "lora":
-            raise ValueError(
-                "rollout.vllm.sync=lora: the verl backend hands rollouts merged weights; use rollout.vllm.sync=reload"
-            )
+    def _check_support(self) -> None:
+        # Keys that do nothing on this backend, server or device: rllm.support declares them, for every command.
+        refused = refusal(self)
+        if refused is not None:
+            raise ValueError(refused)
+
+
+def check_support(config: TrainConfig, command: Literal["train", "eval"]) -> None:
+    """Refuse, in one line, a key that `command` would ignore with this config's server (`rllm.support`: e.g.
+    `rollout.server=openai` in training, `model.init_from` in an eval on vLLM); called before anything loads."""
+    refused = refusal(config, command)
+    if refused is not None:
+        raise ConfigError(refused)
 
 
 # ---------------------------------------------------------------------------------------------------------- loading

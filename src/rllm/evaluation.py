@@ -31,7 +31,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-from rllm.config import ConfigError, TrainConfig, inference_options
+from rllm.config import ConfigError, TrainConfig, check_support, inference_options
 from rllm.engine.failures import raise_if_all_failed
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.harnesses import workflow_for_config
@@ -60,6 +60,7 @@ async def evaluate_async(
 ) -> tuple[dict[str, Any], Path]:
     """Evaluate `config` (module docstring); `tasks` replaces the generated validation split. Returns the summary
     and the run directory."""
+    check_support(config, "eval")  # a key this eval would ignore: one line before any task or model
     workflow_class, workflow_args = workflow_for_config(
         config, workflow_class=workflow_class, workflow_args=workflow_args
     )
@@ -120,6 +121,7 @@ def _api_key(config: TrainConfig) -> str | None:
 
 def make_eval_model(config: TrainConfig, run_dir: Path) -> Any:
     """The model client `rollout.server` names, for evaluation (module docstring)."""
+    check_support(config, "eval")  # e.g. model.init_from with vLLM: a key this eval would ignore
     rollout = config.rollout
     if rollout.server == "openai":
         from rllm.models.openai import OpenAIClient
@@ -136,11 +138,6 @@ def make_eval_model(config: TrainConfig, run_dir: Path) -> Any:
             max_retries=rollout.openai.max_retries,
         )
     if rollout.server == "vllm":
-        if config.model.init_from:
-            raise ConfigError(
-                "model.init_from: rllm eval serves model.name's folder with vLLM as it is; evaluate "
-                "another run's weights with rollout.server=local"
-            )
         from rllm.models import registry
         from rllm.models.vllm_rollout import VLLMRolloutClient
         from rllm.models.vllm_server import VLLMServer

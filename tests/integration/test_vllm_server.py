@@ -174,6 +174,7 @@ def test_agent_trainer_with_vllm_rollouts(smollm2_tokenizer, tmp_path):
         "trainer.total_steps=2",
         f"trainer.run_dir={tmp_path}",
         "trainer.name=vllm",
+        "rollout.server=vllm",  # rollout.vllm.* is refused with the local server, so the config names it too
         "rollout.vllm.max_model_len=1024",
     ]
     config = load_config("configs/frozenlake_grpo.yaml", overrides)

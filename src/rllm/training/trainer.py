@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from rllm import runs, runtime
-from rllm.config import ConfigError, TrainConfig, inference_options, override_config
+from rllm.config import TrainConfig, check_support, inference_options, override_config
 from rllm.cpus import hold_threads
 from rllm.engine.failures import raise_if_all_failed
 from rllm.engine.workflow_engine import AgentWorkflowEngine
@@ -109,11 +109,7 @@ class AgentTrainer:
         given = {"trainer.backend": backend, "rollout.server": rollout}
         arguments = [f"{key}={value}" for key, value in given.items() if value is not None]
         cfg = override_config(config or TrainConfig(), arguments, "AgentTrainer(backend=..., rollout=...)")
-        if cfg.rollout.server == "openai":
-            raise ConfigError(
-                "rollout.server=openai samples from an endpoint whose weights the trainer cannot update; "
-                "train with rollout.server=local or vllm (openai is for rllm eval)"
-            )
+        check_support(cfg, "train")  # e.g. rollout.server=openai: keys training would ignore, before anything loads
         self.config = cfg
         self.workflow_class, self.workflow_args = workflow_for_config(
             cfg,

@@ -58,14 +58,15 @@ def test_the_inference_section_sets_each_option():
         [
             "inference.max_batch_size=3",
             "inference.prefix_cache_tokens=0",
-            "inference.cuda_graphs=false",
             "inference.packed_linears=false",
             "inference.num_threads=1",
         ],
     )
     assert inference_options(config) == InferenceOptions(
-        max_batch_size=3, prefix_cache_tokens=0, cuda_graphs=False, packed_linears=False, num_threads=1
+        max_batch_size=3, prefix_cache_tokens=0, packed_linears=False, num_threads=1
     )
+    on_gpu = load_config(None, ["model.device=cuda", "inference.cuda_graphs=false"])  # CUDA graphs: GPUs only
+    assert inference_options(on_gpu) == InferenceOptions(max_batch_size=32, cuda_graphs=False)
 
 
 def test_the_inference_section_is_validated():

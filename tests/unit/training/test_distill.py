@@ -169,7 +169,7 @@ def test_rllm_train_distils_with_the_teacher_and_logs_it(teacher_dir, student_di
     AgentTrainer(config=config, progress=False).train()
     steps = [m for m in load_metrics(tmp_path / "distill") if "distill/reverse_kl" in m]
     assert len(steps) == 2 and all(m["distill/reverse_kl"] > 0 and m["loss_tokens"] > 0 for m in steps)
-    with pytest.raises(ConfigError, match="distill.teacher: on-policy distillation trains on the torch backend"):
+    with pytest.raises(ConfigError, match="distill.teacher is set but trainer.backend=verl does not use it"):
         load_config(None, [f"distill.teacher={teacher_dir}", "trainer.backend=verl"])
 
 
