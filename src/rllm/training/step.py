@@ -2,7 +2,8 @@
 
     episodes -> score_episodes (groups, filters, advantages) -> build_rows (exact sampled ids, loss masks)
              -> update (GAE values, distillation, proximal log-probs, the backend's update) -> push_weights
-             -> metrics (logged) -> finite checks
+             -> metrics (logged; `exactness/*`, the token-exactness report's, from the episodes, the rows and the
+                update's `mismatch/*`) -> finite checks
 
 The step knows nothing of run directories, checkpoints or signals (`rllm.training.session`) nor of where its
 rollouts came from (`rllm.training.rollout_source`); `StepState` is everything it reads and the little it carries
@@ -31,6 +32,7 @@ from typing import Any
 from rllm.config import TrainConfig
 from rllm.engine.failures import raise_if_all_failed
 from rllm.errors import RllmError
+from rllm.exactness import step_metrics
 from rllm.metrics import summarize_episodes
 from rllm.runs import RunLog
 from rllm.training.advantages import apply_gae, score_episodes
@@ -104,6 +106,7 @@ async def train_step(state: StepState, rollouts: StepRollouts) -> dict[str, Any]
         "weight_version": version,
         "rollout_weight_version": rollouts.weight_version,
     }
+    metrics.update(step_metrics(episodes, metrics, threshold=cfg.algorithm.off_policy.mismatch_threshold))
     state.log.log(step, metrics)
     if cfg.trainer.log_episodes:
         state.log.log_episodes(step, episodes, "train", trained_steps(batch.trajectories, rows))
