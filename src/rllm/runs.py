@@ -286,8 +286,9 @@ class RunLog:
                 with writing(path, run_dir):
                     _truncate_after(path, resume_step)
             if self.metrics_path.exists():  # the report again from what is kept, so it never names a dropped step
-                for line in load_metrics(run_dir):
-                    self._add_exactness(line["step"], line)
+                kept = [line for line in load_metrics(run_dir) if self._add_exactness(line["step"], line)]
+                if kept or (run_dir / EXACTNESS_FILE).exists():
+                    write_exactness(run_dir, "train", self._exactness)
         self._tb = _tensorboard_writer(run_dir) if tensorboard else None
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
