@@ -40,9 +40,9 @@ def break_kind(render: Render, previous: list[dict], messages: list[dict], conte
     """The cause of a prefix break (module docstring): `previous` are the messages of the previous prompt,
     `context_text` that prompt's text + the reply as sampled (its ids decoded), `reply` the sampled text."""
     n = len(previous)
-    if messages[:n] != previous or len(messages) <= n or messages[n].get("role") != "assistant":
+    stored = messages[n] if len(messages) > n else None
+    if messages[:n] != previous or not isinstance(stored, dict) or stored.get("role") != "assistant":
         return "history"
-    stored = messages[n]
     if not stored.get("tool_calls") and stored.get("content") == reply:
         return "template"  # stored verbatim: whatever printed it otherwise is the template's doing
     try:
@@ -60,7 +60,11 @@ def tool_format_round_trips(tokenizer: Any) -> bool:
     key = (type(tokenizer), template if template is None or isinstance(template, str) else repr(template))
     answer = _round_trips.get(key)
     if answer is None:
-        answer = _round_trips[key] = _probe_round_trip(tokenizer)
+        try:
+            answer = _probe_round_trip(tokenizer)
+        except Exception:  # a template with rules of its own (a required system turn...): it cannot be told, and a
+            answer = True  # count must never fail the rollout it is about
+        _round_trips[key] = answer
     return answer
 
 
@@ -89,7 +93,7 @@ def _printed_calls(tokenizer: Any) -> str | None:
     turn = {"role": "assistant", "content": "", "tool_calls": calls}
     try:
         whole = tokenizer.apply_chat_template([*user, turn], tokenize=False)
-    except Exception:  # a template that does not take structured calls
+    except Exception:  # a template that does not take structured calls: rllm writes them as text
         return None
     if not any(name in whole for name, _ in _PROBE_CALLS):
         return None
