@@ -14,8 +14,9 @@ the validation sampling (`rollout.val_temperature`, seeded by `trainer.seed`), p
   token-in/token-out with the model's own tokenizer;
 - `openai`: any OpenAI-compatible endpoint (`rollout.openai.base_url`, `.model`, `.tokenizer`, `.api_key_env`).
 
-The run directory (`rllm.runs`) holds config.yaml, manifest.json, episodes.jsonl (split "eval") and summary.json
-(`rllm.metrics` vocabulary, plus `wall_time_s`).
+The run directory (`rllm.runs`) holds config.yaml, manifest.json, episodes.jsonl (split "eval"), summary.json
+(`rllm.metrics` vocabulary, plus `wall_time_s`) and exactness.json (the token-exactness report's counts of the
+episodes, `rllm.exactness`: prefix breaks by cause, round trips, re-tokenizations).
 
 Before any rollout, the config's `agent_args`, `env_args` and `workflow_args` are checked against what they go to
 (`rllm.workflows.resolve.check_config_args`) and an `openai` endpoint gets one request (`rllm.models.endpoint`): a
@@ -34,10 +35,11 @@ from typing import Any
 from rllm.config import ConfigError, TrainConfig, check_support, inference_options
 from rllm.engine.failures import raise_if_all_failed
 from rllm.engine.workflow_engine import AgentWorkflowEngine
+from rllm.exactness import episode_counts
 from rllm.harnesses import workflow_for_config
 from rllm.metrics import summarize_episodes
 from rllm.models.base import close_model
-from rllm.runs import RunLog, create_run_dir, holds_nothing, write_json, write_manifest
+from rllm.runs import RunLog, create_run_dir, holds_nothing, write_exactness, write_json, write_manifest
 from rllm.workflows.resolve import check_config_args
 
 __all__ = ["evaluate", "evaluate_async", "make_eval_model"]
@@ -95,6 +97,7 @@ async def evaluate_async(
     summary = {**summarize_episodes(episodes, wall), "wall_time_s": wall}
     RunLog(run_dir).log_episodes(0, episodes, "eval")
     write_json(run_dir / "summary.json", summary)
+    write_exactness(run_dir, "eval", [{"step": 0, **episode_counts(episodes)}])
     raise_if_all_failed(episodes, "this eval", kept_in=str(run_dir / "episodes.jsonl"))
     return summary, run_dir
 

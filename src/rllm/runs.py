@@ -9,6 +9,10 @@
       metrics.jsonl     training: one line per step and per validation ({"step": int, ...metrics}); a step's
                         alarms are its `alarm/<name>` keys (`rllm.health`; `rllm audit` replays them)
       summary.json      eval: the episode summary (`rllm.metrics`)
+      exactness.json    the token-exactness report (`rllm.exactness.report`): per step and in all, prefix breaks by
+                        cause, round-trip and tool-format failures, re-tokenizations, split rows, |logp_train -
+                        logp_sample|, and the problems an audit fails on; train: rewritten (atomically) at every
+                        step from the step's `exactness/*` metrics; eval: written once
       result.json       train: validation before/after and the last step's metrics
       checkpoints/      train: atomic checkpoints (`rllm.training.checkpoint`)
       tensorboard/      train, when enabled
@@ -51,6 +55,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from rllm.errors import RllmError
+from rllm.exactness import PREFIX as EXACTNESS_PREFIX
+from rllm.exactness import REPORT_FILE as EXACTNESS_FILE
+from rllm.exactness import report as exactness_report
 from rllm.fsutil import (
     decode_nonfinite,
     dumps_strict,
@@ -76,6 +83,7 @@ __all__ = [
     "read_manifest",
     "versions",
     "view_command",
+    "write_exactness",
     "write_json",
     "write_manifest",
     "writing",
@@ -97,6 +105,8 @@ _FIRST_FILES = {
     _IMAGES,
 }
 _FIRST_FILES.add("resumes.jsonl")  # what a resume changed (rllm.training.resume), before the first checkpoint too
+_FIRST_FILES.add(EXACTNESS_FILE)  # rewritten at every step, the first one's included
+_ATOMIC_LEFTOVERS = (".config.yaml.tmp-", f".{EXACTNESS_FILE}.tmp-")  # what a kill mid-write of these leaves
 _LOGS = ("metrics.jsonl", "episodes.jsonl")
 
 
@@ -238,8 +248,9 @@ def holds_nothing(path: str | os.PathLike) -> bool:
 
 
 def _is_config_leftover(name: str) -> bool:
-    """The temporary file of a config.yaml write that a kill interrupted (`write_manifest` writes it atomically)."""
-    return name.startswith(".config.yaml.tmp-")
+    """The temporary file of a config.yaml or exactness.json write that a kill interrupted (both are written
+    atomically)."""
+    return name.startswith(_ATOMIC_LEFTOVERS)
 
 
 def write_manifest(run_dir: Path, kind: str, config: Any, numerics: dict[str, Any] | None = None) -> None:
@@ -275,21 +286,35 @@ class RunLog:
         self.episodes_path = run_dir / "episodes.jsonl"
         self.images_dir = run_dir / _IMAGES
         self.run_dir = run_dir
+        self._exactness: list[dict[str, Any]] = []  # the exactness.json series: one entry per step
         if resume_step is not None:
             for path in (self.metrics_path, self.episodes_path):
                 with writing(path, run_dir):
                     _truncate_after(path, resume_step)
+            if self.metrics_path.exists():  # the report again from what is kept, so it never names a dropped step
+                kept = [line for line in load_metrics(run_dir) if self._add_exactness(line["step"], line)]
+                if kept or (run_dir / EXACTNESS_FILE).exists():
+                    write_exactness(run_dir, "train", self._exactness)
         self._tb = _tensorboard_writer(run_dir) if tensorboard else None
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         line = dumps_strict({"step": step, **metrics}, sort_keys=True) + "\n"
         with writing(self.metrics_path, self.run_dir), open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(line)
+        if self._add_exactness(step, metrics):
+            write_exactness(self.run_dir, "train", self._exactness)
         if self._tb is not None:
             for key, value in metrics.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     self._tb.add_scalar(key, value, step)
             self._tb.flush()
+
+    def _add_exactness(self, step: int, metrics: dict[str, Any]) -> bool:
+        """Add the step's `exactness/*` metrics to the report's series; False when it has none (validation, SFT)."""
+        entry = {k[len(EXACTNESS_PREFIX) :]: v for k, v in metrics.items() if k.startswith(EXACTNESS_PREFIX)}
+        if entry:
+            self._exactness.append({"step": step, **entry})
+        return bool(entry)
 
     def log_episodes(
         self, step: int, episodes: Iterable[Episode], split: str, trained: dict[int, list[Any]] | None = None
@@ -348,6 +373,15 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
             with suppress(OSError):  # a read-only disk: the write's own error is the one to report
                 path.unlink(missing_ok=True)
             raise
+
+
+def write_exactness(run_dir: Path, kind: str, steps: list[dict[str, Any]]) -> None:
+    """The run's `exactness.json` (`rllm.exactness.report` of `steps`), replaced atomically: a kill leaves the last
+    step's report or the one before it, never a torn file."""
+    path = Path(run_dir) / EXACTNESS_FILE
+    text = dumps_strict(exactness_report(kind, steps), indent=2, sort_keys=True) + "\n"
+    with writing(path, run_dir):
+        write_text_atomically(path, text)
 
 
 # ---- reading ---------------------------------------------------------------------------------------------------

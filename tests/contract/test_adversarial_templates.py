@@ -223,6 +223,11 @@ def check_trajectory(tokenizer, episode, trajectory, tools, max_response_length:
         context = full + output.completion_ids
         expected_rows[-1]["ids"] = context
     assert episode.metrics["token_mismatch"] == breaks, episode.id
+    # the exactness report's causes partition the breaks, each re-tokenized; an edit of the history is one of them
+    causes = {k: episode.metrics.get(f"exactness/{k}_breaks", 0) for k in ("template", "history")}
+    causes["round_trip"] = episode.metrics.get("exactness/round_trip_failures", 0)
+    assert sum(causes.values()) == breaks == episode.metrics.get("exactness/retokenized", 0), episode.id
+    assert causes["history"] == (episode.task["behaviour"] == "history_edit" and len(trajectory.steps) > 2), episode.id
     advantages = [[1.0] * len(trajectory.steps)]
     rows, stats = build_rows(
         [(episode, trajectory)],

@@ -14,6 +14,10 @@ is rendered in full; if those ids still start with the previous prompt + complet
 (the rows merge), otherwise `mismatches` counts it and training starts a new row: an agent that rewrote history,
 stored a reply that differs from the sample, or a template that prints earlier turns differently once later ones
 exist. `extended` tells which happened to the last prompt, the same rule `training.batch.build_rows` merges by.
+For the token-exactness report (`rllm.exactness`) it also counts each mismatch by its cause (`breaks`: the
+template, the history, or a reply that does not round-trip: `rllm.models.exactness.break_kind`), the prompts
+tokenized again from text after a sampled reply (`retokenized`: 0 on the exact path), and the prompts with tools
+whose template writes calls rllm's parser does not read back (`tool_format_failures`).
 
 Tools with a template that ignores them (SmolLM2-Instruct's prints only role and content, and drops `tools=`
 silently): `describe_ignored_tools` writes the tools into the system message instead, as JSON schemas with the
@@ -28,11 +32,13 @@ from __future__ import annotations
 import functools
 import threading
 import warnings
+from collections import Counter
 from typing import Any
 
 from rllm import runtime
 from rllm.errors import ImageError, RllmError
 from rllm.images import VLM_NEEDED, has_images
+from rllm.models.exactness import break_kind, tool_format_round_trips
 from rllm.types import ModelOutput
 
 __all__ = [
@@ -322,6 +328,9 @@ class ChatRenderer:
         self.tools = tools
         self.vision = vision
         self.mismatches = 0  # prompts that could not extend the previous prompt + completion
+        self.breaks: Counter[str] = Counter()  # the mismatches by cause (`rllm.models.exactness.break_kind`)
+        self.retokenized = 0  # prompts tokenized again from their whole text after a sampled reply
+        self.tool_format_failures = 0  # prompts with tools whose template's calls do not parse back
         self.extended = False  # whether the last prompt extended the previous prompt + completion
         self.images: list[str] = []  # the last prompt's images (data URLs), in the order of their placeholders
         self._context_images: list[str] = []  # the images of the context below
@@ -329,6 +338,8 @@ class ChatRenderer:
         self._pending_ids: list[int] | None = None  # the last prompt, until its output is recorded
         self._context_ids: list[int] | None = None  # last prompt + its sampled completion
         self._context_text: str | None = None  # the same as text: the last prompt's text + the reply as sampled
+        self._messages: list[dict] = []  # the last prompt's messages, to tell why a later one did not extend
+        self._reply = ""  # the last reply's sampled text
 
     def render(self, messages: list[dict]) -> list[int]:
         if self.vision is not None:
@@ -344,12 +355,22 @@ class ChatRenderer:
         else:
             ids = encode_text(self.tokenizer, text)
             self.extended = context is not None and same_images and ids[: len(context)] == context
+            self.retokenized += context is not None  # the sampled reply went back in as text, not as its ids
         self.images = images
         if context is not None and not self.extended:
             self.mismatches += 1
+            self.breaks[break_kind(self._render, self._messages, messages, self._context_text, self._reply)] += 1
+        if self.tools and not tool_format_round_trips(self.vision.processor if self.vision else self.tokenizer):
+            self.tool_format_failures += 1
+        self._messages = list(messages)
         self._text = text
         self._pending_ids = ids
         return ids
+
+    def _render(self, messages: list[dict], add_generation_prompt: bool) -> str:
+        if self.vision is not None:
+            return self.vision.render_text(messages, tools=self.tools, add_generation_prompt=add_generation_prompt)[0]
+        return render_text(self.tokenizer, messages, tools=self.tools, add_generation_prompt=add_generation_prompt)
 
     def record(self, output: ModelOutput) -> None:
         """Remember what was sampled for the last rendered prompt."""
@@ -362,4 +383,5 @@ class ChatRenderer:
         self._context_images = self.images
         # Decoded with special tokens, so a sampled end-of-turn token must be the one the template prints.
         self._context_text = self._text + self.tokenizer.decode(output.completion_ids, skip_special_tokens=False)
+        self._reply = output.text
         self._pending_ids = None

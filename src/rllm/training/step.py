@@ -2,7 +2,8 @@
 
     episodes -> score_episodes (groups, filters, advantages) -> build_rows (exact sampled ids, loss masks)
              -> update (GAE values, distillation, proximal log-probs, the backend's update) -> push_weights
-             -> metrics and alarms (logged) -> finite checks
+             -> metrics (logged; `exactness/*`, the token-exactness report's, from the episodes, the rows and the
+                update's `mismatch/*`) and alarms (`rllm.health`) -> finite checks
 
 The step knows nothing of run directories, checkpoints or signals (`rllm.training.session`) nor of where its
 rollouts came from (`rllm.training.rollout_source`); `StepState` is everything it reads and the little it carries
@@ -32,6 +33,7 @@ from typing import Any
 from rllm.config import TrainConfig
 from rllm.engine.failures import raise_if_all_failed
 from rllm.errors import RllmError
+from rllm.exactness import step_metrics
 from rllm.health import ALARM_PREFIX, HealthMonitor, episode_signals
 from rllm.metrics import summarize_episodes
 from rllm.runs import RunLog
@@ -108,6 +110,7 @@ async def train_step(state: StepState, rollouts: StepRollouts) -> dict[str, Any]
         "rollout_weight_version": rollouts.weight_version,
         **episode_signals(episodes),
     }
+    metrics.update(step_metrics(episodes, metrics, threshold=cfg.algorithm.off_policy.mismatch_threshold))
     metrics.update(raise_alarms(state, step, metrics))
     state.log.log(step, metrics)
     if cfg.trainer.log_episodes:

@@ -21,6 +21,8 @@ import yaml
 
 from rllm.audit import audit_run
 from rllm.errors import RllmError
+from rllm.exactness import REPORT_FILE as EXACTNESS_FILE
+from rllm.exactness import exactness_findings
 from rllm.fsutil import decode_nonfinite
 from rllm.viewer.index import EpisodeIndex
 
@@ -163,6 +165,15 @@ class ViewerRun:
                 torn = not raw.endswith(b"\n") and number == raw.count(b"\n") + 1
                 problems.append(f"metrics.jsonl line {number}: " + ("being written" if torn else "not a record"))
         return lines, problems
+
+    def exactness(self) -> dict[str, Any] | None:
+        """The run's token-exactness report (`exactness.json`, `rllm.exactness`) with its findings recomputed by
+        the rules of this version (a report written by an older one is judged the same way); None without one."""
+        report = _read_json(self.path / EXACTNESS_FILE)
+        if report is None:
+            return None
+        report["problems"] = exactness_findings(report)
+        return report
 
     def series(self) -> dict[str, Any]:
         """Every numeric metric as `[[step, value], ...]`, in step order (train steps and validations apart)."""

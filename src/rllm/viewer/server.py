@@ -2,7 +2,7 @@
 page and its assets from the package (`rllm/viewer/static`: no CDN, no internet) and a small JSON API:
 
     GET /api/runs                          the runs (re-read on every call: runs started since appear)
-    GET /api/run/<id>                      summary, manifest, config, filter values
+    GET /api/run/<id>                      summary, manifest, config, filter values, token-exactness report
     GET /api/run/<id>/metrics              every numeric metric as [[step, value], ...]
     GET /api/run/<id>/health               the run's alarms (`rllm audit`), with the lines of their episodes
     GET /api/run/<id>/episodes?<query>     a page of the episode table (`rllm.viewer.data.query_episodes`)
@@ -87,6 +87,7 @@ class Viewer:
                 "manifest": run.manifest(),
                 "config": config_text,
                 "facets": facets(run.index()),
+                "exactness": run.exactness(),
             }
         if rest == ["metrics"]:
             return run.series()

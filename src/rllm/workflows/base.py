@@ -46,7 +46,15 @@ from rllm.images import encode_pil_images, normalize_images
 from rllm.metrics import role_metrics
 from rllm.models.base import ModelClient, SamplingParams
 from rllm.types import Episode, ModelOutput, TerminationReason, Trajectory
-from rllm.workflows.runtime import Conversation, EnvRunner, TerminationEvent, classify_error, error_site, tag_site
+from rllm.workflows.runtime import (
+    Conversation,
+    EnvRunner,
+    TerminationEvent,
+    classify_error,
+    error_site,
+    exactness_metrics,
+    tag_site,
+)
 
 __all__ = ["Workflow", "WorkflowServices"]
 
@@ -243,6 +251,7 @@ class Workflow:
         episode.metrics = {
             "steps": sum(len(t.steps) for t in trajectories),
             "token_mismatch": sum(c.mismatches for c in conversations),
+            **exactness_metrics(conversations),
             "prompt_tokens": sum(c.first_prompt_length for c in conversations),
             "completion_tokens": sum(c.completion_tokens for c in conversations),
             "response_tokens": sum(c.response_tokens for c in conversations),

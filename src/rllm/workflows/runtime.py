@@ -24,16 +24,25 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import Any
 
 from rllm.errors import InfraError, PolicyError, error_site, tag_site  # re-exported next to classify_error
+from rllm.exactness import EPISODE_KEYS, PREFIX
 from rllm.models.base import ImagePrompt
 from rllm.models.chat import ChatRenderer
 from rllm.types import ModelOutput, TerminationReason
 
-__all__ = ["Conversation", "EnvRunner", "TerminationEvent", "classify_error", "error_site", "tag_site"]
+__all__ = [
+    "Conversation",
+    "EnvRunner",
+    "TerminationEvent",
+    "classify_error",
+    "error_site",
+    "exactness_metrics",
+    "tag_site",
+]
 
 _Reason = TerminationReason
 
@@ -45,6 +54,16 @@ class TerminationEvent(Exception):
         self.reason = TerminationReason(reason)
         self.message = message
         super().__init__(message or self.reason.value)
+
+
+def exactness_metrics(conversations: Iterable[Conversation]) -> dict[str, int]:
+    """An episode's `exactness/<key>` metrics, summed over its conversations; only those not 0, so the metrics of an
+    exact episode are what they were before the report existed."""
+    totals = dict.fromkeys(EPISODE_KEYS, 0)
+    for conversation in conversations:
+        for key, count in conversation.exactness_counts().items():
+            totals[key] += count
+    return {PREFIX + key: count for key, count in totals.items() if count}
 
 
 def classify_error(exc: BaseException, site: str | None = None) -> TerminationReason:
@@ -110,6 +129,19 @@ class Conversation:
     @property
     def mismatches(self) -> int:
         return self.renderer.mismatches if self.renderer is not None else 0
+
+    def exactness_counts(self) -> dict[str, int]:
+        """The renderer's counts for the token-exactness report (`rllm.exactness.EPISODE_KEYS`)."""
+        renderer = self.renderer
+        if renderer is None:
+            return dict.fromkeys(EPISODE_KEYS, 0)
+        return {
+            "template_breaks": renderer.breaks["template"],
+            "history_breaks": renderer.breaks["history"],
+            "round_trip_failures": renderer.breaks["round_trip"],
+            "tool_format_failures": renderer.tool_format_failures,
+            "retokenized": renderer.retokenized,
+        }
 
     def prompt(self, messages: list[dict]) -> tuple[Any, int | None]:
         """(the prompt to send: ids, or the messages when there is no tokenizer; the most tokens the reply may

@@ -4,6 +4,8 @@ on it brings the student's samples closer to the teacher (the reverse KL falls).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -169,6 +171,11 @@ def test_rllm_train_distils_with_the_teacher_and_logs_it(teacher_dir, student_di
     AgentTrainer(config=config, progress=False).train()
     steps = [m for m in load_metrics(tmp_path / "distill") if "distill/reverse_kl" in m]
     assert len(steps) == 2 and all(m["distill/reverse_kl"] > 0 and m["loss_tokens"] > 0 for m in steps)
+    # every training run writes its token-exactness report; the trainer's log-probs are the float32 sampler's
+    report = json.loads((tmp_path / "distill" / "exactness.json").read_text())
+    assert [s["logprob_tokens"] for s in report["steps"]] == [m["batch/loss_tokens"] for m in steps]
+    assert report["totals"]["logprob_abs_diff_max"] < 1e-3 and report["problems"] == []
+    assert report["totals"]["turns"] == 2 * 2 * 2 and report["totals"]["prefix_breaks"] == 0
     with pytest.raises(ConfigError, match="distill.teacher is set but trainer.backend=verl does not use it"):
         load_config(None, [f"distill.teacher={teacher_dir}", "trainer.backend=verl"])
 

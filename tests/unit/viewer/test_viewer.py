@@ -351,3 +351,20 @@ def test_images_are_served_by_their_stored_name_and_linked_from_the_conversation
             connection.close()
     finally:
         server.shutdown()
+
+
+def test_the_run_page_gets_the_exactness_report_judged_by_the_current_rules(lake_run, tmp_path):
+    run, _ = lake_run
+    server = start_server([run.parent], cache_dir=tmp_path / "cache")
+    try:
+        url = server.url + "api/run/lake"
+        assert _get(url)[1]["exactness"] is None  # a run written before the report existed
+        RunLog(run).log(2, {"exactness/turns": 3, "exactness/prefix_breaks": 1, "exactness/template_breaks": 1})
+        report = _get(url)[1]["exactness"]
+        assert report["totals"]["turns"] == 3 and report["problems"] == []
+        stale = {**report, "steps": [{"step": 2, "turns": 3, "round_trip_failures": 1}], "problems": []}
+        write_json(run / "exactness.json", stale)  # problems as an older version judged them: judged again
+        (problem,) = _get(url)[1]["exactness"]["problems"]
+        assert "round trip" in problem and "first at step 2" in problem
+    finally:
+        server.shutdown()

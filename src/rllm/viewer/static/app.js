@@ -138,7 +138,7 @@ async function showRun(runId, params) {
     h("option", { value: "" }, "add a chart…"), Object.keys(series).sort().map((k) => h("option", { value: k }, k)));
   const problems = metrics.problems.length ? h("p", { class: "error" }, metrics.problems.join("; ")) : null;
   const table = h("div", {});
-  fill(app, head, problems, healthPanel(runId, health), Object.keys(series).length ? h("div", {}, h("h2", {}, "Curves ", extra), charts) : null,
+  fill(app, head, problems, healthPanel(runId, health), exactnessView(info.exactness), Object.keys(series).length ? h("div", {}, h("h2", {}, "Curves ", extra), charts) : null,
     h("h2", {}, "Episodes"), table);
   await episodeTable(table, runId, info.facets, params);
 }
@@ -155,6 +155,28 @@ function healthPanel(runId, health) {
       ? h("a", { href: link(["run", runId, "episode", String(e.line)]), "data-line": e.line }, `${e.episode_id} `)
       : h("span", {}, `${e.episode_id} `))) : null);
   return h("div", { class: "card alarms", "data-testid": "health" }, h("h2", {}, `Health: ${health.alarms.length} alarm${health.alarms.length > 1 ? "s" : ""}`), h("ul", {}, health.alarms.map(item)));
+}
+
+// The run's exactness.json (rllm.exactness): its problems (what `rllm audit` fails on), the totals, the per-step series.
+const EXACTNESS_ORDER = ["steps", "turns", "prefix_breaks", "template_breaks", "history_breaks", "round_trip_failures",
+  "tool_format_failures", "retokenized", "outputs_without_ids", "rows_split", "logprob_abs_diff_mean",
+  "logprob_abs_diff_max", "logprob_frac_beyond", "logprob_tokens", "logprob_steps"];
+function exactnessView(report) {
+  if (!report) return null;
+  const totals = report.totals || {};
+  const keys = [...EXACTNESS_ORDER.filter((k) => k in totals), ...Object.keys(totals).filter((k) => !EXACTNESS_ORDER.includes(k))];
+  const problems = report.problems || [];
+  const steps = report.steps || [];
+  const columns = [...new Set(steps.flatMap((step) => Object.keys(step)))];
+  return h("div", { class: "card", "data-testid": "exactness" },
+    h("h2", {}, "Token exactness"),
+    problems.length ? h("ul", { class: "error", "data-testid": "exactness-problems" }, problems.map((p) => h("li", {}, p)))
+      : h("p", { class: "muted", "data-testid": "exactness-problems" }, "no problems"),
+    h("table", { class: "exactness" }, h("tr", {}, keys.map((k) => h("th", {}, k.replaceAll("_", " ")))),
+      h("tr", {}, keys.map((k) => h("td", {}, fmt(totals[k], 4))))),
+    steps.length ? h("details", {}, h("summary", {}, `per step (${steps.length})`),
+      h("table", {}, h("tr", {}, columns.map((k) => h("th", {}, k.replaceAll("_", " ")))),
+        steps.map((step) => h("tr", {}, columns.map((k) => h("td", {}, fmt(step[k], 4))))))) : null);
 }
 
 function chart(title, entries, runId, splits, marks = []) {
