@@ -2,6 +2,7 @@
 
     report = audit_run("runs/train-arithmetic-grpo-...")
     report.ok, report.alarms   # AlarmSpan(name, steps, message, episodes), one per detector and run of steps
+    report.exactness           # the token-exactness report's problems (`rllm.exactness.exactness_findings`)
 
 The rules are `rllm.health`'s, applied to the run's `metrics.jsonl` (training steps, in order) exactly as the
 trainer applied them while it ran. A run written before the trainer logged its episode signals (`health/*`) gets
@@ -13,6 +14,8 @@ Choices:
   steps is one line, not 40.
 - A span links to up to `MAX_LINKS` episodes that show it where the detector has an episode signal (empty or
   repetitive replies, truncation, protected tests); for the others, to the steps (the viewer opens their episodes).
+- The run's `exactness.json` (`rllm.exactness`), where it has one, is judged by the current rules; its problems
+  fail the audit as alarms do.
 - Reading follows `rllm.runs` (a torn last line is skipped, anything else malformed is an error naming the line).
 """
 
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rllm.errors import RllmError
+from rllm.exactness import REPORT_FILE, exactness_findings
 from rllm.health import DETECTORS, Alarm, episode_signals, flagged_episodes, is_train_step, replay
 from rllm.runs import load_metrics, read_episode_records
 
@@ -54,10 +58,11 @@ class AuditReport:
     kind: str
     steps: int
     alarms: list[AlarmSpan]
+    exactness: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.alarms
+        return not self.alarms and not self.exactness
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
@@ -76,7 +81,18 @@ def audit_run(run_dir: str | os.PathLike) -> AuditReport:
     spans = _spans(replay(history))
     for span in spans:
         span.episodes = _links(span, episodes)
-    return AuditReport(str(path), kind, len(history), spans)
+    return AuditReport(str(path), kind, len(history), spans, _exactness_problems(path))
+
+
+def _exactness_problems(path: Path) -> list[str]:
+    file = path / REPORT_FILE
+    if not file.exists():
+        return []
+    try:
+        report = json.loads(file.read_text(encoding="utf-8"))
+    except ValueError:
+        return [f"{file} is not JSON (damaged); the run's steps are in metrics.jsonl"]
+    return exactness_findings(report)
 
 
 def _kind(path: Path) -> str:

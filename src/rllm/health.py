@@ -12,8 +12,8 @@ recomputes them from the logs of any run, older ones included.
 
 Choices:
 - Thresholds sit where the clean runs measured stay well inside them: `make demo` (GRPO on Qwen2.5-Coder-0.5B, 15
-  steps) had entropy 0.17-1.17 nats per token, at most 7 of 8 groups with all-equal rewards, response lengths
-  4.7-6.1 tokens, 8 of 576 replies cut at `max_tokens`, and trainer-sampler log-prob differences of ~2e-6.
+  steps, 2-core Intel Xeon) had entropy 0.17-1.17 nats per token, at most 7 of 8 groups with all-equal rewards,
+  response lengths 4.7-6.1 tokens, 8 of 576 replies cut at `max_tokens`, and log-prob differences of ~2e-6.
 - Rules over a rate hold for `SUSTAIN` steps in a row, so one unlucky batch raises nothing; a spike is relative to
   the median of the steps before it and above an absolute floor, so a metric that is always ~0 never spikes on
   noise; the protected-test rule fires on the first attempt: there is no honest reason to edit a task's tests.

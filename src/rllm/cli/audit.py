@@ -1,4 +1,5 @@
-"""`rllm audit RUN`: a run's alarms for reward hacking and instability (`rllm.audit`, rules in `rllm.health`).
+"""`rllm audit RUN`: a run's alarms for reward hacking and instability (`rllm.audit`, rules in `rllm.health`) and
+the problems of its token-exactness report (`rllm.exactness`).
 
 rllm audit runs/train-arithmetic-grpo-20261202-101500          # one line per alarm; exit 1 on any, 0 when clean
 rllm audit runs/a --json                                       # the report as JSON, for CI
@@ -39,7 +40,10 @@ def run(args: argparse.Namespace) -> int:
         if span.episodes:
             shown = ", ".join(f"{episode} (step {step})" for step, episode in span.episodes)
             print(f"  episodes: {shown}")
-    count = f"{len(report.alarms)} alarm{'s' if len(report.alarms) > 1 else ''}"
-    verdict = "no alarms" if report.ok else f"{count}; see them in rllm view {report.run_dir}"
+    for problem in report.exactness:
+        print(f"token exactness: {problem}")
+    found = [f"{len(report.alarms)} alarm{'s' if len(report.alarms) > 1 else ''}"] if report.alarms else []
+    found += [f"{len(report.exactness)} token-exactness problems"] if report.exactness else []
+    verdict = "no alarms" if report.ok else f"{', '.join(found)}; see them in rllm view {report.run_dir}"
     print(f"rllm audit {report.run_dir}: {report.kind} run, {report.steps} steps, {verdict}", file=sys.stderr)
     return 0 if report.ok else 1

@@ -206,7 +206,7 @@ class ViewerRun:
             }
             for span in report.alarms
         ]
-        return {"alarms": alarms, "ok": report.ok, "problems": []}
+        return {"alarms": alarms, "ok": not alarms, "problems": []}  # exactness problems: the exactness card
 
     # ---- episodes --------------------------------------------------------------------------------------------
 
