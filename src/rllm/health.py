@@ -220,8 +220,8 @@ def reward_without_success(history: Sequence[Metrics]) -> str | None:
         return None
     gained = statistics.fmean(rewards[-SUSTAIN:]) - statistics.fmean(rewards[:SUSTAIN])
     solved = statistics.fmean(success[-SUSTAIN:]) - statistics.fmean(success[:SUSTAIN])
-    if gained < 0.2 or solved > 0.02:
-        return None
+    if gained < 0.2 or solved > 0.02 or statistics.fmean(success[-SUSTAIN:]) >= 0.95:
+        return None  # a success rate at its ceiling cannot rise: a reward above it is not evidence
     return (
         f"mean reward rose by {gained:.3g} while the success rate moved {solved:+.3g}: a part of the reward (format, "
         "length, a judge) pays without correctness; check the reward function and what is_correct measures"
@@ -313,7 +313,8 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "reward_without_success",
-        "mean reward of the last 2 steps 0.2+ above the first 2 steps' while the success rate gained at most 0.02",
+        "mean reward of the last 2 steps 0.2+ above the first 2 steps' while the success rate (under 0.95) gained at "
+        "most 0.02",
         reward_without_success,
     ),
     Detector("no_signal", "90 %+ of the groups with all-equal rewards (or no update) for 3 steps in a row", no_signal),

@@ -34,6 +34,7 @@ FIGURES = {
     "sft_vs_trl.py": r"^ratio [\d.]+",
     "grpo_vs_trl.py": r"^ratio ours/TRL = [\d.]+",
     "memory_floor.py": r"^floor growth: [-+\d.]+ MB per 100 steps",
+    "alarms.py": r"^runs raising what they should: \d+/\d+",
 }
 NOT_SMOKED = {
     "local_vs_vllm.py": "needs vLLM's own venv (make vllm) and minutes to start its server",
@@ -65,6 +66,7 @@ GROUPS = (
         "sft_vs_trl.py",
         "grpo_vs_trl.py",
         "memory_floor.py",
+        "alarms.py",
     ],
 )
 END = re.compile(r"^== (\S+): (ok|FAILED), [\d.]+ s$")

@@ -86,6 +86,12 @@ def test_every_detector_is_tested_and_states_its_rule():
     assert all(detector.rule for detector in DETECTORS)
 
 
+def test_a_reward_rising_over_a_saturated_success_rate_is_no_alarm():
+    # every reply succeeds already (success can rise no further): a reward that keeps rising is no evidence of hacking
+    history = [_step(i + 1, reward_mean=r, success_rate=1.0) for i, r in enumerate([1.2, 1.4, 1.6, 1.8, 2.0])]
+    assert _first(history) == {}
+
+
 def test_a_spike_needs_history_or_the_ceiling():
     # one noisy early value above the floor but below the ceiling is no spike without three steps to compare with
     assert _first([_step(1, approx_kl=0.001), _step(2, approx_kl=0.05)]) == {}
