@@ -75,6 +75,7 @@ __all__ = [
     "RunWriteError",
     "add_to_manifest",
     "create_run_dir",
+    "drop_logs",
     "holds_nothing",
     "is_unstarted_train_run",
     "load_metrics",
@@ -247,6 +248,16 @@ def holds_nothing(path: str | os.PathLike) -> bool:
     return True
 
 
+def drop_logs(run_dir: Path) -> None:
+    """What a run killed before its first checkpoint logged (its logs, its exactness report, the temporary files of
+    interrupted atomic writes), removed so that it starts over; its config.yaml and manifest stay."""
+    for name in ("metrics.jsonl", "episodes.jsonl", EXACTNESS_FILE):
+        (run_dir / name).unlink(missing_ok=True)
+    for leftover in run_dir.iterdir():
+        if _is_config_leftover(leftover.name):
+            leftover.unlink(missing_ok=True)
+
+
 def _is_config_leftover(name: str) -> bool:
     """The temporary file of a config.yaml or exactness.json write that a kill interrupted (both are written
     atomically)."""
@@ -291,6 +302,9 @@ class RunLog:
             for path in (self.metrics_path, self.episodes_path):
                 with writing(path, run_dir):
                     _truncate_after(path, resume_step)
+            for leftover in run_dir.glob(f".{EXACTNESS_FILE}.tmp-*"):  # a kill mid-write of the report left it
+                with writing(leftover, run_dir):
+                    leftover.unlink(missing_ok=True)
             if self.metrics_path.exists():  # the report again from what is kept, so it never names a dropped step
                 kept = [line for line in load_metrics(run_dir) if self._add_exactness(line["step"], line)]
                 if kept or (run_dir / EXACTNESS_FILE).exists():

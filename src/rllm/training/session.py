@@ -159,10 +159,7 @@ class RunSession:
         a run killed before it was written gets it (and the manifest, written just before it) now."""
         self.run_dir = run_dir
         with writing(run_dir, run_dir):
-            for name in ("metrics.jsonl", "episodes.jsonl"):
-                (run_dir / name).unlink(missing_ok=True)
-            for leftover in run_dir.glob(".config.yaml.tmp-*"):
-                leftover.unlink()
+            runs.drop_logs(run_dir)
         if not (run_dir / "config.yaml").exists():
             write_manifest(run_dir, self.run_kind, self.config, manifest_record(self.torch_threads))
 
