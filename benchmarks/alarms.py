@@ -26,12 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from smoke import add_smoke_flag, device_line, tiny_model_folder
-
 from rllm import Step, Trajectory, Workflow
 from rllm.audit import audit_run
 from rllm.config import load_config
 from rllm.training.trainer import AgentTrainer
+from smoke import add_smoke_flag, device_line, tiny_model_folder
 
 MAX_TOKENS = 48
 
