@@ -21,8 +21,10 @@ Choices:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,8 @@ from typing import Any
 from rllm.errors import RllmError
 from rllm.exactness import REPORT_FILE, exactness_findings
 from rllm.health import DETECTORS, Alarm, episode_signals, flagged_episodes, is_train_step, replay
-from rllm.runs import load_metrics, read_episode_records
+from rllm.metrics import summarize_episodes
+from rllm.runs import load_metrics, read_episode_records, read_manifest
 
 __all__ = ["AlarmSpan", "AuditReport", "audit_run"]
 
@@ -76,7 +79,8 @@ def audit_run(run_dir: str | os.PathLike) -> AuditReport:
             f"{path} is not a run directory (no metrics.jsonl or episodes.jsonl); give a run, e.g. runs/<name>"
         )
     kind = _kind(path)
-    episodes = _episodes_by_step(path, "eval" if kind == "eval" else "train")
+    # read only where needed: a run that logged its signals and raised no episode alarm is audited from its metrics
+    episodes = functools.cache(lambda: _episodes_by_step(path, "eval" if kind == "eval" else "train"))
     history = _eval_history(path, episodes) if kind == "eval" else _train_history(path, episodes)
     spans = _spans(replay(history))
     for span in spans:
@@ -96,10 +100,10 @@ def _exactness_problems(path: Path) -> list[str]:
 
 
 def _kind(path: Path) -> str:
-    try:
-        return str(json.loads((path / "manifest.json").read_text(encoding="utf-8")).get("kind", "train"))
-    except (OSError, ValueError, AttributeError):
+    manifest = read_manifest(path)
+    if manifest is None:
         return "eval" if (path / "summary.json").exists() else "train"
+    return str(manifest.get("kind", "train"))
 
 
 def _episodes_by_step(path: Path, split: str) -> dict[int, list]:
@@ -110,19 +114,20 @@ def _episodes_by_step(path: Path, split: str) -> dict[int, list]:
     return by_step
 
 
-def _train_history(path: Path, episodes: dict[int, list]) -> list[dict[str, Any]]:
+def _train_history(path: Path, episodes: Callable[[], dict[int, list]]) -> list[dict[str, Any]]:
     history = [m for m in load_metrics(path) if is_train_step(m)] if (path / "metrics.jsonl").exists() else []
     for metrics in history:
-        logged = episodes.get(metrics["step"])
-        if logged and not any(key.startswith("health/") for key in metrics):  # a run from before the signals
+        if any(key.startswith("health/") for key in metrics):
+            continue
+        logged = episodes().get(metrics["step"])  # a run from before the signals: they come from its episodes
+        if logged:
             metrics.update(episode_signals(logged))
     return history
 
 
-def _eval_history(path: Path, episodes: dict[int, list]) -> list[dict[str, Any]]:
-    from rllm.metrics import summarize_episodes
-
-    logged = [episode for step in sorted(episodes) for episode in episodes[step]]
+def _eval_history(path: Path, episodes: Callable[[], dict[int, list]]) -> list[dict[str, Any]]:
+    by_step = episodes()
+    logged = [episode for step in sorted(by_step) for episode in by_step[step]]
     if not logged:
         return []
     return [{"step": 0, **summarize_episodes(logged), **episode_signals(logged)}]
@@ -142,10 +147,12 @@ def _spans(alarms: list[Alarm]) -> list[AlarmSpan]:
     return spans
 
 
-def _links(span: AlarmSpan, episodes: dict[int, list]) -> list[tuple[int, str]]:
-    found = []
+def _links(span: AlarmSpan, episodes: Callable[[], dict[int, list]]) -> list[tuple[int, str]]:
+    detector, found = _BY_NAME[span.name], []
+    if detector.signal is None:  # a rule over step metrics only: no episode shows it more than another
+        return found
     for step in span.steps:
-        for episode in flagged_episodes(_BY_NAME[span.name], episodes.get(step, [])):
+        for episode in flagged_episodes(detector, episodes().get(step, [])):
             found.append((step, episode.id))
             if len(found) == MAX_LINKS:
                 return found

@@ -253,6 +253,11 @@ def drop_logs(run_dir: Path) -> None:
     interrupted atomic writes), removed so that it starts over; its config.yaml and manifest stay."""
     for name in ("metrics.jsonl", "episodes.jsonl", EXACTNESS_FILE):
         (run_dir / name).unlink(missing_ok=True)
+    _remove_leftovers(run_dir)
+
+
+def _remove_leftovers(run_dir: Path) -> None:
+    """The temporary files of atomic writes a kill interrupted (`_is_config_leftover`)."""
     for leftover in run_dir.iterdir():
         if _is_config_leftover(leftover.name):
             leftover.unlink(missing_ok=True)
@@ -302,9 +307,8 @@ class RunLog:
             for path in (self.metrics_path, self.episodes_path):
                 with writing(path, run_dir):
                     _truncate_after(path, resume_step)
-            for leftover in run_dir.glob(f".{EXACTNESS_FILE}.tmp-*"):  # a kill mid-write of the report left it
-                with writing(leftover, run_dir):
-                    leftover.unlink(missing_ok=True)
+            with writing(run_dir, run_dir):
+                _remove_leftovers(run_dir)  # a kill mid-write of the report left its temporary file
             if self.metrics_path.exists():  # the report again from what is kept, so it never names a dropped step
                 kept = [line for line in load_metrics(run_dir) if self._add_exactness(line["step"], line)]
                 if kept or (run_dir / EXACTNESS_FILE).exists():

@@ -27,7 +27,7 @@ import asyncio
 import sys
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rllm.config import TrainConfig
@@ -60,7 +60,7 @@ class StepState:
     rollout_model: Any
     log: RunLog
     source: SyncRollouts | RolloutPipeline  # whether the update overlaps rollouts; when the push may happen
-    health: HealthMonitor | None = None  # the alarms' rules over the run's steps so far (rllm.health)
+    health: HealthMonitor = field(default_factory=HealthMonitor)  # the alarms' rules over the steps so far
     teacher: Any = None  # on-policy distillation's teacher (distill.teacher)
     nonfinite_streak: int = 0
     signal_checked: bool = False  # the first step trained warns when nothing has a learning signal
@@ -122,8 +122,6 @@ async def train_step(state: StepState, rollouts: StepRollouts) -> dict[str, Any]
 
 def raise_alarms(state: StepState, step: int, metrics: dict[str, Any]) -> dict[str, float]:
     """`alarm/<name>` = 1 for each alarm of this step (`rllm.health`); one console line for each that starts here."""
-    if state.health is None:
-        state.health = HealthMonitor()
     alarms, started = state.health.observe(metrics)
     for alarm in started:
         print(f"step {step}: alarm {alarm.name}: {alarm.message}", file=sys.stderr, flush=True)
