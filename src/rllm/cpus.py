@@ -21,6 +21,11 @@ count when a run starts (`run_threads`), records it in the run directory, reuses
 compute thread at it (`hold_threads`): the governor adapts nothing during training. Nothing else could adapt: torch's
 inter-op pool is sized once, before the first parallel work (`set_num_interop_threads` is refused after it), and an
 eager forward or backward on a CPU does not use it. `rllm eval` and `rllm serve` keep the governor.
+
+`cpu_model()` and `cpu_extensions()` name the machine: its model and the vector and matrix extensions the kernels
+depend on (avx2, avx512f, avx512_bf16, amx_bf16, amx_tile). Benchmarks print both, and the packed linears' choice of
+kernel is cached per model and extensions (`rllm.inference.kernels`): an AMD EPYC and an Intel Xeon with the same
+torch choose differently.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import platform
 import threading
 import time
 from collections.abc import Iterator
@@ -39,6 +45,9 @@ __all__ = [
     "OthersLoad",
     "ThreadGovernor",
     "cgroup_quota_cores",
+    "cpu_extensions",
+    "cpu_model",
+    "describe_cpu",
     "governor",
     "held_threads",
     "hold_threads",
@@ -50,7 +59,39 @@ __all__ = [
 ]
 
 _PROC_CGROUP = Path("/proc/self/cgroup")
+_PROC_CPUINFO = Path("/proc/cpuinfo")
+# The vector and matrix extensions torch's CPU kernels (MKL, oneDNN) choose their code by, in /proc/cpuinfo's spelling.
+KERNEL_EXTENSIONS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cpu_model(*, cpuinfo: Path = _PROC_CPUINFO) -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo; elsewhere what `platform` knows)."""
+    return _cpuinfo_field("model name", cpuinfo) or platform.processor() or platform.machine()
+
+
+def cpu_extensions(*, cpuinfo: Path = _PROC_CPUINFO) -> tuple[str, ...]:
+    """Which of `KERNEL_EXTENSIONS` the CPU has, in that order (none where /proc/cpuinfo cannot be read)."""
+    flags = set((_cpuinfo_field("flags", cpuinfo) or "").split())
+    return tuple(extension for extension in KERNEL_EXTENSIONS if extension in flags)
+
+
+def describe_cpu(*, cpuinfo: Path = _PROC_CPUINFO) -> str:
+    """The model and its extensions in one phrase, as benchmarks print it: "AMD EPYC 7B13 (avx2)"."""
+    return f"{cpu_model(cpuinfo=cpuinfo)} ({', '.join(cpu_extensions(cpuinfo=cpuinfo)) or 'no avx2'})"
+
+
+def _cpuinfo_field(name: str, cpuinfo: Path) -> str | None:
+    """The first processor's `name` field in /proc/cpuinfo."""
+    try:
+        with open(cpuinfo, encoding="utf-8") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                if key.strip() == name:
+                    return value.strip()
+    except OSError:
+        pass
+    return None
 
 
 def usable_cores(*, proc_cgroup: Path = _PROC_CGROUP, cgroup_root: Path = _CGROUP_ROOT) -> int:

@@ -54,6 +54,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rllm import cpus
 from rllm.errors import RllmError
 from rllm.exactness import PREFIX as EXACTNESS_PREFIX
 from rllm.exactness import REPORT_FILE as EXACTNESS_FILE
@@ -185,15 +186,8 @@ def create_run_dir(root: str | os.PathLike, name: str | None, *parts: str) -> Pa
 
 
 def cpu_model() -> str:
-    """The CPU's model name (Linux's /proc/cpuinfo; elsewhere what `platform` knows): benchmarks name their machine."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The CPU's model name (`rllm.cpus.cpu_model`): benchmarks name their machine."""
+    return cpus.cpu_model()
 
 
 def versions() -> dict[str, str]:

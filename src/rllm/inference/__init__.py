@@ -3,8 +3,9 @@ settings, `InferenceOptions`.
 
 Its internals, each a module: the decode loop (`scheduler`), the K/V cache and prefix store (`cache`), the state of
 each running row (`rows`), CUDA graphs of decode steps (`graphs`), sampling and log-probs (`sampling`), the output
-layer on the rows that need it (`lm_head`) and the packed oneDNN linear layers (`packed_linears`, which the torch
-training backend shares). `LocalModel` loads on first use: importing this package imports no torch.
+layer on the rows that need it (`lm_head`), the packed oneDNN linear layers (`packed_linears`, which the torch
+training backend shares) and the choice, measured per machine, of which linear shapes run packed (`kernels`).
+`LocalModel` loads on first use: importing this package imports no torch.
 """
 
 from __future__ import annotations

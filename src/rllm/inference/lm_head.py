@@ -7,8 +7,8 @@ CPU: with a large vocabulary and few rows (a decode step) one `[rows, hidden] x 
 whole weight per output tile and runs at a third of the machine's matmul rate, while 1024-row slices stay in cache
 (measured with MKL on a 2-core AVX2 EPYC: SmolLM2's 49,152 x 576 head at 32 rows, 48 ms -> 31 ms). Every logit is
 the same dot product over the hidden dimension either way, so the result is bitwise identical (a test checks it).
-While a `rllm.inference.packed_linears.PackedLinears` is active the layer runs whole, through oneDNN with its weight
-packed once (faster still).
+While a `rllm.inference.packed_linears.PackedLinears` is active and chose packing for the layer's shape on this
+machine, the layer runs whole, through oneDNN with its weight packed once (faster still, where it was chosen).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rllm.inference.packed_linears import linear, packed_linears_active
+from rllm.inference.packed_linears import linear, runs_packed
 
 __all__ = ["backbone_and_head", "output_logits"]
 
@@ -47,7 +47,7 @@ def output_logits(head: nn.Module, hidden: Tensor) -> Tensor:
     weight = getattr(head, "weight", None)
     if type(head) is not nn.Linear or head.bias is not None or hidden.device.type != "cpu" or hidden.dim() != 2:
         return head(hidden)
-    if packed_linears_active():  # oneDNN with the weight packed once needs no slices
+    if runs_packed(hidden, weight):  # oneDNN with the weight packed once needs no slices
         return linear(hidden, weight)
     if weight.shape[0] <= _HEAD_SLICE_ROWS:
         return F.linear(hidden, weight)

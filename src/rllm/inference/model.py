@@ -57,6 +57,7 @@ from rllm import runtime
 from rllm.cpus import governor, held_threads, set_torch_threads, user_threads
 from rllm.errors import ImageError, InfraError
 from rllm.images import VLM_NEEDED
+from rllm.inference.kernels import KernelChoice
 from rllm.inference.options import InferenceOptions
 from rllm.inference.packed_linears import PackedLinears, packed_linears_available
 from rllm.inference.sampling import RowSampler, draw_uniforms
@@ -413,6 +414,11 @@ class LocalModel:
     def packed_linears(self) -> bool:
         """The worker runs the linear layers through oneDNN with packed weights (`rllm.inference.packed_linears`)."""
         return self._linears is not None
+
+    @property
+    def kernels(self) -> KernelChoice | None:
+        """Which path (packed oneDNN or torch's default) each linear shape runs, where packed linears are on."""
+        return self._linears.kernels if self._linears is not None else None
 
     @property
     def stats(self) -> dict[str, int]:

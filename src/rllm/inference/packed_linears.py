@@ -1,4 +1,4 @@
-"""fp32 linear layers on a CPU through oneDNN, each weight packed once: the inference path of `LocalModel`.
+"""fp32 linear layers on a CPU through oneDNN, each weight packed once, where that is faster on this machine.
 
 torch runs an fp32 `F.linear` on a CPU as an MKL sgemm. On the 2-core AMD EPYC this project is measured on, that ran
 the model's linear shapes at 180-220 GFLOP/s; oneDNN, with the weight reordered once into its blocked layout, ran
@@ -9,6 +9,12 @@ SmolLM2-135M's shapes, `torch.ops.mkldnn._linear_pointwise` against `F.linear`:
 |---|---|---|
 | 32 (a decode step) | 0.37 -> 0.16 ms (2.3x) | 20.9 -> 5.8 ms (3.6x) |
 | 1,536 (a prefill) | 12.8 -> 5.6 ms (2.3x) | - |
+
+That gain is not every CPU's: on a 2-core Intel Xeon (avx512, AMX) MKL ran the same shapes about as fast, and a
+packed copy costs the weight's size again in memory. So `PackedLinears.install` chooses, per weight shape and for
+decode and prefill row counts, between packed oneDNN and torch's default by timing both on this machine once
+(`rllm.inference.kernels`: the rules, the cache in `$RLLM_HOME/kernels.json`), and packs only the shapes that chose
+packing.
 
 `PackedLinears.install(model)` routes the model's `nn.Linear` modules (peft's LoRA layers included: their base and
 adapter layers are `nn.Linear`s) through `linear`, which runs packed only on a thread inside `with packed_linears:`
@@ -45,6 +51,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Any
@@ -54,6 +61,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rllm import runtime
+from rllm.inference.kernels import DEFAULT, PACKED, ROUNDS, TIMED_DIM, KernelChoice, LinearShape
 
 __all__ = [
     "PackedLinears",
@@ -63,6 +71,8 @@ __all__ = [
     "packed_linears_active",
     "packed_linears_available",
     "padded_rows",
+    "runs_packed",
+    "time_paths",
 ]
 
 _thread = threading.local()  # .packer: the PackedLinears active on this thread
@@ -79,6 +89,14 @@ def packed_linears_active() -> bool:
     return getattr(_thread, "packer", None) is not None
 
 
+def runs_packed(x: Tensor, weight: Tensor) -> bool:
+    """`linear(x, weight)` would run packed here: a `PackedLinears` is active on this thread and chose packing for
+    this shape at `x`'s row count (the output layer takes torch's sliced path otherwise, `rllm.inference.lm_head`)."""
+    packer = getattr(_thread, "packer", None)
+    rows = x.numel() // max(x.shape[-1], 1)
+    return packer is not None and packer.kernels.path(LinearShape(*weight.shape), rows) == PACKED
+
+
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """`F.linear`, packed when a `PackedLinears` is active on this thread and the call is one oneDNN packs: outside
     autograd, or with a frozen weight (LoRA's base layers: the gradient flows to the input only)."""
@@ -87,6 +105,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         return F.linear(x, weight, bias)
     if not torch.is_grad_enabled() or not (x.requires_grad or (bias is not None and bias.requires_grad)):
         return packer.run(x, weight, bias)
+    if not packer.packs_forward_or_backward(weight, x.numel() // x.shape[-1]):
+        return F.linear(x, weight, bias)  # torch's autograd both ways: the same results, no Python backward
     return _FrozenWeightLinear.apply(x, weight, bias, packer)
 
 
@@ -94,7 +114,9 @@ class PackedLinears:
     """Packed weights, and the switch that makes `linear` use them on the entering thread. See the module
     docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, kernels: KernelChoice | None = None) -> None:
+        """`kernels`: which path each shape runs; measured on this machine (or read from the cache) when None."""
+        self.kernels = kernels if kernels is not None else KernelChoice(timer=time_paths)
         self._packed: dict[tuple[int, bool], tuple[weakref.ref, tuple[int, int], Tensor]] = {}
         self.calls = 0  # linears that ran packed (tests and benchmarks read it)
         self.packs = 0  # weights packed, repacks included
@@ -105,14 +127,17 @@ class PackedLinears:
         The routing is per module instance, does nothing unless a `PackedLinears` is active on the calling thread,
         and is not kept by a copy or a pickle (`torch.save`): those hold plain `nn.Linear` forwards, loadable
         without rllm."""
-        routed = 0
+        routed, shapes = 0, set()
         for module in model.modules():
             if isinstance(module, nn.Linear):
                 own = vars(module).get("forward")
                 plain = own is None or (isinstance(own, functools.partial) and own.func is nn.Linear.forward)
                 if type(module).forward is nn.Linear.forward and plain:  # a subclass's or a user's forward: left
                     module.forward = _RoutedForward(module)
-                routed += isinstance(vars(module).get("forward"), _RoutedForward)
+                if isinstance(vars(module).get("forward"), _RoutedForward):
+                    routed += 1
+                    shapes.update(_shapes_of(module.weight))
+        self.kernels.add(shapes)  # chosen now, at load, rather than inside the first forward
         return routed
 
     def __enter__(self) -> PackedLinears:
@@ -127,7 +152,14 @@ class PackedLinears:
         if not _thread.depth:
             _thread.packer = None
 
+    def packs_forward_or_backward(self, weight: Tensor, rows: int) -> bool:
+        """A frozen `weight`'s linear at `rows` rows runs packed forward, or its input gradient backward."""
+        shapes = (LinearShape(*weight.shape), LinearShape(*weight.shape, transposed=True))
+        return any(self.kernels.path(shape, rows) == PACKED for shape in shapes)
+
     def run(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        if self.kernels.path(LinearShape(*weight.shape), x.numel() // x.shape[-1]) != PACKED:
+            return F.linear(x, weight, bias)
         packed = self._weight(weight)
         if packed is None:
             return F.linear(x, weight, bias)
@@ -136,6 +168,8 @@ class PackedLinears:
 
     def run_transposed(self, grad: Tensor, weight: Tensor) -> Tensor:
         """`grad @ weight`: the input's gradient of a linear layer, as a packed linear with `weight.T`."""
+        if self.kernels.path(LinearShape(*weight.shape, transposed=True), grad.numel() // grad.shape[-1]) != PACKED:
+            return grad @ weight
         packed = self._weight(weight, transposed=True)
         if packed is None:
             return grad @ weight
@@ -193,6 +227,53 @@ class _RoutedForward:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return functools.partial, (nn.Linear.forward, self.module)
+
+
+def _shapes_of(weight: Tensor) -> list[LinearShape]:
+    """The shapes a routed weight runs as: its own and, frozen (LoRA's base), its input gradient's."""
+    if weight.dtype != torch.float32 or weight.dim() != 2:
+        return []
+    shape = LinearShape(*weight.shape)
+    return [shape] if weight.requires_grad else [shape, LinearShape(*weight.shape, transposed=True)]
+
+
+def time_paths(shape: LinearShape, rows: int) -> dict[str, float]:
+    """The least time of `ROUNDS` runs of one linear of `shape` at `rows` rows on each path, the paths interleaved
+    (`rllm.inference.kernels`' real timer). Random weights from a private generator: the program's RNG is untouched.
+    A dimension over `TIMED_DIM` is timed on a slice of it. Timed on one thread (restored after): beside other busy
+    processes a multi-threaded kernel's time is its threads' waits for each other (a 0.06 ms linear took 4-16 ms on
+    2 threads of a loaded 2-core Xeon, 0.06 ms on one), and both paths split a linear's rows between threads alike."""
+    out_features, in_features = min(shape.out_features, TIMED_DIM), min(shape.in_features, TIMED_DIM)
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(out_features, in_features, generator=generator)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _least_times(shape, rows, weight, generator)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _least_times(shape: LinearShape, rows: int, weight: Tensor, generator: torch.Generator) -> dict[str, float]:
+    out_features, in_features = weight.shape
+    with torch.no_grad():
+        if shape.transposed:  # the input gradient: grad [rows, out] @ weight [out, in]
+            x = torch.randn(rows, out_features, generator=generator)
+            packed = _onednn_pack(weight.t().contiguous())
+            runs = {DEFAULT: lambda: x @ weight, PACKED: lambda: _onednn_linear(x, packed)}
+        else:
+            x = torch.randn(rows, in_features, generator=generator)
+            packed = _onednn_pack(weight)
+            runs = {DEFAULT: lambda: F.linear(x, weight), PACKED: lambda: _onednn_linear(x, packed)}
+        best = dict.fromkeys(runs, float("inf"))
+        for run in runs.values():  # a first run pays for oneDNN's primitive and MKL's buffers
+            run()
+        for _ in range(ROUNDS):
+            for path, run in runs.items():
+                start = time.perf_counter()
+                run()
+                best[path] = min(best[path], time.perf_counter() - start)
+    return best
 
 
 def padded_rows(rows: int) -> int:

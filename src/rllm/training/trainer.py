@@ -70,9 +70,10 @@ from rllm.engine.failures import raise_if_all_failed
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.harnesses import workflow_for_config
 from rllm.health import ALARM_PREFIX, HealthMonitor
+from rllm.inference.kernels import KernelChoice
 from rllm.metrics import summarize_episodes
 from rllm.models.base import close_model
-from rllm.runs import RunLog, view_command, write_json
+from rllm.runs import RunLog, add_to_manifest, view_command, write_json
 from rllm.training.distill import make_teacher
 from rllm.training.rollout_source import StepRollouts, TaskSampler, make_rollout_source, sample_rollouts
 from rllm.training.session import RunSession, StoppedBySignal, rng_state, seed_everything, set_rng_state
@@ -299,12 +300,21 @@ class AgentTrainer:
             )
         resumed_version = self._resume(checkpoint) if checkpoint is not None else None
         self.rollout_model = self._make_rollout_model(resumed_version)
+        self._record_kernels()
         self.engine = AgentWorkflowEngine(
             workflow_class=self.workflow_class,
             workflow_args=self.workflow_args,
             model=self.rollout_model,
             **cfg.rollout.engine_kwargs(),
         )
+
+    def _record_kernels(self) -> None:
+        """The linear layers' kernel choice (`rllm.inference.kernels`: measured on this machine, or cached) goes in
+        the manifest and on stderr, where packed linears are on: a run's numerics depend on it."""
+        choice = getattr(self.backend, "kernels", None) or getattr(self.rollout_model, "kernels", None)
+        if isinstance(choice, KernelChoice):  # a test's mock backend has every attribute
+            add_to_manifest(self.run_dir, "kernels", choice.record())
+            print(f"kernels: {choice.describe()}", file=sys.stderr, flush=True)
 
     def _make_rollout_model(self, resumed_version: int | None) -> Any:
         cfg = self.config

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from rllm import runtime
 from rllm.inference import InferenceOptions, packed_linears
+from rllm.inference.kernels import PACKED, KernelChoice
 from rllm.inference.lm_head import output_logits
 from rllm.inference.model import LocalModel
 from rllm.inference.packed_linears import PackedLinears, linear, packed_linears_active, packed_linears_available
@@ -35,7 +36,7 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _installed(module: torch.nn.Module) -> PackedLinears:
-    packed = PackedLinears()
+    packed = PackedLinears(KernelChoice.fixed(PACKED))  # the packed path itself (the choice: test_kernels.py)
     packed.install(module)
     return packed
 
@@ -138,7 +139,7 @@ def test_the_output_layer_runs_whole_under_the_mode():
     hidden = torch.randn(5, 24)
     with torch.inference_mode():
         plain = output_logits(head, hidden)
-        with PackedLinears() as packed:
+        with PackedLinears(KernelChoice.fixed(PACKED)) as packed:
             got = output_logits(head, hidden)
     assert packed.calls == 1 and packed.packs == 1  # one packed weight, not one per slice
     assert _close(got, plain)
@@ -204,7 +205,8 @@ def test_local_model_runs_packed_and_follows_in_place_training_updates(smollm2_t
                 ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
         return ids[len(prompt) :]
 
-    with LocalModel(model, smollm2_tokenizer, InferenceOptions(prefix_cache_tokens=0)) as local:
+    packed = PackedLinears(KernelChoice.fixed(PACKED))
+    with LocalModel(model, smollm2_tokenizer, InferenceOptions(prefix_cache_tokens=0), packed=packed) as local:
         first = asyncio.run(local.generate(prompt, greedy))
         assert local.packed_linears and local._linears.calls > 0
         assert first.completion_ids == plain_greedy()

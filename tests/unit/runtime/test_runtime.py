@@ -197,6 +197,7 @@ _PROBE = textwrap.dedent(
         "tokens": sum(len(episode.trajectories[0].steps[0].model_output.completion_ids) for episode in episodes),
         "routed_linears": sum("forward" in vars(module) for module in linears),
         "packed_calls": model._linears.calls if model._linears is not None else 0,
+        "chosen_shapes": len(model.kernels.paths) if model.kernels is not None else 0,
         "governed": model._threads is not None and model._threads is cpus.governor(),
         "fast_templates": chat._flat_template.cache_info().currsize,
     }))
@@ -248,8 +249,8 @@ def test_opting_in_turns_each_tuning_on_for_the_call_and_puts_the_collector_back
     assert all(s["gc"][1] > 0 and s["gc"][0][0] == young for s in during["rollout"])  # frozen, fewer collections
     assert found["after"]["gc"] == before["gc"]
     assert found["governed"]  # the worker asks the thread governor before each decode step
-    if _onednn_here():  # this torch build packs: the linear layers ran through oneDNN
-        assert found["routed_linears"] > 0 and found["packed_calls"] > 0
+    if _onednn_here():  # this torch build packs: the linear layers are routed, each shape's path measured or cached
+        assert found["routed_linears"] > 0 and found["chosen_shapes"] > 0
     if sys.version_info < (3, 12):
         assert all(s["task_factory"] == "EagerTaskFactory" for s in during["rollout"])
     assert found["fast_templates"] > 0

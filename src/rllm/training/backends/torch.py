@@ -196,6 +196,11 @@ class TorchBackend:
         )
         return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
+    @property
+    def kernels(self) -> Any:
+        """The `rllm.inference.kernels.KernelChoice` of the packed linears (None where they are off)."""
+        return self.packed_linears.kernels if self.packed_linears is not None else None
+
     def _pack_linears(self) -> PackedLinears | None:
         """fp32 on a CPU: route the model's (and the reference's) linear layers through oneDNN with packed weights
         while this backend computes, and share the packed weights with `make_rollout_model`'s LocalModel. LoRA's

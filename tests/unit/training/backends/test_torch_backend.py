@@ -296,14 +296,19 @@ def test_a_gpu_device_without_a_gpu_fails_naming_the_fix(smollm2_tokenizer):
 
 
 @pytest.mark.parametrize("lora", [True, False])
-def test_packed_linears_train_like_torch_and_are_shared_with_rollouts(tokenizer, base_model, lora, tuned_runtime):
+def test_packed_linears_train_like_torch_and_are_shared_with_rollouts(
+    tokenizer, base_model, lora, tuned_runtime, monkeypatch
+):
     """On a CPU in fp32 the backend runs its linears through oneDNN with packed weights (LoRA's frozen base layers
     in the backward too) and lends them to its rollout model; the gradients are torch's up to float rounding."""
     from rllm import runtime
-    from rllm.inference.packed_linears import packed_linears_available
+    from rllm.inference import packed_linears
+    from rllm.inference.kernels import PACKED, KernelChoice
 
-    if not packed_linears_available():
+    if not packed_linears.packed_linears_available():
         pytest.skip("this torch build cannot pack with oneDNN")
+    # every shape packed, whatever this machine would choose (the choice itself: tests/unit/inference/test_kernels.py)
+    monkeypatch.setattr(packed_linears, "KernelChoice", lambda **_: KernelChoice.fixed(PACKED))
     packed = make_backend(tokenizer, base_model, lora=lora)
     local = packed.make_rollout_model(InferenceOptions(max_batch_size=2))
     assert packed.packed_linears is not None and local._linears is packed.packed_linears
