@@ -148,15 +148,14 @@ def stop_load(load: list[subprocess.Popen]) -> None:
 def machine_line() -> str:
     import torch
 
-    from rllm.cpus import cgroup_quota_cores, usable_cores
-    from rllm.runs import cpu_model
+    from rllm.cpus import cgroup_quota_cores, describe_cpu, usable_cores
 
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     quota = cgroup_quota_cores()
     quota_text = f"{quota:g} cores" if quota is not None else "none"
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     cores = f"{usable_cores()} usable cores (affinity {affinity}, cgroup quota {quota_text})"
-    return f"device: {cpu_model()}, {cores}, torch {torch.__version__}; load average before: {load}"
+    return f"device: {describe_cpu()}, {cores}, torch {torch.__version__}; load average before: {load}"
 
 
 def main(argv: list[str] | None = None) -> int:

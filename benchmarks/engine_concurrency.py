@@ -144,10 +144,9 @@ def process_cpu(pid: int) -> float:
 
 def machine() -> str:
     """The CPU's model name and the cores this process may use: a figure without its machine is not a figure."""
-    from rllm.cpus import usable_cores
-    from rllm.runs import cpu_model
+    from rllm.cpus import describe_cpu, usable_cores
 
-    return f"{cpu_model()}, {usable_cores()} cores, Python {platform.python_version()}"
+    return f"{describe_cpu()}, {usable_cores()} cores, Python {platform.python_version()}"
 
 
 async def run_instant(tokenizer, args) -> float:

@@ -120,7 +120,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             1,
             4,
         )
-        print(device_line())
     batch = args.group * args.tasks
     if args.group < 2:
         parser.error("--group must be >= 2 (GRPO needs a group)")
@@ -228,7 +227,9 @@ def run_ours(args: argparse.Namespace, channel: Channel) -> None:
             )
             return metrics
 
-    LockstepTrainer(config=cfg, progress=False).train()
+    trainer = LockstepTrainer(config=cfg, progress=False)
+    trainer.train()
+    kernels = getattr(trainer.backend, "kernels", None)  # which linear shapes ran packed (rllm.inference.kernels)
     used = {
         "model.name": cfg.model.name,
         "model.dtype": cfg.model.dtype,
@@ -254,6 +255,7 @@ def run_ours(args: argparse.Namespace, channel: Channel) -> None:
         threads=torch.get_num_threads(),
         settings=used,
         versions={"torch": torch.__version__},
+        kernels=kernels.describe() if kernels is not None else "torch's F.linear (packed linears off)",
     )
 
 
@@ -565,6 +567,7 @@ def run_parent(args: argparse.Namespace) -> int:
                 child.close()
 
     summary = summarize(results)
+    print(device_line(f"ours {results['ours']['final'].get('kernels', 'not reported')}"))
     print(format_table(summary, args, results))
     if args.json:
         args.json.write_text(

@@ -184,12 +184,13 @@ def matmul_peak_gflops(model, rows: tuple[int, ...] = (32, 128, 512), repeats: i
     oneDNN with the weight packed, the kernel LocalModel uses on a CPU (`rllm.inference.packed_linears`). torch picks
     kernels by shape and dtype (on CPUs without bf16 instructions a square bf16 GEMM is ~20x slower than the model's
     shapes), so a generic square GEMM would misstate what these weights can reach."""
+    from rllm.inference.kernels import PACKED, KernelChoice
     from rllm.inference.packed_linears import PackedLinears, linear, packed_linears_available
 
     shapes = {tuple(module.weight.shape) for module in model.modules() if isinstance(module, torch.nn.Linear)}
     kernels = [torch.nn.functional.linear]
     if model.dtype == torch.float32 and packed_linears_available():
-        packer = PackedLinears()
+        packer = PackedLinears(KernelChoice.fixed(PACKED))  # the packed kernel, whatever this machine chose
 
         def packed(x, weight):
             with packer:
@@ -212,6 +213,14 @@ def matmul_peak_gflops(model, rows: tuple[int, ...] = (32, 128, 512), repeats: i
     return best
 
 
+def packed_linears_for(kernels: str):
+    """`--kernels`: None lets LocalModel measure (or read the cached choice); a fixed path otherwise."""
+    from rllm.inference.kernels import KernelChoice
+    from rllm.inference.packed_linears import PackedLinears
+
+    return None if kernels == "measured" else PackedLinears(KernelChoice.fixed(kernels))
+
+
 def work_gflop(model, stats_before: dict, stats_after: dict) -> float:
     """Matmul work of what LocalModel computed between two `stats` snapshots: 2 x (weights outside the
     embedding) per prefilled or decoded token, plus the output layer per sampled token. Attention over the cache
@@ -229,13 +238,15 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def device_name(device: torch.device) -> str:
-    """What ran the figures: the GPU's name, or the CPU's model and the threads torch used."""
+def device_name(device: torch.device, kernels=None) -> str:
+    """What ran the figures: the GPU's name, or the CPU's model and extensions, the threads torch used and which
+    linear shapes ran packed (`kernels`, a `rllm.inference.kernels.KernelChoice`)."""
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name(device)} (torch {torch.__version__}, CUDA {torch.version.cuda})"
-    from rllm.runs import cpu_model
+    from rllm.cpus import describe_cpu
 
-    return f"{cpu_model()}, {torch.get_num_threads()} torch threads (torch {torch.__version__})"
+    line = f"{describe_cpu()}, {torch.get_num_threads()} torch threads (torch {torch.__version__})"
+    return line if kernels is None else f"{line}; kernels: {kernels.describe()}"
 
 
 def ops_line(model, tokenizer, prompts, rows=(8, 64, 128)) -> str:
@@ -310,6 +321,13 @@ def main(argv=None) -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--random-init", action="store_true", help="random weights of --model's shape (see above)")
     parser.add_argument("--no-ops", action="store_true", help="skip the operator count")
+    parser.add_argument(
+        "--kernels",
+        default="measured",
+        choices=["measured", "packed", "default"],
+        help="which linear shapes run packed oneDNN: as measured on this machine (rllm's default), or every one "
+        "packed (before the measured choice) or none",
+    )
     parser.add_argument("--profile", action="store_true", help="profile one more LocalModel run (see profile_line)")
     add_smoke_flag(parser)
     args = parser.parse_args(argv)
@@ -326,7 +344,6 @@ def main(argv=None) -> None:
     model = load_causal_lm(name, dtype=args.dtype, device=args.device)
     prompts = build_prompts(tokenizer, args.num_prompts)
     lengths = [len(p) for p in prompts]
-    print(f"device: {device_name(model.device)}")
     print(
         f"model={args.model}{' (random init)' if args.random_init else ''} dtype={args.dtype} "
         f"threads={torch.get_num_threads()} torch={torch.__version__} "
@@ -345,8 +362,10 @@ def main(argv=None) -> None:
             eos_token_ids=None if args.respect_eos else (),
             prefix_cache_tokens=0,
         ),
+        packed=packed_linears_for(args.kernels),
     )
-    kernel = "oneDNN, packed weights (rllm.inference.packed_linears)" if local.packed_linears else "torch's F.linear"
+    print(f"device: {device_name(model.device, local.kernels)}")
+    kernel = f"oneDNN packed or F.linear per shape: {local.kernels.describe()}" if local.kernels else "torch's F.linear"
     print(f"LocalModel dtype={local.model.dtype} (baseline: {model.dtype}); LocalModel's linear layers: {kernel}")
     # Warm-up both sides (allocator, oneDNN kernels, the worker thread).
     # Each timed mode once: sampling is another code path on both sides (on a GPU, transformers' first sampled

@@ -25,12 +25,14 @@ def add_smoke_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: checks the script still runs")
 
 
-def device_line() -> str:
-    """`device: <CPU model>, N usable cores`: a figure without its machine is not a figure."""
-    from rllm.cpus import usable_cores
-    from rllm.runs import cpu_model
+def device_line(kernels: str | None = None) -> str:
+    """`device: <CPU model> (<its vector/matrix extensions>), N usable cores[; kernels: ...]`: a figure without its
+    machine is not a figure, and a CPU figure depends on the extensions (MKL and oneDNN pick their code by them)
+    and on which linear shapes ran packed (`rllm.inference.kernels`, a `KernelChoice.describe()`)."""
+    from rllm.cpus import describe_cpu, usable_cores
 
-    return f"device: {cpu_model()}, {usable_cores()} usable cores"
+    line = f"device: {describe_cpu()}, {usable_cores()} usable cores"
+    return line if kernels is None else f"{line}; kernels: {kernels}"
 
 
 @functools.cache

@@ -10,6 +10,8 @@ line of each) with the machine and date, then each benchmark's own output in ful
 with its last output lines; the others still run. The benchmarks in `NEEDS_GPU` are skipped, with a note, where
 torch sees no GPU; their last figures (from a GPU) are kept. Each figure names its device: the summary table has a
 device column (the GPU's name from the benchmark's `device:` line, else the CPU model), each section the machine.
+Results are kept per benchmark AND device: a run on an Intel Xeon adds its figures beside an AMD EPYC's (a row and
+a section each) instead of replacing them, so no one CPU family's figure stands for "the CPU".
 On a GPU machine, `--only gpu-step gpu-sizes --out DIR/RESULTS.md` writes those two alone (DIR/RESULTS.json), and
 `--merge DIR/RESULTS.json` here puts them beside the others.
 """
@@ -26,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from rllm.cpus import describe_cpu
 from rllm.runs import cpu_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -153,7 +156,7 @@ def machine() -> str:
     import torch
 
     return (
-        f"{cpu_model()}, {torch.get_num_threads()} torch threads, Python {platform.python_version()}, "
+        f"{describe_cpu()}, {torch.get_num_threads()} torch threads, Python {platform.python_version()}, "
         f"torch {torch.__version__}, {platform.system()} {platform.release()}"
     )
 
@@ -196,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", type=Path, help="add the results of another RESULTS.json and rewrite; run nothing")
     args = parser.parse_args(argv)
     store = args.out.with_suffix(".json")  # every run's raw result, so --only can refresh a few sections
-    results = json.loads(store.read_text()) if store.exists() else {}
+    results = per_device(json.loads(store.read_text())) if store.exists() else {}
     failed = 0
     for key, _, command, _ in [] if args.merge else RUNS:
         if args.only and key not in args.only:
@@ -208,21 +211,32 @@ def main(argv: list[str] | None = None) -> int:
         code, output, seconds = run(command)
         print(output, flush=True)
         failed += code != 0
-        results[key] = {
+        device = device_of(key, output)
+        results.setdefault(key, {})[device] = {
             "code": code,
             "command": command,
             "output": output.strip(),
             "seconds": seconds,
-            "device": device_of(key, output),
+            "device": device,
             "date": datetime.date.today().isoformat(),
             "machine": machine(),
         }
     if args.merge:
-        results.update(json.loads(args.merge.read_text()))
+        for key, by_device in per_device(json.loads(args.merge.read_text())).items():
+            results.setdefault(key, {}).update(by_device)
     store.write_text(json.dumps(results, indent=1))
     args.out.write_text(render(results))
     print(f"wrote {args.out}")
     return 1 if failed else 0
+
+
+def per_device(results: dict) -> dict:
+    """{benchmark: {device: result}}; a file written before results were kept per device held one result per
+    benchmark, which becomes its device's."""
+    return {
+        key: {entry.get("device") or entry["machine"].split(",")[0]: entry} if "code" in entry else entry
+        for key, entry in results.items()
+    }
 
 
 def render(results: dict) -> str:
@@ -232,26 +246,16 @@ def render(results: dict) -> str:
             if key in NEEDS_GPU:
                 summary.append(f"| {title} | | not run yet: needs a GPU (`python {' '.join(command)}` on one) |")
             continue
-        r = results[key]
-        lines = (
-            [line.strip() for line in r["output"].splitlines() if re.search(headline, line)] if not r["code"] else []
-        )
-        cell = "<br>".join(line.replace("|", "\\|") for line in lines) if lines else f"FAILED (exit {r['code']})"
-        device = r.get("device") or r["machine"].split(",")[0]  # results written before the device was stored
-        summary.append(f"| {title} | {device} | {cell} |")
-        host = f"{device}, host: " if device != r["machine"].split(",")[0] else ""
-        as_run = " ".join(r.get("command", command))  # what produced these figures (the RUNS entry may have moved)
-        sections.append(
-            f"## {title}\n\n`python {as_run}`: {r['seconds'] / 60:.1f} min on {r['date']}, "
-            f"{host}{r['machine']}\n\n```\n{r['output']}\n```\n"
-        )
+        for r in results[key].values():
+            _render_one(r, title, command, headline, summary, sections)
     return "\n".join(
         [
             "# Benchmark results",
             "",
             "Written by `benchmarks/write_results.py` (`make bench`; raw results in `RESULTS.json`). Ratios are what "
             "to read: absolute numbers move with the load of a shared machine. Each benchmark's docstring says what it "
-            "measures and how the two sides are aligned.",
+            "measures and how the two sides are aligned. A benchmark run on several CPU families has a row and a "
+            "section for each: a CPU figure holds for the family it names.",
             "",
             "| benchmark | device | headline |",
             "|---|---|---|",
@@ -259,6 +263,20 @@ def render(results: dict) -> str:
             "",
             *sections,
         ]
+    )
+
+
+def _render_one(r: dict, title: str, command: list[str], headline: str, summary: list, sections: list) -> None:
+    """One device's result of a benchmark: its summary row and its section."""
+    lines = [line.strip() for line in r["output"].splitlines() if re.search(headline, line)] if not r["code"] else []
+    cell = "<br>".join(line.replace("|", "\\|") for line in lines) if lines else f"FAILED (exit {r['code']})"
+    device = r.get("device") or r["machine"].split(",")[0]  # results written before the device was stored
+    summary.append(f"| {title} | {device} | {cell} |")
+    host = f"{device}, host: " if device != r["machine"].split(",")[0] else ""
+    as_run = " ".join(r.get("command", command))  # what produced these figures (the RUNS entry may have moved)
+    sections.append(
+        f"## {title} ({device})\n\n`python {as_run}`: {r['seconds'] / 60:.1f} min on {r['date']}, "
+        f"{host}{r['machine']}\n\n```\n{r['output']}\n```\n"
     )
 
 

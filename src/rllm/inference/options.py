@@ -41,7 +41,7 @@ class InferenceOptions:
       0 turns the store off.
     - `cuda_graphs`: on a CUDA device, replay decode steps from CUDA graphs; False runs them eagerly.
     - `packed_linears`: run fp32 CPU linear layers through oneDNN with packed weights, where `rllm.runtime` also
-      enables them (module docstring).
+      enables them (module docstring), each shape where that measured faster on this CPU (`rllm.inference.kernels`).
     """
 
     max_batch_size: int = 32

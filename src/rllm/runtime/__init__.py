@@ -24,8 +24,9 @@ AMD EPYC; docs/training/speed.md has the details):
 - `eager_request_writes`: on Python 3.11, `OpenAIClient` sets a task factory on its event loop that writes request
   bodies at once, as aiohttp does from 3.12 (`rllm.models.eager_writes`); 7-10 ms a step at 64 rollouts without it.
 - `packed_linears`: `LocalModel` and the torch backend run fp32 CPU linear layers through oneDNN with packed
-  weights (`rllm.inference.packed_linears`, private `torch.ops.mkldnn` ops); `make demo` took 0.56-0.63x as long
-  with them. A model runs them where this switch AND its own `InferenceOptions.packed_linears` (default on) say so.
+  weights (`rllm.inference.packed_linears`, private `torch.ops.mkldnn` ops), each shape where that measured faster
+  on this CPU (`rllm.inference.kernels`); `make demo` took 0.56-0.63x as long with them on an AMD EPYC. A model
+  runs them where this switch AND its own `InferenceOptions.packed_linears` (default on) say so.
 - `thread_governor`: before each decode step and micro-batch, torch's intra-op threads on the computing thread
   follow the cores other processes leave free (`rllm.cpus.ThreadGovernor`); without it torch keeps its own count,
   which on a busy machine ran generation and an update 1.2-2.5x as long.
