@@ -6,6 +6,7 @@ the winner, so the test reads the same on an AMD EPYC (packing wins) and an Inte
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -184,3 +185,20 @@ def test_the_cpu_s_model_and_kernel_extensions_come_from_cpuinfo(tmp_path):
     assert cpus.cpu_extensions(cpuinfo=info) == ("avx2", "avx512f", "amx_tile")
     assert cpus.describe_cpu(cpuinfo=info) == "Intel(R) Xeon(R) Processor (avx2, avx512f, amx_tile)"
     assert cpus.cpu_extensions(cpuinfo=tmp_path / "missing") == ()
+
+
+def test_a_training_run_records_the_choice_in_its_manifest_and_on_stderr(tmp_path, capsys):
+    from rllm.runs import read_manifest, write_json
+    from rllm.training.trainer import AgentTrainer
+
+    write_json(tmp_path / "manifest.json", {"kind": "train"})
+    choice = KernelChoice(timer=FakeTimer({32: 0.5, 256: 2.0}))
+    choice.add([LinearShape(80, 48)])
+    trainer = SimpleNamespace(backend=SimpleNamespace(kernels=choice), rollout_model=None, run_dir=tmp_path)
+    AgentTrainer._record_kernels(trainer)
+    record = read_manifest(tmp_path)["kernels"]
+    assert record["choice"] == "measured" and record["machine"] == kernels.machine_key()
+    assert record["shapes"] == {"80x48": {"decode": PACKED, "prefill": DEFAULT}}
+    assert "kernels: packed oneDNN for 1/1 linear shapes at decode, 0/1 at prefill (measured 1 in" in (
+        capsys.readouterr().err
+    )
