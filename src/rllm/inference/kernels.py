@@ -7,12 +7,14 @@ Intel Xeon (avx512, AMX) MKL is strong: packing won by 1.0-1.5x on some shapes, 
 copy costs the weight's size again in memory. So the path is measured, not assumed. The rules:
 
 - A shape is a linear layer's weight `[out, in]`, and for a frozen weight under autograd also its input gradient's
-  linear (`grad @ weight`, packed as `weight.T`, written `out x in^T`): `LinearShape`.
+  linear (`grad @ weight`, packed as `weight.T`, written `out x in^T`): `LinearShape`. An input gradient runs at a
+  training micro-batch's rows, so it is timed at `PREFILL_ROWS` only and that choice holds at any row count.
 - Each shape is timed at two row counts, `DECODE_ROWS` (a decode step's batch) and `PREFILL_ROWS` (a prefill chunk
-  or a training micro-batch), each path `ROUNDS` times, the two paths interleaved, the fastest run of each kept (a
-  shared machine's noise only ever adds time), on one thread (`packed_linears.time_paths` says why). Weights
-  larger than `TIMED_DIM` in a dimension (an output layer of 49,152 rows) are timed on a `TIMED_DIM` slice: past
-  the caches the rate no longer depends on the size, and the full output layer would take most of the budget.
+  or a training micro-batch), each path `ROUNDS` times (up to `MAX_ROUNDS` while that takes under 20 ms), the two
+  paths interleaved, the fastest run of each kept (a shared machine's noise only ever adds time), on one thread
+  (`packed_linears.time_paths` says why). Weights larger than `TIMED_DIM` in a dimension (an output layer of 49,152
+  rows) are timed on a `TIMED_DIM` slice: past the caches the rate no longer depends on the size much, and the
+  full output layer would take most of the budget.
 - Packed wins a row count only when it takes at most `1 - PACKED_MUST_SAVE` of the default's time: its copy costs
   memory, so a tie goes to torch's default. A linear of at most `DECODE_UP_TO` rows runs the decode choice, a
   larger one the prefill choice.
@@ -59,8 +61,8 @@ PATHS = (PACKED, DEFAULT)
 DECODE_ROWS, PREFILL_ROWS = 32, 256  # both exact row counts of `padded_rows`: timing adds no oneDNN state
 DECODE_UP_TO = 64  # a linear of at most this many rows runs the decode choice
 PACKED_MUST_SAVE = 0.10  # packed is chosen only when it saves at least this share of the default's time
-ROUNDS = 3
-TIMED_DIM = 8192
+ROUNDS, MAX_ROUNDS, ROUNDS_BUDGET_S = 3, 7, 0.02  # rounds per shape and row count: more for a cheap shape
+TIMED_DIM = 4096
 CACHE_VERSION = 1
 
 # (shape, rows) -> {path: seconds}: the time of one linear on each path (`packed_linears.time_paths` is the real one)
@@ -173,11 +175,13 @@ class KernelChoice:
             raise ValueError("KernelChoice: measuring needs a timer (packed_linears.time_paths), or use fixed=")
         start = time.perf_counter()
         for shape in shapes:
-            decode, prefill = timer(shape, DECODE_ROWS), timer(shape, PREFILL_ROWS)
+            prefill = timer(shape, PREFILL_ROWS)
+            decode = prefill if shape.transposed else timer(shape, DECODE_ROWS)
             self.paths[shape.key] = {"decode": faster_path(decode), "prefill": faster_path(prefill)}
+            timed = {PREFILL_ROWS: prefill} if shape.transposed else {DECODE_ROWS: decode, PREFILL_ROWS: prefill}
             self.timings[shape.key] = {
                 f"{path}@{rows}": round(seconds * 1e3, 4)
-                for rows, times in ((DECODE_ROWS, decode), (PREFILL_ROWS, prefill))
+                for rows, times in timed.items()
                 for path, seconds in times.items()
             }
         self.measured += len(shapes)

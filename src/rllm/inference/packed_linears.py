@@ -61,7 +61,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rllm import runtime
-from rllm.inference.kernels import DEFAULT, PACKED, ROUNDS, TIMED_DIM, KernelChoice, LinearShape
+from rllm.inference.kernels import (
+    DEFAULT,
+    MAX_ROUNDS,
+    PACKED,
+    ROUNDS,
+    ROUNDS_BUDGET_S,
+    TIMED_DIM,
+    KernelChoice,
+    LinearShape,
+)
 
 __all__ = [
     "PackedLinears",
@@ -238,7 +247,8 @@ def _shapes_of(weight: Tensor) -> list[LinearShape]:
 
 
 def time_paths(shape: LinearShape, rows: int) -> dict[str, float]:
-    """The least time of `ROUNDS` runs of one linear of `shape` at `rows` rows on each path, the paths interleaved
+    """The least time of `ROUNDS` to `MAX_ROUNDS` runs (more while they take under `ROUNDS_BUDGET_S`) of one linear
+    of `shape` at `rows` rows on each path, the paths interleaved
     (`rllm.inference.kernels`' real timer). Random weights from a private generator: the program's RNG is untouched.
     A dimension over `TIMED_DIM` is timed on a slice of it. Timed on one thread (restored after): beside other busy
     processes a multi-threaded kernel's time is its threads' waits for each other (a 0.06 ms linear took 4-16 ms on
@@ -268,7 +278,10 @@ def _least_times(shape: LinearShape, rows: int, weight: Tensor, generator: torch
         best = dict.fromkeys(runs, float("inf"))
         for run in runs.values():  # a first run pays for oneDNN's primitive and MKL's buffers
             run()
-        for _ in range(ROUNDS):
+        began = time.perf_counter()
+        for round_ in range(MAX_ROUNDS):
+            if round_ >= ROUNDS and time.perf_counter() - began > ROUNDS_BUDGET_S:
+                break  # a large shape: its ROUNDS rounds are enough; a small one takes more against the noise
             for path, run in runs.items():
                 start = time.perf_counter()
                 run()

@@ -116,7 +116,10 @@ def test_the_cache_is_reused_without_timing_and_a_changed_machine_measures_again
         timer = FakeTimer({32: 2.0, 256: 0.5})
         remeasured = KernelChoice(timer=timer)
         remeasured.add(shapes)
-        assert len(timer.calls) == 4 and remeasured.paths["80x48"] == {"decode": DEFAULT, "prefill": PACKED}
+        # the weight at both row counts, its input gradient at a training batch's only
+        assert sorted(timer.calls) == [("48x80^T", 256), ("80x48", 32), ("80x48", 256)]
+        assert remeasured.paths["80x48"] == {"decode": DEFAULT, "prefill": PACKED}
+        assert remeasured.paths["48x80^T"] == {"decode": PACKED, "prefill": PACKED}
     assert len(json.loads(cache.read_text())["machines"]) == 3  # each machine keeps its own entry
 
 
