@@ -272,7 +272,7 @@ def _render_one(r: dict, title: str, command: list[str], headline: str, summary:
     cell = "<br>".join(line.replace("|", "\\|") for line in lines) if lines else f"FAILED (exit {r['code']})"
     device = r.get("device") or r["machine"].split(",")[0]  # results written before the device was stored
     summary.append(f"| {title} | {device} | {cell} |")
-    host = f"{device}, host: " if device != r["machine"].split(",")[0] else ""
+    host = "" if r["machine"].startswith(device) else f"{device}, host: "  # a GPU's figures, or another machine's
     as_run = " ".join(r.get("command", command))  # what produced these figures (the RUNS entry may have moved)
     sections.append(
         f"## {title} ({device})\n\n`python {as_run}`: {r['seconds'] / 60:.1f} min on {r['date']}, "
