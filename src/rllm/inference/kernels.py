@@ -23,8 +23,14 @@ copy costs the weight's size again in memory. So the path is measured, not assum
 - The choice is cached in `$RLLM_HOME/kernels.json`, keyed by the machine (`machine_key`: the CPU model and its
   kernel extensions and torch's version) and, inside that, by shape; a cached shape is reused without timing, a new
   shape is timed and added. So a run's numerics (each path sums in its own order) repeat on the machine that
-  produced them, and a changed CPU or torch measures again. Delete the file to
-  measure again by hand.
+  produced them, and a changed CPU or torch measures again. Delete the file to measure again by hand.
+- One measurement per machine and shape, also when processes start at once (the test suite's workers, two runs
+  launched together): the cache is read, measured into and written under an exclusive lock on
+  `kernels.json.lock`, and a shape already cached is never overwritten. Two processes that raced would otherwise
+  each keep their own timing's choice, and their results would differ in the last bits.
+- A resumed run keeps the choice its manifest recorded (`KernelChoice.from_record`, `rllm.training.numerics`),
+  whatever the cache says now (deleted, or measured again on another machine): both paths run on any CPU, and a
+  resume must repeat the run it continues bitwise.
 - Each path's numerics are its own and unchanged: packed runs `_onednn_linear` at `padded_rows`, default runs
   `F.linear` (`grad @ weight` for the input gradient). bf16 through oneDNN is not a candidate: a fp32 model stays
   fp32 (packed linears take fp32 only), a bf16 model keeps torch's path.
@@ -34,9 +40,11 @@ copy costs the weight's size again in memory. So the path is measured, not assum
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,13 +108,21 @@ def cache_file() -> Path:
 class KernelChoice:
     """The path each shape runs at decode and at prefill row counts. See the module docstring."""
 
-    def __init__(self, *, fixed: str | None = None, timer: Timer | None = None) -> None:
-        """`timer` times the paths of one shape at one row count (`packed_linears.time_paths`); `fixed`: one path
-        for every shape instead, unmeasured."""
+    def __init__(
+        self,
+        *,
+        fixed: str | None = None,
+        timer: Timer | None = None,
+        recorded: dict[str, dict[str, str]] | None = None,
+    ) -> None:
+        """`timer` times the paths of one shape at one row count (default: `packed_linears.time_paths`); `fixed`:
+        one path for every shape instead, unmeasured; `recorded`: the paths per shape a run's manifest holds, used
+        as they are (a shape not among them is chosen as usual)."""
         if fixed is not None and fixed not in PATHS:
             raise ValueError(f"kernels: {fixed!r} is not a path; use one of {', '.join(PATHS)} or None (measured)")
         self._fixed, self._timer = fixed, timer
-        self.paths: dict[str, dict[str, str]] = {}  # shape key -> {"decode": path, "prefill": path}
+        self.paths: dict[str, dict[str, str]] = dict(recorded or {})  # shape key -> {"decode": path, "prefill": ...}
+        self.recorded = bool(recorded)
         self.timings: dict[str, dict[str, float]] = {}  # shape key -> ms per path and row count, as measured
         self.measured = 0  # shapes timed by this process (0: all from the cache)
         self.seconds = 0.0  # time spent timing
@@ -116,6 +132,18 @@ class KernelChoice:
         """`path` for every shape, unmeasured."""
         return cls(fixed=path)
 
+    @classmethod
+    def from_record(cls, record: Any) -> KernelChoice:
+        """The choice a run's manifest recorded (`record()`'s dict) made again: its fixed path, or its paths per
+        shape; measured (or cached) as usual where there is no readable record (None: a fresh run)."""
+        if not isinstance(record, dict):
+            return cls()
+        choice = record.get("choice")
+        if isinstance(choice, str) and choice.startswith("fixed: ") and choice[len("fixed: ") :] in PATHS:
+            return cls.fixed(choice[len("fixed: ") :])
+        shapes = record.get("shapes")
+        return cls(recorded=_valid_paths(shapes) if isinstance(shapes, dict) else None)
+
     def add(self, shapes: Iterable[LinearShape]) -> None:
         """Choose for `shapes` not chosen yet: from the cache where it has them, else timed (and cached)."""
         if self._fixed is not None:
@@ -124,14 +152,15 @@ class KernelChoice:
         if not missing:
             return
         machine = machine_key()
-        cached = _read_cache(machine)
-        for key in list(missing):
-            if key in cached:
-                self.paths[key] = cached.pop(key)
-                del missing[key]
-        if missing:
-            self._measure(list(missing.values()))
-            _write_cache(machine, {key: self.paths[key] for key in missing})
+        with _cache_lock():  # one process measures a shape; the others wait and read its choice
+            cached = _read_cache(machine)
+            for key in list(missing):
+                if key in cached:
+                    self.paths[key] = cached.pop(key)
+                    del missing[key]
+            if missing:
+                self._measure(list(missing.values()))
+                _write_cache(machine, {key: self.paths[key] for key in missing})
 
     def path(self, shape: LinearShape, rows: int) -> str:
         """The path a linear of `shape` and `rows` rows runs; a shape never added is chosen now."""
@@ -152,7 +181,7 @@ class KernelChoice:
         if self._fixed is not None:
             return {"choice": f"fixed: {self._fixed}"}
         return {
-            "choice": "measured" if self.measured else "cached",
+            "choice": "recorded" if self.recorded else "measured" if self.measured else "cached",
             "machine": machine_key(),
             "shapes": dict(sorted(self.paths.items())),
             "measured_shapes": self.measured,
@@ -167,12 +196,12 @@ class KernelChoice:
         decode = sum(paths["decode"] == PACKED for paths in self.paths.values())
         prefill = sum(paths["prefill"] == PACKED for paths in self.paths.values())
         how = f"measured {self.measured} in {self.seconds:.2f} s" if self.measured else "cached"
+        how = f"the run's recorded choice, {how}" if self.recorded and self.measured else how
+        how = "the run's recorded choice" if self.recorded and not self.measured else how
         return f"packed oneDNN for {decode}/{shapes} linear shapes at decode, {prefill}/{shapes} at prefill ({how})"
 
     def _measure(self, shapes: list[LinearShape]) -> None:
-        timer = self._timer
-        if timer is None:
-            raise ValueError("KernelChoice: measuring needs a timer (packed_linears.time_paths), or use fixed=")
+        timer = self._timer or _real_timer()
         start = time.perf_counter()
         for shape in shapes:
             prefill = timer(shape, PREFILL_ROWS)
@@ -193,6 +222,37 @@ def faster_path(times: dict[str, float]) -> str:
     return PACKED if times[PACKED] <= (1 - PACKED_MUST_SAVE) * times[DEFAULT] else DEFAULT
 
 
+def _real_timer() -> Timer:
+    from rllm.inference.packed_linears import time_paths  # it runs the paths this module chooses between
+
+    return time_paths
+
+
+def _valid_paths(shapes: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """The entries of `shapes` that name a path at both row counts (a hand-edited or torn entry is chosen again)."""
+    return {
+        key: {"decode": paths["decode"], "prefill": paths["prefill"]}
+        for key, paths in shapes.items()
+        if isinstance(paths, dict) and {paths.get("decode"), paths.get("prefill")} <= set(PATHS)
+    }
+
+
+@contextlib.contextmanager
+def _cache_lock() -> Iterator[None]:
+    """An exclusive lock on `kernels.json.lock` beside the cache (none where it cannot be made: a read-only home
+    measures in each process, as without a cache)."""
+    lock = cache_file().with_name(cache_file().name + ".lock")
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(lock, "a+")
+    except OSError:
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
 def _read_cache(machine: dict[str, Any]) -> dict[str, dict[str, str]]:
     """The cached paths per shape for `machine` (none where the file is missing, unreadable or of another format)."""
     try:
@@ -204,17 +264,12 @@ def _read_cache(machine: dict[str, Any]) -> dict[str, dict[str, str]]:
     machines = data.get("machines")
     entry = machines.get(_machine_id(machine), {}) if isinstance(machines, dict) else {}
     shapes = entry.get("shapes", {}) if isinstance(entry, dict) else {}
-    return {
-        key: paths
-        for key, paths in shapes.items()
-        if isinstance(paths, dict) and {paths.get("decode"), paths.get("prefill")} <= set(PATHS)
-    }
+    return _valid_paths(shapes) if isinstance(shapes, dict) else {}
 
 
 def _write_cache(machine: dict[str, Any], paths: dict[str, dict[str, str]]) -> None:
-    """Add `paths` to `machine`'s entry. Atomic: a reader never sees a torn file; of two processes writing at once
-    one's new shapes may be lost, and are measured again next time. A cache that cannot be written (a read-only
-    home) only costs the timing again."""
+    """Add `paths` to `machine`'s entry, under `_cache_lock`. Atomic: a reader never sees a torn file. A cache that
+    cannot be written (a read-only home) only costs the timing again."""
     path = cache_file()
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -224,8 +279,9 @@ def _write_cache(machine: dict[str, Any], paths: dict[str, dict[str, str]]) -> N
         data = {}
     if not isinstance(data.get("machines"), dict):
         data["machines"] = {}
-    entry = data["machines"].setdefault(_machine_id(machine), {"machine": machine, "shapes": {}})
-    entry["shapes"].update(paths)
+    entry = data["machines"].get(_machine_id(machine))
+    shapes = _valid_paths(entry["shapes"]) if isinstance(entry, dict) and isinstance(entry.get("shapes"), dict) else {}
+    data["machines"][_machine_id(machine)] = {"machine": machine, "shapes": {**paths, **shapes}}  # cached ones stay
     data["version"] = CACHE_VERSION
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

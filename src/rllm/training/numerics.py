@@ -1,9 +1,10 @@
 """What a training run's float results depend on that the machine would otherwise choose, fixed for the run: torch's
-intra-op thread count.
+intra-op thread count, and which kernel each linear layer shape runs.
 
     threads = fresh_run_threads(config)                     # a new run: chosen once, recorded in its manifest
     threads = resumed_run_threads(run_dir, config)          # --resume: the recorded count, whatever the load is now
     hold_threads(threads)                                   # rllm.cpus: every rollout and update runs it
+    KernelChoice.from_record(recorded_kernels(manifest))    # --resume: the kernel paths the run chose (None: fresh)
 
 Why: the local model's decode steps (small matrix products) and reductions split between threads round differently
 with another thread count, so a run whose count followed the machine's load (`rllm.cpus.ThreadGovernor`) resumed
@@ -20,6 +21,11 @@ Choices:
   correctness over speed; one line says so.
 - Asynchronous training (`rollout.max_staleness` > 0) runs its generation and its update at that count each, also
   while they overlap (the governor shared the cores between them then); what that costs was not measured.
+- The kernel paths (`rllm.inference.kernels`: packed oneDNN or torch's default per linear shape, measured once per
+  machine) are recorded by the trainer once the model is loaded (`"kernels"` in the manifest), and a resume makes
+  that choice again from the record, whatever the machine's cache says now. A run recorded before the choice
+  existed ran every shape packed, but has no record: its resume measures (or reads the cache), and may differ in
+  the last bits.
 - Only where `rllm.runtime` enables `fixed_training_threads` (the training commands do, by default): a library
   user's torch threads are the program's business, and `runtime.fixed_training_threads=false` gives bitwise resume
   up for the governor's speed on a busy machine. Then nothing is recorded or held.
@@ -37,9 +43,18 @@ from rllm.config import TrainConfig
 from rllm.cpus import run_threads, usable_cores
 from rllm.runs import add_to_manifest, read_manifest
 
-__all__ = ["MANIFEST_KEY", "fresh_run_threads", "manifest_record", "recorded_threads", "resumed_run_threads"]
+__all__ = [
+    "KERNELS_KEY",
+    "MANIFEST_KEY",
+    "fresh_run_threads",
+    "manifest_record",
+    "recorded_kernels",
+    "recorded_threads",
+    "resumed_run_threads",
+]
 
 MANIFEST_KEY = "numerics"
+KERNELS_KEY = "kernels"  # the trainer's `KernelChoice.record()`
 
 
 def fresh_run_threads(config: TrainConfig) -> int | None:
@@ -79,6 +94,12 @@ def recorded_threads(manifest: dict[str, Any] | None) -> int | None:
     record = (manifest or {}).get(MANIFEST_KEY)
     threads = record.get("torch_threads") if isinstance(record, dict) else None
     return threads if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1 else None
+
+
+def recorded_kernels(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The kernel choice a manifest records (`KernelChoice.record()`), or None."""
+    record = (manifest or {}).get(KERNELS_KEY)
+    return record if isinstance(record, dict) else None
 
 
 def _say_if_not_what_this_machine_runs(run_dir: Path, recorded: int) -> None:

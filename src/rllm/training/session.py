@@ -5,6 +5,7 @@ checkpoints, Ctrl-C and SIGTERM, and the clean-up of a start that failed.
     session.run(main, current_step)        # asyncio.run(main()); stopped by a signal -> TrainingInterrupted
     checkpoint = session.open(name_parts)  # in main: the run directory; the checkpoint to resume from, or None
     session.torch_threads                  # ... and the thread count the run holds (rllm.training.numerics)
+    session.kernels_record                 # ... and a resumed run's kernel choice (ditto; None: choose it)
     step, state = session.load(checkpoint, backend)  # into the backend; returns the trainer's part
     session.save(step, state, backend)     # atomically (rllm.training.checkpoint), then old ones pruned
 
@@ -14,8 +15,9 @@ Choices:
   was trained yet), that step is abandoned (the run's task is cancelled at its next await); else the step is
   finished, saved, and the run stops. Either way `run` raises `TrainingInterrupted` after the clean-up
   (`rllm.training.interrupt`). A second signal aborts at once.
-- A resumed run keeps its own config (`rllm.training.resume`) and its torch thread count (`rllm.training.numerics`,
-  recorded in the manifest); a run killed before its first checkpoint starts over in its own directory (`_restart`).
+- A resumed run keeps its own config (`rllm.training.resume`), its torch thread count and its kernel choice
+  (`rllm.training.numerics`, recorded in the manifest); a run killed before its first checkpoint starts over in
+  its own directory (`_restart`).
 - A fresh run that fails or stops before it logged anything removes its directory (`remove_failed_start`).
 """
 
@@ -43,7 +45,7 @@ from rllm.training.checkpoint import (
     verify_checkpoint,
 )
 from rllm.training.interrupt import TrainingInterrupted, say, stop_signals
-from rllm.training.numerics import fresh_run_threads, manifest_record, resumed_run_threads
+from rllm.training.numerics import fresh_run_threads, manifest_record, recorded_kernels, resumed_run_threads
 from rllm.training.resume import ResumeError, check_resumed_config, resume_run_dir
 
 __all__ = ["RunSession", "StoppedBySignal", "rng_state", "seed_everything", "set_rng_state"]
@@ -72,6 +74,7 @@ class RunSession:
         self.signals = 0  # SIGINT/SIGTERM received; the second aborts at once
         self.main_task: asyncio.Task | None = None
         self.torch_threads: int | None = None  # the thread count the run holds (rllm.training.numerics), if any
+        self.kernels_record: dict[str, Any] | None = None  # a resumed run's recorded kernel choice (ditto)
 
     # ---- the run as a whole ---------------------------------------------------------------------------------
 
@@ -141,9 +144,11 @@ class RunSession:
             self.run_dir = checkpoint.parent.parent
             check_resumed_config(self.run_dir, cfg, _checkpoint_step(checkpoint))
             self.torch_threads = resumed_run_threads(self.run_dir, cfg)
+            self.kernels_record = recorded_kernels(runs.read_manifest(self.run_dir))
         elif cfg.trainer.resume:
             check_resumed_config(Path(cfg.trainer.resume), cfg, 0)
             self.torch_threads = resumed_run_threads(Path(cfg.trainer.resume), cfg)
+            self.kernels_record = recorded_kernels(runs.read_manifest(Path(cfg.trainer.resume)))
             self._restart(Path(cfg.trainer.resume))
         else:
             self.run_dir = create_run_dir(cfg.trainer.run_dir, cfg.trainer.name, *name_parts)

@@ -75,6 +75,7 @@ from rllm.metrics import summarize_episodes
 from rllm.models.base import close_model
 from rllm.runs import RunLog, add_to_manifest, view_command, write_json
 from rllm.training.distill import make_teacher
+from rllm.training.numerics import KERNELS_KEY
 from rllm.training.rollout_source import StepRollouts, TaskSampler, make_rollout_source, sample_rollouts
 from rllm.training.session import RunSession, StoppedBySignal, rng_state, seed_everything, set_rng_state
 from rllm.training.step import StepState, train_step
@@ -289,7 +290,8 @@ class AgentTrainer:
         self.step, self.val_history, self.pending_rollouts = 0, [], {}
         checkpoint = self.session.open(self._run_name_parts())
         hold_threads(self.session.torch_threads)  # before any model runs: its rollouts and updates, one count
-        self.backend = make_backend(cfg, self.run_dir, model=self._model, tokenizer=self._tokenizer)
+        kernels = KernelChoice.from_record(self.session.kernels_record)  # a resume: the run's own (numerics)
+        self.backend = make_backend(cfg, self.run_dir, model=self._model, tokenizer=self._tokenizer, kernels=kernels)
         self.teacher = None
         if cfg.distill.teacher is not None:
             self.teacher = make_teacher(
@@ -309,11 +311,12 @@ class AgentTrainer:
         )
 
     def _record_kernels(self) -> None:
-        """The linear layers' kernel choice (`rllm.inference.kernels`: measured on this machine, or cached) goes in
-        the manifest and on stderr, where packed linears are on: a run's numerics depend on it."""
+        """The linear layers' kernel choice (`rllm.inference.kernels`: measured on this machine, cached, or a resumed
+        run's own) goes in the manifest and on stderr, where packed linears are on: a run's numerics depend on it,
+        and its `--resume` makes the same choice from this record (`rllm.training.numerics`)."""
         choice = getattr(self.backend, "kernels", None) or getattr(self.rollout_model, "kernels", None)
         if isinstance(choice, KernelChoice):  # a test's mock backend has every attribute
-            add_to_manifest(self.run_dir, "kernels", choice.record())
+            add_to_manifest(self.run_dir, KERNELS_KEY, choice.record())
             print(f"kernels: {choice.describe()}", file=sys.stderr, flush=True)
 
     def _make_rollout_model(self, resumed_version: int | None) -> Any:

@@ -6,6 +6,8 @@ the winner, so the test reads the same on an AMD EPYC (packing wins) and an Inte
 from __future__ import annotations
 
 import json
+import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -205,3 +207,75 @@ def test_a_training_run_records_the_choice_in_its_manifest_and_on_stderr(tmp_pat
     assert "kernels: packed oneDNN for 1/1 linear shapes at decode, 0/1 at prefill (measured 1 in" in (
         capsys.readouterr().err
     )
+
+
+def test_a_record_makes_the_same_choice_again_and_a_torn_one_is_chosen_anew():
+    measured = KernelChoice(timer=FakeTimer({32: 0.5, 256: 2.0}))
+    measured.add([LinearShape(80, 48)])
+    again = KernelChoice.from_record(measured.record())
+    assert again.paths == measured.paths and again.record()["choice"] == "recorded"
+    assert again.describe().endswith("(the run's recorded choice)")
+    assert KernelChoice.from_record({"choice": "fixed: default"}).path(LinearShape(80, 48), 8) == DEFAULT
+    torn = KernelChoice.from_record({"choice": "measured", "shapes": {"80x48": {"decode": "fast"}}})
+    assert torn.paths == {} and not torn.recorded  # nothing usable: measured (or cached) as a fresh run is
+    assert not KernelChoice.from_record(None).recorded
+
+
+def test_processes_that_measure_at_once_keep_one_choice(cache):
+    """Two choosers measuring the same shapes at once, whose timings disagree, end with the first writer's choice:
+    the lock makes the second wait and read it. (flock excludes separate opens within one process too.)"""
+    started = threading.Barrier(2)
+
+    def slow(packed: float):
+        timer = FakeTimer({32: packed, 256: packed})
+
+        def time_shape(shape, rows):
+            time.sleep(0.05)  # both are inside add() at once
+            return timer(shape, rows)
+
+        return time_shape
+
+    choices = [KernelChoice(timer=slow(0.5)), KernelChoice(timer=slow(2.0))]
+
+    def choose(choice):
+        started.wait()
+        choice.add([LinearShape(80, 48), LinearShape(48, 80)])
+
+    threads = [threading.Thread(target=choose, args=(choice,)) for choice in choices]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert choices[0].paths == choices[1].paths
+    assert sorted(choice.measured for choice in choices) == [0, 2]  # one measured, the other read its choice
+    assert next(iter(json.loads(cache.read_text())["machines"].values()))["shapes"] == choices[0].paths
+
+
+def test_a_resumed_run_keeps_its_recorded_kernel_choice_whatever_the_cache_says_now(tmp_path, tiny_model_dir, cache):
+    from rllm.config import load_config
+    from rllm.runs import read_manifest
+    from rllm.training.trainer import AgentTrainer
+
+    def train(steps: int, *extra: str) -> AgentTrainer:
+        overrides = [f"model.name={tiny_model_dir}", "data.task=arithmetic", "data.train_size=4", "data.val_size=0"]
+        overrides += ["rollout.n=2", "rollout.max_tokens=2", "trainer.tasks_per_step=2", "optim.micro_batch_size=4"]
+        overrides += ["trainer.tensorboard=false", "trainer.save_every=1", f"trainer.run_dir={tmp_path}"]
+        trainer = AgentTrainer(config=load_config(None, [*overrides, f"trainer.total_steps={steps}", *extra]))
+        trainer.train()
+        return trainer
+
+    first = train(1, "trainer.name=run")
+    recorded = read_manifest(tmp_path / "run")["kernels"]
+    assert recorded["choice"] in ("measured", "cached") and recorded["shapes"] == first.backend.kernels.paths
+    data = json.loads(cache.read_text())  # the machine's cache now says the opposite for every shape
+    for entry in data["machines"].values():
+        flip = {PACKED: DEFAULT, DEFAULT: PACKED}
+        entry["shapes"] = {key: {row: flip[p] for row, p in paths.items()} for key, paths in entry["shapes"].items()}
+    cache.write_text(json.dumps(data))
+
+    resumed = train(2, "trainer.name=run", f"trainer.resume={tmp_path / 'run'}")
+    assert resumed.step == 2 and resumed.backend.kernels.paths == recorded["shapes"]
+    again = read_manifest(tmp_path / "run")["kernels"]
+    assert again["choice"] == "recorded" and again["shapes"] == recorded["shapes"]
+    fresh = train(1, "trainer.name=fresh")  # a new run follows the machine's cache
+    assert fresh.backend.kernels.paths != recorded["shapes"]

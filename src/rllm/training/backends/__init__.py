@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 
-def make_backend(config: Any, run_dir: Path, *, model: Any = None, tokenizer: Any = None) -> Any:
-    """The training backend `config.trainer.backend` names, built from `config` (a `TrainConfig`)."""
+def make_backend(config: Any, run_dir: Path, *, model: Any = None, tokenizer: Any = None, kernels: Any = None) -> Any:
+    """The training backend `config.trainer.backend` names, built from `config` (a `TrainConfig`). `kernels`: the
+    torch backend's `rllm.inference.kernels.KernelChoice` (None: measured or cached); verl's workers choose their
+    own kernels."""
     if config.trainer.backend == "verl":
         from rllm.training.backends.verl import VerlBackend
 
@@ -35,4 +37,5 @@ def make_backend(config: Any, run_dir: Path, *, model: Any = None, tokenizer: An
         device=config.model.device,
         model=model,
         tokenizer=tokenizer,
+        kernels=kernels,
     )

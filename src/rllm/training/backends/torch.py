@@ -58,6 +58,7 @@ from torch import Tensor, nn
 
 from rllm.config import AlgorithmConfig, ModelConfig, OptimConfig
 from rllm.cpus import governor
+from rllm.inference.kernels import KernelChoice
 from rllm.inference.options import InferenceOptions
 from rllm.inference.packed_linears import PackedLinears, packed_linears_available
 from rllm.training.backends.base import UpdateLog, mini_batch_order, push_weights_to
@@ -147,11 +148,13 @@ class TorchBackend:
         tokenizer: Any = None,
         vision: Any = None,
         gather_logits: bool = True,
+        kernels: KernelChoice | None = None,
     ) -> None:
         """Loads the model/tokenizer from `model_config.name` through the registry unless given (a given model is
         trained in place, and takes `model_config.init_from`'s weights in place). `gather_logits` False computes
         full `[B, L, V]` logits (for measurements and as a cross-check). `vision` is a vision-language model's
-        `VisionProcessor` (loaded with the model when not given; None for a text-only model)."""
+        `VisionProcessor` (loaded with the model when not given; None for a text-only model). `kernels`: which path
+        each packed linear shape runs (`rllm.inference.kernels`; None: measured on this machine, or cached)."""
         from rllm.models import registry
 
         self.model_config, self.algorithm, self.optim = model_config, algorithm, optim
@@ -175,7 +178,7 @@ class TorchBackend:
         )
         self.total_optimizer_steps = total_steps * algorithm.ppo_epochs * algorithm.mini_batches
         self.optimizer, self.scheduler = self._make_optimizer()
-        self.packed_linears = self._pack_linears()
+        self.packed_linears = self._pack_linears(kernels)
         self.generator = torch.Generator().manual_seed(seed)  # shuffles; saved in state_dict
         self.updates = 0
         self.weight_version = 0
@@ -197,17 +200,17 @@ class TorchBackend:
         return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
     @property
-    def kernels(self) -> Any:
+    def kernels(self) -> KernelChoice | None:
         """The `rllm.inference.kernels.KernelChoice` of the packed linears (None where they are off)."""
         return self.packed_linears.kernels if self.packed_linears is not None else None
 
-    def _pack_linears(self) -> PackedLinears | None:
+    def _pack_linears(self, kernels: KernelChoice | None) -> PackedLinears | None:
         """fp32 on a CPU: route the model's (and the reference's) linear layers through oneDNN with packed weights
         while this backend computes, and share the packed weights with `make_rollout_model`'s LocalModel. LoRA's
         frozen base layers gain in the forward and the input gradient; trained weights keep torch's path."""
         if self.device.type != "cpu" or self.autocast_dtype is not None or not packed_linears_available():
             return None
-        packed = PackedLinears()
+        packed = PackedLinears(kernels)
         for module in (self.model, self.reference):
             if module is not None:
                 packed.install(module)
@@ -600,7 +603,10 @@ class TorchBackend:
         if options.dtype is not None:  # converted here, so LocalModel does not copy it a second time
             model = model.to(getattr(torch, str(options.dtype).removeprefix("torch.")))
             options = dataclasses.replace(options, dtype=None)
-        return LocalModel(model.requires_grad_(False).eval(), self.tokenizer, options, vision=self.vision)
+        # its own packed copies (of its own weights), but this backend's kernel choice: a resumed run's recorded one
+        packed = PackedLinears(self.kernels) if self.kernels is not None else None
+        model = model.requires_grad_(False).eval()
+        return LocalModel(model, self.tokenizer, options, vision=self.vision, packed=packed)
 
     def rollout_state_dict(self) -> dict[str, Tensor]:
         """The weights training changes, named as in the plain base model: LoRA merged into its target weights
