@@ -22,6 +22,15 @@ compute thread at it (`hold_threads`): the governor adapts nothing during traini
 inter-op pool is sized once, before the first parallel work (`set_num_interop_threads` is refused after it), and an
 eager forward or backward on a CPU does not use it. `rllm eval` and `rllm serve` keep the governor.
 
+One thread computes. torch's OpenMP (libgomp) keeps a team of worker threads for each thread that ran parallel work,
+until that thread exits, and once a process holds more such threads than it has cores, libgomp's idle workers spin
+only ~100 times before they sleep, so every parallel operator then waits for its team to wake (~80 us for a
+multiply of 0.2M floats on a 2-core Xeon VM, against 15 us with one team). An update on the main thread beside a
+`LocalModel`'s worker took 6.4 s, on the worker itself 3.9 s, and the decode steps sped up alike. So where rllm owns
+the threads it computes on one: a synchronous training step's update runs on the rollout model's worker
+(`LocalModel.call_on_worker`), and models are loaded in a thread that exits afterwards (`in_passing_thread`), which
+takes its team with it, so the main thread never holds one.
+
 `cpu_model()` and `cpu_extensions()` name the machine: its model and the vector and matrix extensions the kernels
 depend on (avx2, avx512f, avx512_bf16, amx_bf16, amx_tile). Benchmarks print both, and the packed linears' choice of
 kernel is cached per model and extensions (`rllm.inference.kernels`): an AMD EPYC and an Intel Xeon with the same
@@ -36,8 +45,9 @@ import os
 import platform
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 from rllm import runtime
 
@@ -51,12 +61,15 @@ __all__ = [
     "governor",
     "held_threads",
     "hold_threads",
+    "in_passing_thread",
     "run_threads",
     "set_torch_threads",
     "threads_for",
     "usable_cores",
     "user_threads",
 ]
+
+T = TypeVar("T")
 
 _PROC_CGROUP = Path("/proc/self/cgroup")
 _PROC_CPUINFO = Path("/proc/cpuinfo")
@@ -397,3 +410,23 @@ def _env_threads() -> int | None:
         return max(1, int(os.environ["OMP_NUM_THREADS"]))
     except (KeyError, ValueError):
         return None
+
+
+def in_passing_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`fn(*args, **kwargs)` on a new thread that exits when it returns (its result returned, its exception raised
+    here): the OpenMP team its parallel work starts goes with the thread (module docstring). For loading a model,
+    whose tensor copies are parallel work, so that the calling thread (the main one) starts no team of its own."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = fn(*args, **kwargs)
+        except BaseException as exc:  # raised again in the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name=f"rllm-{getattr(fn, '__name__', 'load')}", daemon=True)
+    thread.start()
+    thread.join()  # a signal's handler still runs in the main thread meanwhile
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]

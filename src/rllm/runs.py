@@ -108,7 +108,8 @@ _FIRST_FILES = {
 }
 _FIRST_FILES.add("resumes.jsonl")  # what a resume changed (rllm.training.resume), before the first checkpoint too
 _FIRST_FILES.add(EXACTNESS_FILE)  # rewritten at every step, the first one's included
-_ATOMIC_LEFTOVERS = (".config.yaml.tmp-", f".{EXACTNESS_FILE}.tmp-")  # what a kill mid-write of these leaves
+# what a kill mid-write of these leaves (the manifest: the trainer adds its kernel choice once the model is loaded)
+_ATOMIC_LEFTOVERS = (".config.yaml.tmp-", f".{EXACTNESS_FILE}.tmp-", ".manifest.json.tmp-")
 _LOGS = ("metrics.jsonl", "episodes.jsonl")
 
 
@@ -258,8 +259,8 @@ def _remove_leftovers(run_dir: Path) -> None:
 
 
 def _is_config_leftover(name: str) -> bool:
-    """The temporary file of a config.yaml or exactness.json write that a kill interrupted (both are written
-    atomically)."""
+    """The temporary file of a config.yaml, exactness.json or manifest.json write that a kill interrupted (each is
+    written atomically)."""
     return name.startswith(_ATOMIC_LEFTOVERS)
 
 

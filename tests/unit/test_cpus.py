@@ -275,3 +275,20 @@ def test_a_count_the_program_set_itself_is_kept(smollm2_tokenizer, monkeypatch, 
         assert cpus.set_torch_threads() == 2  # ...is not mistaken for the program's
     finally:
         torch.set_num_threads(before)
+
+
+def test_in_passing_thread_runs_on_a_thread_that_exits_and_hands_back_its_result_or_error():
+    seen = []
+
+    def work(x, *, y):
+        seen.append(threading.current_thread())
+        return x + y
+
+    assert cpus.in_passing_thread(work, 1, y=2) == 3
+    assert seen[0] is not threading.current_thread() and not seen[0].is_alive()  # its OpenMP team went with it
+
+    def broken():
+        raise KeyError("the loader's own error")
+
+    with pytest.raises(KeyError, match="the loader's own error"):
+        cpus.in_passing_thread(broken)

@@ -47,7 +47,7 @@ import logging
 import queue
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Self
 
@@ -84,6 +84,23 @@ class _WeightUpdate:
         self.state = state
         self.version = version
         self.done: concurrent.futures.Future[int] = concurrent.futures.Future()
+
+
+class _Call:
+    """A function to run on the worker thread between two decode steps (`LocalModel.call_on_worker`)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def run(self) -> None:
+        if not self.done.set_running_or_notify_cancel():
+            return
+        try:  # as on a thread of its own: outside the worker's inference mode and packed linears
+            with torch.inference_mode(False), PackedLinears.suspended():
+                self.done.set_result(self.fn())
+        except BaseException as exc:  # the caller's error, raised where it waits
+            self.done.set_exception(exc)
 
 
 class LocalModel:
@@ -337,6 +354,8 @@ class LocalModel:
                 return _STOP
             if isinstance(item, _WeightUpdate):
                 self._apply_weight_update(item)
+            elif isinstance(item, _Call):
+                item.run()
             else:
                 pending.append(item)
 
@@ -383,6 +402,14 @@ class LocalModel:
         update = _WeightUpdate(state, version)
         self._submit(update)
         return update.done.result()
+
+    def call_on_worker(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        """Run `fn()` on the worker thread between two decode steps and return its future. `fn` runs as on a thread
+        of its own (outside the worker's inference mode and packed linears). For a trainer's update: one thread
+        computes (`rllm.cpus`' docstring: a second thread's parallel work makes every team wait to wake)."""
+        call = _Call(fn)
+        self._submit(call)
+        return call.done
 
     def _apply_weight_update(self, update: _WeightUpdate) -> None:
         try:

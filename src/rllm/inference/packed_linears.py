@@ -49,10 +49,12 @@ routing, but it intercepts every torch call of the forward: 10 ms of a 40 ms dec
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +162,18 @@ class PackedLinears:
         _thread.depth -= 1
         if not _thread.depth:
             _thread.packer = None
+
+    @staticmethod
+    @contextlib.contextmanager
+    def suspended() -> Iterator[None]:
+        """No `PackedLinears` active on this thread inside (the one that was, active again after): a function a
+        `LocalModel` worker runs for its caller (`call_on_worker`) enters its own."""
+        saved = getattr(_thread, "packer", None), getattr(_thread, "depth", 0)
+        _thread.packer, _thread.depth = None, 0
+        try:
+            yield
+        finally:
+            _thread.packer, _thread.depth = saved
 
     def packs_forward_or_backward(self, weight: Tensor, rows: int) -> bool:
         """A frozen `weight`'s linear at `rows` rows runs packed forward, or its input gradient backward."""

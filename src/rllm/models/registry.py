@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rllm.cpus import in_passing_thread
 from rllm.errors import ModelNotAvailableError
 from rllm.fsutil import install_dir_atomically, rllm_home, sha256_of_file
 
@@ -460,8 +461,9 @@ def load_causal_lm(name_or_path: str | os.PathLike[str], *, dtype: Any = "float3
 
     path = resolve_model_path(name_or_path)
     loader = AutoModelForImageTextToText if is_vision_folder(path) else AutoModelForCausalLM
-    model = loader.from_pretrained(path, dtype=_torch_dtype(dtype))
-    return model.to(device).eval()
+    # in a thread that exits: the calling thread starts no OpenMP team by copying weights (rllm.cpus' docstring)
+    model = in_passing_thread(loader.from_pretrained, path, dtype=_torch_dtype(dtype))
+    return in_passing_thread(model.to, device).eval()
 
 
 def is_vision_folder(path: str | os.PathLike[str]) -> bool:

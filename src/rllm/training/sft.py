@@ -38,7 +38,7 @@ from rllm.training.sft_data import (
     rows_from_trajectories,
     select_trajectories,
 )
-from rllm.training.step import check_finite
+from rllm.training.step import check_finite, on_compute_thread
 from rllm.training.trainer import AgentTrainer
 
 __all__ = ["OfflineTrainer", "SFTTrainer", "load_sft_rows"]
@@ -115,7 +115,7 @@ class OfflineTrainer(AgentTrainer):
 
     async def _train_step(self, step: int, examples: list) -> dict[str, Any]:
         started = time.perf_counter()
-        update = self._update_examples(examples)
+        update = on_compute_thread(self.rollout_model, self._update_examples, examples)
         metrics = {
             **update,
             "examples": len(examples),

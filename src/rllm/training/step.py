@@ -24,11 +24,13 @@ Choices:
 from __future__ import annotations
 
 import asyncio
+import functools
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from rllm.config import TrainConfig
 from rllm.engine.failures import raise_if_all_failed
@@ -43,7 +45,9 @@ from rllm.training.distill import apply_distillation
 from rllm.training.off_policy import merge_mismatch_sums, mismatch_metrics, mismatch_sums
 from rllm.training.rollout_source import RolloutPipeline, StepRollouts, SyncRollouts
 
-__all__ = ["StepState", "TrainingDivergedError", "check_finite", "train_step", "update_policy"]
+__all__ = ["StepState", "TrainingDivergedError", "check_finite", "on_compute_thread", "train_step", "update_policy"]
+
+T = TypeVar("T")
 
 
 class TrainingDivergedError(RllmError):
@@ -64,6 +68,17 @@ class StepState:
     teacher: Any = None  # on-policy distillation's teacher (distill.teacher)
     nonfinite_streak: int = 0
     signal_checked: bool = False  # the first step trained warns when nothing has a learning signal
+
+
+def on_compute_thread(rollout_model: Any, fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)`, run on the thread the rollout model decodes on where it is a `LocalModel`
+    (`call_on_worker`), else here; it blocks until done either way, as a synchronous update always has. One thread
+    then does all of the run's torch work, which a CPU's OpenMP needs to run at speed (`rllm.cpus`' docstring)."""
+    from rllm.inference.model import LocalModel
+
+    if not isinstance(rollout_model, LocalModel):  # a server's client (vLLM), or a test's stand-in
+        return fn(*args)
+    return rollout_model.call_on_worker(functools.partial(fn, *args)).result()
 
 
 async def train_step(state: StepState, rollouts: StepRollouts) -> dict[str, Any]:
@@ -89,7 +104,7 @@ async def train_step(state: StepState, rollouts: StepRollouts) -> dict[str, Any]
         if state.source.overlaps_updates:  # in a worker thread: the event loop keeps driving rollouts meanwhile
             update.update(await asyncio.to_thread(update_policy, state, rows))
         else:
-            update.update(update_policy(state, rows))
+            update.update(on_compute_thread(state.rollout_model, update_policy, state, rows))
     await state.source.before_push(step)
     pushed = time.perf_counter()
     version = state.backend.push_weights(state.rollout_model)

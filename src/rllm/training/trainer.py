@@ -65,7 +65,7 @@ from typing import Any
 
 from rllm import runs, runtime
 from rllm.config import TrainConfig, check_support, inference_options, override_config
-from rllm.cpus import hold_threads
+from rllm.cpus import hold_threads, in_passing_thread
 from rllm.engine.failures import raise_if_all_failed
 from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.harnesses import workflow_for_config
@@ -300,7 +300,8 @@ class AgentTrainer:
                 micro_batch_size=cfg.optim.micro_batch_size,
                 device=cfg.model.device,
             )
-        resumed_version = self._resume(checkpoint) if checkpoint is not None else None
+        # loading a checkpoint copies weights: in a thread that exits, so this one starts no OpenMP team (rllm.cpus)
+        resumed_version = in_passing_thread(self._resume, checkpoint) if checkpoint is not None else None
         self.rollout_model = self._make_rollout_model(resumed_version)
         self._record_kernels()
         self.engine = AgentWorkflowEngine(

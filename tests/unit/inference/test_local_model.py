@@ -468,3 +468,28 @@ def test_prefill_chunks_pad_little_on_a_cpu_and_merge_on_a_gpu():
     assert all(chunks[i][1] == chunks[i + 1][0] for i in range(len(chunks) - 1))  # contiguous, nothing skipped
     assert padded + 64 * len(chunks) < len(spread) * max(spread)  # cheaper than padding everything to the longest
     assert padded <= 1.15 * sum(spread)
+
+
+def test_a_call_on_the_worker_runs_there_as_on_a_thread_of_its_own_and_raises_where_it_is_waited_for(
+    make_model, prompts
+):
+    """`call_on_worker` (a synchronous trainer's update): on the decoding thread, between decode steps, outside its
+    inference mode and packed linears; an error reaches the caller and the worker goes on decoding."""
+    from rllm.inference.packed_linears import packed_linears_active
+
+    model = make_model()
+    before = run(model.generate(prompts[1], GREEDY))
+    seen = model.call_on_worker(
+        lambda: (threading.current_thread().name, torch.is_inference_mode_enabled(), packed_linears_active())
+    ).result()
+    assert seen == ("rllm-local-model", False, False)
+    weight = torch.ones(3, requires_grad=True)
+    grad = model.call_on_worker(lambda: torch.autograd.grad((weight * 2).sum(), weight)[0]).result()
+    assert torch.equal(grad, torch.full((3,), 2.0))  # autograd works there
+
+    def broken():
+        raise ValueError("the caller's own error")
+
+    with pytest.raises(ValueError, match="the caller's own error"):
+        model.call_on_worker(broken).result()
+    assert run(model.generate(prompts[1], GREEDY)).completion_ids == before.completion_ids

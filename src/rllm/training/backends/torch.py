@@ -57,7 +57,7 @@ import torch
 from torch import Tensor, nn
 
 from rllm.config import AlgorithmConfig, ModelConfig, OptimConfig
-from rllm.cpus import governor
+from rllm.cpus import governor, in_passing_thread
 from rllm.inference.kernels import KernelChoice
 from rllm.inference.options import InferenceOptions
 from rllm.inference.packed_linears import PackedLinears, packed_linears_available
@@ -171,7 +171,7 @@ class TorchBackend:
         self.model = _trainable_policy(model, model_config, self.device, seed)
         self.reference = None
         if algorithm.kl_coef > 0 and not self.lora:
-            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+            self.reference = in_passing_thread(copy.deepcopy, self.model).eval().requires_grad_(False)  # rllm.cpus
         self.value_head = self._make_value_head() if algorithm.advantage == "gae" else None
         self.pad_id = (
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
