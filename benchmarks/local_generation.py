@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import functools
 import random
 import statistics
 import time
@@ -84,6 +85,13 @@ def build_prompts(tokenizer, count: int, *, seed: int = 0, min_tokens: int = 60,
         prompts.append(ids)
     rng.shuffle(prompts)
     return prompts
+
+
+def on_one_thread(local: LocalModel, fn, *args, **kwargs):
+    """`fn(*args, **kwargs)` on the LocalModel's worker thread: both sides compute on one thread, as a program that
+    calls `generate` on its main thread does. A second computing thread would slow both: libgomp's idle workers
+    barely spin once a process holds more OpenMP teams than cores (`rllm.cpus`' docstring)."""
+    return local.call_on_worker(functools.partial(fn, *args, **kwargs)).result()
 
 
 def run_baseline(model, tokenizer, prompts, *, new_tokens: int, greedy: bool, respect_eos: bool) -> tuple[int, float]:
@@ -374,7 +382,16 @@ def main(argv=None) -> None:
         greedy = mode.strip() == "greedy"
         run_local(local, prompts[:4], new_tokens=4, greedy=greedy, seed=0)
         if not args.skip_baseline:
-            run_baseline(model, tokenizer, prompts[:4], new_tokens=4, greedy=greedy, respect_eos=args.respect_eos)
+            on_one_thread(
+                local,
+                run_baseline,
+                model,
+                tokenizer,
+                prompts[:4],
+                new_tokens=4,
+                greedy=greedy,
+                respect_eos=args.respect_eos,
+            )
 
     # Logprobs are checked against fp32 weights (for a bf16-loaded model: its weights upcast, not the originals).
     reference = model if model.dtype == torch.float32 else copy.deepcopy(model).float()
@@ -384,8 +401,15 @@ def main(argv=None) -> None:
         base_rates, local_rates, outputs = [], [], []
         for repeat in range(args.repeats):
             if not args.skip_baseline:
-                tokens, seconds = run_baseline(
-                    model, tokenizer, prompts, new_tokens=args.new_tokens, greedy=greedy, respect_eos=args.respect_eos
+                tokens, seconds = on_one_thread(
+                    local,
+                    run_baseline,
+                    model,
+                    tokenizer,
+                    prompts,
+                    new_tokens=args.new_tokens,
+                    greedy=greedy,
+                    respect_eos=args.respect_eos,
                 )
                 base_rates.append(tokens / seconds)
             before = local.stats
