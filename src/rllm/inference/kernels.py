@@ -115,7 +115,7 @@ class KernelChoice:
         timer: Timer | None = None,
         recorded: dict[str, dict[str, str]] | None = None,
     ) -> None:
-        """`timer` times the paths of one shape at one row count (default: `packed_linears.time_paths`); `fixed`:
+        """`timer` times the paths of one shape at one row count (`packed_linears.time_paths`); `fixed`:
         one path for every shape instead, unmeasured; `recorded`: the paths per shape a run's manifest holds, used
         as they are (a shape not among them is chosen as usual)."""
         if fixed is not None and fixed not in PATHS:
@@ -133,16 +133,16 @@ class KernelChoice:
         return cls(fixed=path)
 
     @classmethod
-    def from_record(cls, record: Any) -> KernelChoice:
+    def from_record(cls, record: Any, *, timer: Timer | None = None) -> KernelChoice:
         """The choice a run's manifest recorded (`record()`'s dict) made again: its fixed path, or its paths per
-        shape; measured (or cached) as usual where there is no readable record (None: a fresh run)."""
+        shape; measured with `timer` (or cached) as usual where there is no readable record (None: a fresh run)."""
         if not isinstance(record, dict):
-            return cls()
+            return cls(timer=timer)
         choice = record.get("choice")
         if isinstance(choice, str) and choice.startswith("fixed: ") and choice[len("fixed: ") :] in PATHS:
             return cls.fixed(choice[len("fixed: ") :])
         shapes = record.get("shapes")
-        return cls(recorded=_valid_paths(shapes) if isinstance(shapes, dict) else None)
+        return cls(timer=timer, recorded=_valid_paths(shapes) if isinstance(shapes, dict) else None)
 
     def add(self, shapes: Iterable[LinearShape]) -> None:
         """Choose for `shapes` not chosen yet: from the cache where it has them, else timed (and cached)."""
@@ -201,7 +201,9 @@ class KernelChoice:
         return f"packed oneDNN for {decode}/{shapes} linear shapes at decode, {prefill}/{shapes} at prefill ({how})"
 
     def _measure(self, shapes: list[LinearShape]) -> None:
-        timer = self._timer or _real_timer()
+        timer = self._timer
+        if timer is None:
+            raise ValueError("KernelChoice: measuring needs a timer (packed_linears.time_paths), or use fixed=")
         start = time.perf_counter()
         for shape in shapes:
             prefill = timer(shape, PREFILL_ROWS)
@@ -220,12 +222,6 @@ class KernelChoice:
 def faster_path(times: dict[str, float]) -> str:
     """Packed where it takes at most `1 - PACKED_MUST_SAVE` of the default's time, else the default."""
     return PACKED if times[PACKED] <= (1 - PACKED_MUST_SAVE) * times[DEFAULT] else DEFAULT
-
-
-def _real_timer() -> Timer:
-    from rllm.inference.packed_linears import time_paths  # it runs the paths this module chooses between
-
-    return time_paths
 
 
 def _valid_paths(shapes: dict[str, Any]) -> dict[str, dict[str, str]]:

@@ -71,6 +71,7 @@ from rllm.engine.workflow_engine import AgentWorkflowEngine
 from rllm.harnesses import workflow_for_config
 from rllm.health import ALARM_PREFIX, HealthMonitor
 from rllm.inference.kernels import KernelChoice
+from rllm.inference.packed_linears import time_paths
 from rllm.metrics import summarize_episodes
 from rllm.models.base import close_model
 from rllm.runs import RunLog, add_to_manifest, view_command, write_json
@@ -290,7 +291,8 @@ class AgentTrainer:
         self.step, self.val_history, self.pending_rollouts = 0, [], {}
         checkpoint = self.session.open(self._run_name_parts())
         hold_threads(self.session.torch_threads)  # before any model runs: its rollouts and updates, one count
-        kernels = KernelChoice.from_record(self.session.kernels_record)  # a resume: the run's own (numerics)
+        # a resume: the run's own kernel choice (rllm.training.numerics); a fresh run's measured or cached
+        kernels = KernelChoice.from_record(self.session.kernels_record, timer=time_paths)
         self.backend = make_backend(cfg, self.run_dir, model=self._model, tokenizer=self._tokenizer, kernels=kernels)
         self.teacher = None
         if cfg.distill.teacher is not None:
