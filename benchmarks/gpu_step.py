@@ -195,7 +195,7 @@ def device_info(device: str) -> dict:
     if "name" in info:
         info["line"] = f"{info['name']} ({info['memory_gib']:.1f} GiB, CUDA {info['cuda']}); {versions}"
     else:
-        from rllm.runs import cpu_model
+        from rllm.cpus import cpu_model
 
         info["name"] = cpu_model()
         info["line"] = f"CPU {info['name']} ({info['threads']} torch threads); {versions}"

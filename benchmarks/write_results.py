@@ -28,8 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from rllm.cpus import describe_cpu
-from rllm.runs import cpu_model
+from rllm.cpus import cpu_model, describe_cpu
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks" / "RESULTS.md"

@@ -54,7 +54,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rllm import cpus
 from rllm.errors import RllmError
 from rllm.exactness import PREFIX as EXACTNESS_PREFIX
 from rllm.exactness import REPORT_FILE as EXACTNESS_FILE
@@ -184,11 +183,6 @@ def create_run_dir(root: str | os.PathLike, name: str | None, *parts: str) -> Pa
             return path
         except FileExistsError:
             path, i = Path(f"{base}-{i}"), i + 1
-
-
-def cpu_model() -> str:
-    """The CPU's model name (`rllm.cpus.cpu_model`): benchmarks name their machine."""
-    return cpus.cpu_model()
 
 
 def versions() -> dict[str, str]:

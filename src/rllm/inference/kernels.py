@@ -196,8 +196,8 @@ class KernelChoice:
         decode = sum(paths["decode"] == PACKED for paths in self.paths.values())
         prefill = sum(paths["prefill"] == PACKED for paths in self.paths.values())
         how = f"measured {self.measured} in {self.seconds:.2f} s" if self.measured else "cached"
-        how = f"the run's recorded choice, {how}" if self.recorded and self.measured else how
-        how = "the run's recorded choice" if self.recorded and not self.measured else how
+        if self.recorded:  # and any shape the record lacked, measured or cached
+            how = "the run's recorded choice" + (f", {how}" if self.measured else "")
         return f"packed oneDNN for {decode}/{shapes} linear shapes at decode, {prefill}/{shapes} at prefill ({how})"
 
     def _measure(self, shapes: list[LinearShape]) -> None:

@@ -461,9 +461,12 @@ def load_causal_lm(name_or_path: str | os.PathLike[str], *, dtype: Any = "float3
 
     path = resolve_model_path(name_or_path)
     loader = AutoModelForImageTextToText if is_vision_folder(path) else AutoModelForCausalLM
+
+    def load() -> Any:
+        return loader.from_pretrained(path, dtype=_torch_dtype(dtype)).to(device).eval()
+
     # in a thread that exits: the calling thread starts no OpenMP team by copying weights (rllm.cpus' docstring)
-    model = in_passing_thread(loader.from_pretrained, path, dtype=_torch_dtype(dtype))
-    return in_passing_thread(model.to, device).eval()
+    return in_passing_thread(load)
 
 
 def is_vision_folder(path: str | os.PathLike[str]) -> bool:
