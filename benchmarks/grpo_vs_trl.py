@@ -199,6 +199,7 @@ def peak_rss_bytes() -> int:
 
 def run_ours(args: argparse.Namespace, channel: Channel) -> None:
     import torch
+    import transformers
 
     from rllm.config import load_config
     from rllm.training.trainer import AgentTrainer
@@ -254,7 +255,7 @@ def run_ours(args: argparse.Namespace, channel: Channel) -> None:
         peak_rss_bytes=peak_rss_bytes(),
         threads=torch.get_num_threads(),
         settings=used,
-        versions={"torch": torch.__version__},
+        versions={"torch": torch.__version__, "transformers": transformers.__version__},
         kernels=kernels.describe() if kernels is not None else "torch's F.linear (packed linears off)",
     )
 

@@ -253,7 +253,10 @@ def device_name(device: torch.device, kernels=None) -> str:
         return f"{torch.cuda.get_device_name(device)} (torch {torch.__version__}, CUDA {torch.version.cuda})"
     from rllm.cpus import describe_cpu
 
-    line = f"{describe_cpu()}, {torch.get_num_threads()} torch threads (torch {torch.__version__})"
+    import transformers  # its attention code is on both sides (5.23 runs a decode step's GQA without repeating K/V)
+
+    versions = f"torch {torch.__version__}, transformers {transformers.__version__}"
+    line = f"{describe_cpu()}, {torch.get_num_threads()} torch threads ({versions})"
     return line if kernels is None else f"{line}; kernels: {kernels.describe()}"
 
 
