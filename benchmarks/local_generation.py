@@ -251,9 +251,9 @@ def device_name(device: torch.device, kernels=None) -> str:
     linear shapes ran packed (`kernels`, a `rllm.inference.kernels.KernelChoice`)."""
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name(device)} (torch {torch.__version__}, CUDA {torch.version.cuda})"
-    from rllm.cpus import describe_cpu
-
     import transformers  # its attention code is on both sides (5.23 runs a decode step's GQA without repeating K/V)
+
+    from rllm.cpus import describe_cpu
 
     versions = f"torch {torch.__version__}, transformers {transformers.__version__}"
     line = f"{describe_cpu()}, {torch.get_num_threads()} torch threads ({versions})"
