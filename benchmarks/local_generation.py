@@ -249,13 +249,13 @@ def _synchronize(device: torch.device) -> None:
 def device_name(device: torch.device, kernels=None) -> str:
     """What ran the figures: the GPU's name, or the CPU's model and extensions, the threads torch used and which
     linear shapes ran packed (`kernels`, a `rllm.inference.kernels.KernelChoice`)."""
-    if device.type == "cuda":
-        return f"{torch.cuda.get_device_name(device)} (torch {torch.__version__}, CUDA {torch.version.cuda})"
     import transformers  # its attention code is on both sides (5.23 runs a decode step's GQA without repeating K/V)
 
+    versions = f"torch {torch.__version__}, transformers {transformers.__version__}"
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)} ({versions}, CUDA {torch.version.cuda})"
     from rllm.cpus import describe_cpu
 
-    versions = f"torch {torch.__version__}, transformers {transformers.__version__}"
     line = f"{describe_cpu()}, {torch.get_num_threads()} torch threads ({versions})"
     return line if kernels is None else f"{line}; kernels: {kernels.describe()}"
 
